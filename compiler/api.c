@@ -1,0 +1,224 @@
+/* api.c — the libntpc session: sources in, diagnostics and verified IR out. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "sema.h"
+
+struct ntpc_session {
+  arena pool;
+  diag_sink diags;
+  ast_file ast;
+  ir_module *module;
+  sema_define *defines;
+  size_t ndefines, cap_defines;
+  const char **plan_files;
+  size_t nplan_files, cap_plan_files;
+  const char *model_name, *plan_name;
+  source_file *main_src;
+  char last_error[512];
+};
+
+ntpc_session *ntpc_session_new(void) {
+  ntpc_session *s = calloc(1, sizeof *s);
+  if (s) s->diags.pool = &s->pool;
+  return s;
+}
+
+void ntpc_session_free(ntpc_session *s) {
+  if (!s) return;
+  ir_module_free(s->module);
+  diag_free(&s->diags);
+  free(s->defines);
+  free(s->plan_files);
+  arena_free(&s->pool);
+  free(s);
+}
+
+static ntpc_status usage_error(ntpc_session *s, const char *fmt, const char *arg) {
+  snprintf(s->last_error, sizeof s->last_error, fmt, arg);
+  return NTPC_ERR_USAGE;
+}
+
+const char *ntpc_last_error(const ntpc_session *s) { return s->last_error; }
+
+ntpc_status ntpc_define(ntpc_session *s, const char *name, int64_t value) {
+  for (size_t i = 0; i < s->ndefines; i++)
+    if (strcmp(s->defines[i].name, name) == 0) {
+      s->defines[i].value = value; /* the last -D wins, as with cc */
+      return NTPC_OK;
+    }
+  sema_define d = {arena_strdup(&s->pool, name), value, false};
+  VEC_PUSH(s->defines, s->ndefines, s->cap_defines, d);
+  return NTPC_OK;
+}
+
+ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment) {
+  const char *eq = strchr(assignment, '=');
+  if (!eq || eq == assignment) return usage_error(s, "-D expects NAME=VALUE, got '%s'", assignment);
+  char *end;
+  errno = 0;
+  long long v = strtoll(eq + 1, &end, 10);
+  if (*end || end == eq + 1 || errno) return usage_error(s, "-D value must be an integer: '%s'", assignment);
+  for (const char *p = assignment; p < eq; p++)
+    if (!(*p == '_' || (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (p > assignment && *p >= '0' && *p <= '9')))
+      return usage_error(s, "-D name is not an identifier: '%s'", assignment);
+  return ntpc_define(s, arena_strndup(&s->pool, assignment, (size_t)(eq - assignment)), v);
+}
+
+void ntpc_select_model(ntpc_session *s, const char *name) { s->model_name = name ? arena_strdup(&s->pool, name) : NULL; }
+void ntpc_select_plan(ntpc_session *s, const char *name) { s->plan_name = name ? arena_strdup(&s->pool, name) : NULL; }
+
+ntpc_status ntpc_add_plan_file(ntpc_session *s, const char *path) {
+  const char *p = arena_strdup(&s->pool, path);
+  VEC_PUSH(s->plan_files, s->nplan_files, s->cap_plan_files, p);
+  return NTPC_OK;
+}
+
+static source_file *read_source(ntpc_session *s, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(s->last_error, sizeof s->last_error, "cannot open '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  size_t n;
+  while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+    len += n;
+    if (len + 1 == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) free(buf);
+      buf = nb;
+    }
+  }
+  bool err = ferror(f);
+  fclose(f);
+  if (!buf || err) {
+    free(buf);
+    snprintf(s->last_error, sizeof s->last_error, "cannot read '%s'", path);
+    return NULL;
+  }
+  source_file *src = arena_alloc(&s->pool, sizeof *src);
+  src->name = arena_strdup(&s->pool, path);
+  src->text = arena_strndup(&s->pool, buf, len);
+  src->len = len;
+  free(buf);
+  return src;
+}
+
+static void parse_into(ntpc_session *s, source_file *src, FILE *token_dump) {
+  diag_add_file(&s->diags, src);
+  parse_ctx ctx = {.pool = &s->pool, .diags = &s->diags, .src = src, .out = &s->ast, .token_dump = token_dump};
+  parse_source(&ctx);
+}
+
+static const ast_model *pick_model(ntpc_session *s) {
+  const ast_model *found = NULL;
+  for (const ast_model *m = s->ast.models; m; m = m->next)
+    if (!s->model_name || strcmp(m->name, s->model_name) == 0) {
+      found = m;
+      break;
+    }
+  if (!found && s->model_name)
+    diag_emit(&s->diags, NTPC_ERROR, "<command line>", NTP_NOLOC, "no model named '%s' in %s", s->model_name,
+              s->main_src->name);
+  else if (!found)
+    diag_emit(&s->diags, NTPC_ERROR, s->main_src->name, NTP_NOLOC, "no model in this file");
+  return found;
+}
+
+/* Plans must name a model that exists in the sources read. */
+static void check_plan_targets(ntpc_session *s) {
+  const char *names[256];
+  size_t n = 0;
+  for (const ast_model *m = s->ast.models; m && n < 256; m = m->next) names[n++] = m->name;
+  for (const ast_plan *p = s->ast.plans; p; p = p->next) {
+    bool ok = false;
+    for (size_t i = 0; i < n; i++) ok |= strcmp(names[i], p->model) == 0;
+    if (ok) continue;
+    const char *near = nearest_name(p->model, names, n);
+    if (near)
+      diag_emit(&s->diags, NTPC_ERROR, p->file, p->model_loc, "plan '%s' is for model '%s', which is not defined; did you mean '%s'?",
+                p->name, p->model, near);
+    else
+      diag_emit(&s->diags, NTPC_ERROR, p->file, p->model_loc, "plan '%s' is for model '%s', which is not defined",
+                p->name, p->model);
+  }
+}
+
+static ntpc_status compile(ntpc_session *s, source_file *src) {
+  s->main_src = src;
+  parse_into(s, src, NULL);
+  for (size_t i = 0; i < s->nplan_files; i++) {
+    source_file *p = read_source(s, s->plan_files[i]);
+    if (!p) return NTPC_ERR_USAGE;
+    parse_into(s, p, NULL);
+  }
+  if (s->diags.errors) return NTPC_ERR_INPUT;
+  const ast_model *model = pick_model(s);
+  if (!model) return NTPC_ERR_INPUT;
+  check_plan_targets(s);
+  const char *plan_file = s->nplan_files ? s->plan_files[0] : NULL;
+  s->module = sema_run(&s->pool, &s->diags, &s->ast, model, s->defines, s->ndefines, plan_file, s->plan_name);
+  if (!s->module) {
+    snprintf(s->last_error, sizeof s->last_error, "out of memory");
+    return NTPC_ERR_INTERNAL;
+  }
+  if (s->diags.errors) {
+    ir_module_free(s->module);
+    s->module = NULL;
+    return NTPC_ERR_INPUT;
+  }
+  char why[512];
+  if (!ir_verify(s->module, why, sizeof why)) {
+    diag_emit(&s->diags, NTPC_ERROR, src->name, NTP_NOLOC, "internal compiler error: IR verifier: %s", why);
+    ir_module_free(s->module);
+    s->module = NULL;
+    return NTPC_ERR_INTERNAL;
+  }
+  return NTPC_OK;
+}
+
+ntpc_status ntpc_compile_file(ntpc_session *s, const char *path) {
+  source_file *src = read_source(s, path);
+  return src ? compile(s, src) : NTPC_ERR_USAGE;
+}
+
+ntpc_status ntpc_compile_string(ntpc_session *s, const char *name, const char *source) {
+  source_file *src = arena_alloc(&s->pool, sizeof *src);
+  src->name = arena_strdup(&s->pool, name ? name : "<string>");
+  src->len = strlen(source);
+  src->text = arena_strndup(&s->pool, source, src->len);
+  return compile(s, src);
+}
+
+size_t ntpc_diag_count(const ntpc_session *s) { return s->diags.len; }
+const ntpc_diag *ntpc_diag_at(const ntpc_session *s, size_t i) { return i < s->diags.len ? &s->diags.items[i] : NULL; }
+size_t ntpc_error_count(const ntpc_session *s) { return s->diags.errors; }
+void ntpc_print_diags(const ntpc_session *s, FILE *out, int color) { diag_render(&s->diags, out, color); }
+const struct ir_module *ntpc_module(const ntpc_session *s) { return s->module; }
+
+ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out) {
+  if (strcmp(kind, "ir") == 0) {
+    if (!s->module) return usage_error(s, "no IR: compile first%s", "");
+    ir_print(s->module, out);
+    return NTPC_OK;
+  }
+  if (strcmp(kind, "ast") == 0) {
+    ast_print(&s->ast, out);
+    return NTPC_OK;
+  }
+  if (strcmp(kind, "tokens") == 0) {
+    if (!s->main_src) return usage_error(s, "no source: compile first%s", "");
+    /* re-scan into a scratch tree: the dump is all that is wanted */
+    ast_file scratch = {0};
+    diag_sink quiet = {.pool = &s->pool};
+    parse_ctx ctx = {.pool = &s->pool, .diags = &quiet, .src = s->main_src, .out = &scratch, .token_dump = out};
+    parse_source(&ctx);
+    diag_free(&quiet);
+    return NTPC_OK;
+  }
+  return usage_error(s, "unknown --emit kind '%s' (expected tokens, ast or ir)", kind);
+}

@@ -1,0 +1,215 @@
+/* compiler.h — internal declarations of libntpc, sectioned by the file that defines them. */
+#ifndef NTP_COMPILER_H
+#define NTP_COMPILER_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ntpc.h"
+
+/* A source range. Lines and columns are 1-based; last_column is inclusive. The field
+ * names are bison's, so this type doubles as the parser's location type. */
+typedef struct ntp_loc {
+  int first_line, first_column, last_line, last_column;
+} ntp_loc;
+
+#define NTP_NOLOC ((ntp_loc){0, 0, 0, 0})
+
+/* ---- arena.c: one pool per compilation, freed in one call --------------------- */
+typedef struct arena_block arena_block;
+typedef struct arena {
+  arena_block *head;
+} arena;
+
+void *arena_alloc(arena *a, size_t size);   /* zeroed, 16-byte aligned; aborts never: returns NULL on OOM */
+char *arena_strdup(arena *a, const char *s);
+char *arena_strndup(arena *a, const char *s, size_t n);
+char *arena_printf(arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void arena_free(arena *a);
+
+/* Growable array of fixed-size elements (heap, not arena: IR tables grow). */
+#define VEC_PUSH(arr, len, cap, val)                                                       \
+  (((len) >= (cap) ? vec_grow((void **)&(arr), &(cap), sizeof *(arr)) : 0),               \
+   (arr)[(len)++] = (val))
+void vec_grow(void **arr, size_t *cap, size_t elem);
+
+/* ---- diag.c: diagnostics as data ---------------------------------------------- */
+typedef struct source_file {
+  const char *name;
+  const char *text;
+  size_t len;
+} source_file;
+
+typedef struct diag_sink {
+  ntpc_diag *items;
+  size_t len, cap;
+  size_t errors;
+  arena *pool;
+  source_file **files; /* to render source lines */
+  size_t nfiles, files_cap;
+} diag_sink;
+
+void diag_add_file(diag_sink *d, source_file *f);
+void diag_emit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void diag_vemit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt, va_list ap);
+void diag_render(const diag_sink *d, FILE *out, int color);
+void diag_free(diag_sink *d);
+/* Nearest candidate to `name` by edit distance, or NULL if none is close. */
+const char *nearest_name(const char *name, const char *const *cands, size_t n);
+
+/* ---- strmap.c: string -> int64 hash map (open addressing) --------------------- */
+typedef struct strmap {
+  const char **keys;
+  int64_t *vals;
+  size_t cap, len;
+} strmap;
+
+bool strmap_get(const strmap *m, const char *key, int64_t *val);
+void strmap_put(strmap *m, const char *key, int64_t val); /* key must outlive the map */
+void strmap_free(strmap *m);
+
+/* ---- ast.c: the syntax tree (arena-allocated) ------------------------------- */
+typedef enum { AST_INT, AST_FLOAT, AST_NAME, AST_BINOP, AST_NEG, AST_CALL } ast_expr_kind;
+
+typedef struct ast_expr ast_expr;
+typedef struct ast_arg ast_arg;
+
+typedef struct ast_tp {
+  ntp_loc loc;
+  bool is_auto;
+  ast_expr *degrees; /* list through ->next */
+} ast_tp;
+
+struct ast_expr {
+  ast_expr_kind kind;
+  ntp_loc loc;
+  ast_expr *next; /* in lists (tp degrees, mesh dims, batch split) */
+  union {
+    int64_t ival;
+    double fval;
+    const char *name;
+    struct {
+      int op; /* '+', '-', '*', '/', '@' */
+      ast_expr *lhs, *rhs;
+    } bin;
+    ast_expr *operand;
+    struct {
+      const char *label; /* NULL for plain functions; set for layers */
+      ntp_loc label_loc;
+      const char *callee;
+      ntp_loc callee_loc;
+      ast_arg *args;
+      ast_tp *tp;
+    } call;
+  };
+};
+
+struct ast_arg {
+  ntp_loc loc;
+  const char *key; /* NULL for positional */
+  ntp_loc key_loc;
+  ast_expr *value;
+  ast_arg *next;
+};
+
+typedef struct ast_ident {
+  const char *name;
+  ntp_loc loc;
+  struct ast_ident *next;
+} ast_ident;
+
+typedef struct ast_tdim {
+  ntp_loc loc;
+  ast_expr *size;
+  ast_ident *axes;
+  struct ast_tdim *next;
+} ast_tdim;
+
+typedef struct ast_type {
+  ntp_loc loc;
+  int dtype; /* ntp_dtype, or -1 for a bare layout */
+  ntp_loc dtype_loc;
+  ast_tdim *dims;
+  bool diagonal;
+} ast_type;
+
+typedef enum { ST_DIM, ST_DTYPE, ST_MESH, ST_INPUT, ST_PARAM, ST_ASSIGN, ST_OUTPUT_NAME, ST_REPEAT } ast_stmt_kind;
+
+typedef struct ast_stmt ast_stmt;
+struct ast_stmt {
+  ast_stmt_kind kind;
+  ntp_loc loc;
+  ast_stmt *next;
+  const char *name; /* dim, mesh, input, param, assignment target, output name, repeat name */
+  ntp_loc name_loc;
+  ast_expr *expr;   /* dim value, assignment value, repeat count, mesh dims (list) */
+  ast_type *type;   /* input/param type, requested output layout */
+  ast_ident *axes;  /* mesh axis names */
+  ast_stmt *body;   /* repeat */
+  int dtype;        /* ST_DTYPE */
+  bool is_output;
+};
+
+typedef enum { PST_WORLD, PST_RULE } ast_pstmt_kind;
+typedef struct ast_pstmt {
+  ast_pstmt_kind kind;
+  ntp_loc loc;
+  struct ast_pstmt *next;
+  ast_expr *world;
+  const char *pattern;
+  ntp_loc pattern_loc;
+  ast_tp *tp;
+  bool seq_parallel;
+  ast_expr *batch; /* list */
+  ntp_loc batch_loc;
+} ast_pstmt;
+
+typedef struct ast_model {
+  const char *name;
+  ntp_loc loc, name_loc;
+  const char *file;
+  ast_stmt *stmts;
+  struct ast_model *next;
+} ast_model;
+
+typedef struct ast_plan {
+  const char *name, *model;
+  ntp_loc loc, name_loc, model_loc;
+  const char *file;
+  ast_pstmt *stmts;
+  struct ast_plan *next;
+} ast_plan;
+
+typedef struct ast_file {
+  ast_model *models;
+  ast_plan *plans;
+} ast_file;
+
+void ast_print(const ast_file *f, FILE *out);
+
+/* ---- parse.c glue (grammar/): parse one source file, appending to `into` --------- */
+typedef struct parse_ctx {
+  arena *pool;
+  diag_sink *diags;
+  source_file *src;
+  ast_file *out;
+  /* for "expected ';'" at the end of the previous token */
+  ntp_loc prev_tok, cur_tok;
+  /* unclosed-brace notes */
+  ntp_loc open_braces[64];
+  int nbraces;
+  FILE *token_dump; /* --emit=tokens */
+  int line, col;    /* scanner position */
+  ntp_loc comment_start;
+  void *scanner;
+} parse_ctx;
+
+bool parse_source(parse_ctx *ctx);
+bool lex_begin(parse_ctx *ctx); /* lexer.l */
+void lex_end(parse_ctx *ctx);
+
+#endif

@@ -1,0 +1,109 @@
+/* diag.c — diagnostics as data, rendered in compiler style with the source line and a caret. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+
+void diag_add_file(diag_sink *d, source_file *f) { VEC_PUSH(d->files, d->nfiles, d->files_cap, f); }
+
+void diag_vemit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt, va_list ap) {
+  char buf[1024];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  int end = loc.last_line == loc.first_line ? loc.last_column : loc.first_column;
+  if (end < loc.first_column) end = loc.first_column;
+  ntpc_diag g = {sev, file, loc.first_line, loc.first_column, end, arena_strdup(d->pool, buf)};
+  VEC_PUSH(d->items, d->len, d->cap, g);
+  if (sev == NTPC_ERROR) d->errors++;
+}
+
+void diag_emit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_vemit(d, sev, file, loc, fmt, ap);
+  va_end(ap);
+}
+
+static const source_file *find_file(const diag_sink *d, const char *name) {
+  for (size_t i = 0; i < d->nfiles; i++)
+    if (name && strcmp(d->files[i]->name, name) == 0) return d->files[i];
+  return NULL;
+}
+
+/* Start of 1-based line `line` in `f`, and its length without the newline. */
+static const char *line_of(const source_file *f, int line, size_t *len) {
+  const char *p = f->text, *end = f->text + f->len;
+  for (int l = 1; l < line && p < end; p++)
+    if (*p == '\n') l++;
+  if (p >= end && line > 1 && (p == f->text || p[-1] != '\n')) return NULL;
+  const char *e = p;
+  while (e < end && *e != '\n') e++;
+  *len = (size_t)(e - p);
+  return p;
+}
+
+void diag_render(const diag_sink *d, FILE *out, int color) {
+  static const char *label[] = {"error", "warning", "note"};
+  static const char *tint[] = {"\033[1;31m", "\033[1;35m", "\033[1;36m"};
+  for (size_t i = 0; i < d->len; i++) {
+    const ntpc_diag *g = &d->items[i];
+    if (g->line > 0)
+      fprintf(out, "%s%s:%d:%d: %s", color ? "\033[1m" : "", g->file, g->line, g->col, color ? "\033[0m" : "");
+    else
+      fprintf(out, "%s%s: %s", color ? "\033[1m" : "", g->file ? g->file : "ntpc", color ? "\033[0m" : "");
+    fprintf(out, "%s%s:%s %s\n", color ? tint[g->severity] : "", label[g->severity], color ? "\033[0m" : "",
+            g->message);
+    const source_file *f = find_file(d, g->file);
+    size_t len = 0;
+    const char *ln = (f && g->line > 0) ? line_of(f, g->line, &len) : NULL;
+    if (!ln) continue;
+    fprintf(out, "%5d | %.*s\n      | ", g->line, (int)len, ln);
+    for (int c = 1; c < g->col && (size_t)(c - 1) < len; c++) fputc(ln[c - 1] == '\t' ? '\t' : ' ', out);
+    if (color) fputs(tint[g->severity], out);
+    fputc('^', out);
+    for (int c = g->col + 1; c <= g->end_col && (size_t)(c - 1) < len; c++) fputc('~', out);
+    if (color) fputs("\033[0m", out);
+    fputc('\n', out);
+  }
+}
+
+void diag_free(diag_sink *d) {
+  free(d->items);
+  free(d->files);
+  d->items = NULL;
+  d->files = NULL;
+  d->len = d->cap = d->nfiles = d->files_cap = 0;
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return (size_t)-1;
+  size_t row[65];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t sub = diag + (a[i - 1] != b[j - 1]);
+      size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+      row[j] = sub < best ? sub : best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+const char *nearest_name(const char *name, const char *const *cands, size_t n) {
+  const char *best = NULL;
+  size_t bestd = (size_t)-1;
+  for (size_t i = 0; i < n; i++) {
+    size_t dd = edit_distance(name, cands[i]);
+    if (dd < bestd) {
+      bestd = dd;
+      best = cands[i];
+    }
+  }
+  /* close enough: at most a third of the name's letters changed */
+  size_t limit = strlen(name) / 3 + 1;
+  return bestd <= limit && bestd > 0 ? best : NULL;
+}

@@ -1,0 +1,210 @@
+/* ir.h — the ntp IR: flat tables of values and ops addressed by index (QBE style).
+ *
+ * Every op defines exactly one value; operands name values by index and always
+ * refer to earlier values (the op list is in execution order). Every op keeps the
+ * source location it was lowered from. The op and dtype tables are X-macros, so
+ * the enum, the printer's names and the verifier's arities never drift.
+ *
+ * The IR is the unsharded ("global") program. Values carry an optional explicit
+ * layout (mesh + sharded axes per dim) and ops carry the layer they belong to;
+ * layers carry their @tp annotation. Plans are kept beside as data. The sharding
+ * pass reads these; the backward pass can be derived op by op because every op is
+ * a primitive with a closed-form derivative.
+ */
+#ifndef NTP_IR_H
+#define NTP_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler.h"
+#include "dtype.h"
+
+#define NTP_MAX_RANK 6
+#define NTP_MAX_ARGS 3
+#define NTP_MAX_GROUPS 64
+#define NTP_MAX_MESH_DIMS 4
+
+/* X(enum suffix, printed name, operand count) */
+#define IR_OPS(X)                                                                          \
+  X(INPUT, "input", 0)         /* a model input; name + init.int_range for i32 */          \
+  X(PARAM, "param", 0)         /* a parameter; name + init (center, scale) */              \
+  X(CONST, "const", 0)         /* a scalar constant (shape []) */                           \
+  X(GATHER, "gather", 2)       /* table [V, D], index i32 [...] -> [..., D] */             \
+  X(SLICE, "slice", 1)         /* x restricted to [start, start+len) along axis */         \
+  X(RESHAPE, "reshape", 1)     /* same elements, row-major, new shape */                   \
+  X(MATMUL, "matmul", 2)       /* [..., M, K] x [K, N] or [..., K, N]; trans_b: b is [N, K] */ \
+  X(ADD, "add", 2)             /* elementwise, NumPy broadcasting */                       \
+  X(SUB, "sub", 2)                                                                         \
+  X(MUL, "mul", 2)                                                                         \
+  X(DIV, "div", 2)                                                                         \
+  X(NEG, "neg", 1)                                                                         \
+  X(GELU, "gelu", 1)           /* tanh approximation */                                    \
+  X(RELU, "relu", 1)                                                                       \
+  X(SILU, "silu", 1)                                                                       \
+  X(SIGMOID, "sigmoid", 1)                                                                 \
+  X(TANH, "tanh", 1)                                                                       \
+  X(EXP, "exp", 1)                                                                         \
+  X(SOFTMAX, "softmax", 1)     /* over the last dim */                                     \
+  X(LAYERNORM, "layernorm", 1) /* (x - mean) / sqrt(var + eps) over the last dim; no affine */ \
+  X(RMSNORM, "rmsnorm", 1)     /* x / sqrt(mean(x^2) + eps) over the last dim; no affine */ \
+  X(ROPE, "rope", 1)           /* x [B, S, H, HD], rotate-half, theta */                    \
+  X(ATTENTION, "attention", 3) /* q [B,S,H,HD], k, v [B,S,KV,HD] -> [B,S,H,HD] */
+
+typedef enum {
+#define X(e, s, n) IR_##e,
+  IR_OPS(X)
+#undef X
+  IR_OP_COUNT
+} ir_opcode;
+
+const char *ir_op_name(ir_opcode op);
+int ir_op_arity(ir_opcode op);
+bool ir_op_is_unary_elementwise(ir_opcode op);
+bool ir_op_is_binary_elementwise(ir_opcode op);
+
+typedef struct ntp_shape {
+  int32_t ndim;
+  int64_t dim[NTP_MAX_RANK];
+} ntp_shape;
+
+int64_t shape_numel(const ntp_shape *s);
+bool shape_eq(const ntp_shape *a, const ntp_shape *b);
+/* "[2, 16, 768]" into buf */
+const char *shape_str(const ntp_shape *s, char *buf, size_t cap);
+
+/* Explicit layout: dim i is sharded over the mesh axes in the bitmask axes[i]. */
+typedef struct ntp_layout {
+  int32_t mesh; /* index into ir_module.meshes, -1 = no explicit layout */
+  uint8_t axes[NTP_MAX_RANK];
+  bool diagonal;
+} ntp_layout;
+
+typedef struct ir_value {
+  ntp_shape shape;
+  ntp_dtype dtype;
+  int32_t def;      /* defining op */
+  const char *name; /* parameter / input name, or the source variable it was bound to; may be NULL */
+  ntp_layout layout;
+} ir_value;
+
+typedef struct ir_op {
+  ir_opcode code;
+  int32_t result;
+  int32_t nargs;
+  int32_t args[NTP_MAX_ARGS];
+  int32_t layer; /* index into ir_module.layers, -1 = model level */
+  ntp_loc loc;
+  union {
+    struct { bool trans_b; } mm;
+    struct { float eps; } norm;
+    struct { float theta; } rope;
+    struct { bool causal; float scale; } attn;
+    struct { int32_t axis; int64_t start, len; } slice;
+    struct { double value; } cst;
+    struct { float center, scale; int32_t int_range; } init; /* param / input: center + scale * U[-1, 1) */
+  } attr;
+} ir_op;
+
+typedef struct ir_dim {
+  const char *name;
+  int64_t value;
+  bool overridden; /* set by -D */
+  ntp_loc loc;
+} ir_dim;
+
+typedef struct ir_mesh {
+  const char *name;
+  int32_t ndims;
+  int64_t size[NTP_MAX_MESH_DIMS];
+  const char *axis[NTP_MAX_MESH_DIMS];
+  ntp_loc loc;
+} ir_mesh;
+
+/* A TP annotation: none, auto, a uniform degree (n == 1), or explicit group sizes (n > 1). */
+typedef enum { TP_NONE, TP_AUTO, TP_DEGREES } ir_tp_kind;
+typedef struct ir_tp {
+  ir_tp_kind kind;
+  int32_t n;
+  int64_t groups[NTP_MAX_GROUPS];
+  ntp_loc loc;
+} ir_tp;
+
+typedef enum {
+#define LAYER_KINDS(X) X(EMBEDDING, "embedding") X(LINEAR, "linear") X(LAYERNORM, "layernorm") \
+  X(RMSNORM, "rmsnorm") X(ATTENTION, "attention") X(MLP, "mlp")
+#define X(e, s) LAYER_##e,
+  LAYER_KINDS(X)
+#undef X
+  LAYER_KIND_COUNT
+} ir_layer_kind;
+
+const char *ir_layer_kind_name(ir_layer_kind k);
+
+typedef struct ir_layer {
+  const char *name; /* hierarchical: blk.3.attn */
+  ir_layer_kind kind;
+  ir_tp tp;
+  ntp_loc loc;
+  int32_t first_op, nops; /* ops of a layer are contiguous */
+  int32_t weight;         /* embedding: its table value (for tied heads); -1 otherwise */
+} ir_layer;
+
+typedef struct ir_output {
+  const char *name;
+  int32_t value;
+  bool has_layout; /* a requested output layout: -> [...] */
+  ntp_layout layout;
+  ntp_loc loc;
+} ir_output;
+
+typedef struct ir_rule {
+  const char *pattern;
+  ir_tp tp;
+  bool seq_parallel;
+  int32_t nbatch;
+  int64_t batch[NTP_MAX_GROUPS];
+  ntp_loc loc;
+} ir_rule;
+
+typedef struct ir_plan {
+  const char *name, *model, *file;
+  int64_t world; /* 0 = not given */
+  ir_rule *rules;
+  size_t nrules;
+  ntp_loc loc;
+} ir_plan;
+
+#define IR_TABLE(T, name) T *name; size_t n_##name, cap_##name
+
+typedef struct ir_module {
+  const char *name, *file;
+  ntp_dtype dtype;
+  IR_TABLE(ir_dim, dims);
+  IR_TABLE(ir_mesh, meshes);
+  IR_TABLE(ir_value, values);
+  IR_TABLE(ir_op, ops);
+  IR_TABLE(ir_layer, layers);
+  IR_TABLE(ir_output, outputs);
+  IR_TABLE(ir_plan, plans);
+  int32_t active_plan; /* -1 = none */
+} ir_module;
+
+ir_module *ir_module_new(void);
+void ir_module_free(ir_module *m);
+/* Appends an op and its result value; returns the value index. */
+int32_t ir_emit(ir_module *m, ir_opcode code, const int32_t *args, int32_t nargs, ntp_shape shape, ntp_dtype dt,
+                int32_t layer, ntp_loc loc);
+static inline ir_op *ir_def(const ir_module *m, int32_t value) { return &m->ops[m->values[value].def]; }
+bool ir_glob_match(const char *pattern, const char *name);
+
+/* ir_shape.c: the result shape and dtype of an op from its operands; false + message if illegal. */
+bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *dt, char *err, size_t errlen);
+/* ir_print.c: stable text form (--emit=ir) */
+void ir_print(const ir_module *m, FILE *out);
+void ir_print_tp(const ir_tp *tp, FILE *out);
+/* ir_verify.c: structural and type invariants; false + message on the first violation. */
+bool ir_verify(const ir_module *m, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,226 @@
+/* main.c — ntpc, a thin command line over libntpc and the CPU runtime.
+ * Exit codes: 0 ok, 1 errors in the input, 2 usage (or an environment failure). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ntpc.h"
+#include "ntprt.h"
+
+#ifndef NTP_VERSION
+#define NTP_VERSION NTPC_VERSION_STRING
+#endif
+
+static const char usage_text[] =
+    "usage: ntpc check FILE [options]          parse and check a model, report diagnostics\n"
+    "       ntpc run FILE [options]            compile and run the forward pass\n"
+    "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir\n"
+    "       ntpc --help | --version\n"
+    "\n"
+    "options:\n"
+    "  -D NAME=VALUE      override dim NAME (repeatable), e.g. -D S=128\n"
+    "  --plan FILE        read a plan file; its plan for the model becomes active\n"
+    "  --plan-name NAME   choose the active plan by name\n"
+    "  --model NAME       the model to compile when the file holds several\n"
+    "  --emit=KIND        tokens | ast | ir\n"
+    "  -o FILE            write the emitted text to FILE (written whole or not at all)\n"
+    "  --backend NAME     run on: cpu (the reference; default)\n"
+    "  --seed N           seed of the deterministic default initialisation (default 0)\n"
+    "  --dump DIR         (run) write inputs, params and outputs as raw files + manifest.tsv\n"
+    "  --color=WHEN       auto | always | never (diagnostics)\n"
+    "\n"
+    "exit status: 0 ok, 1 errors in the input, 2 usage or environment errors\n";
+
+typedef struct options {
+  const char *command, *file, *emit, *out, *backend, *dump, *color;
+  unsigned long long seed;
+} options;
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "ntpc: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'ntpc --help'.\n");
+  return 2;
+}
+
+/* Value of option `name` given as "--name=V" or "--name V"; NULL if argv[*i] is another option. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing) {
+  size_t n = strlen(name);
+  const char *a = argv[*i];
+  if (strncmp(a, name, n) != 0) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n] != 0) return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static int color_wanted(const char *when) {
+  if (!when || strcmp(when, "auto") == 0) return isatty(fileno(stderr)) && !getenv("NO_COLOR");
+  return strcmp(when, "always") == 0;
+}
+
+/* Writes via a temporary file renamed into place, so a failure leaves no partial output. */
+static int emit_to(ntpc_session *s, const char *kind, const char *path) {
+  if (!path || strcmp(path, "-") == 0) {
+    if (ntpc_emit(s, kind, stdout) != NTPC_OK) return usage_error("%s", ntpc_last_error(s));
+    return 0;
+  }
+  size_t n = strlen(path) + 16;
+  char *tmp = malloc(n);
+  if (!tmp) return 2;
+  snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "ntpc: error: cannot write '%s': %s\n", path, strerror(errno));
+    free(tmp);
+    return 2;
+  }
+  ntpc_status st = ntpc_emit(s, kind, f);
+  int bad = fclose(f) != 0 || st != NTPC_OK;
+  if (bad || rename(tmp, path) != 0) {
+    remove(tmp);
+    free(tmp);
+    if (st != NTPC_OK) return usage_error("%s", ntpc_last_error(s));
+    fprintf(stderr, "ntpc: error: cannot write '%s'\n", path);
+    return 2;
+  }
+  free(tmp);
+  return 0;
+}
+
+static void print_model_summary(const ir_module *m, FILE *out) {
+  size_t params = 0, inputs = 0;
+  long long elems = 0;
+  for (size_t i = 0; i < m->n_ops; i++) {
+    if (m->ops[i].code == IR_PARAM) {
+      params++;
+      elems += shape_numel(&m->values[m->ops[i].result].shape);
+    }
+    inputs += m->ops[i].code == IR_INPUT;
+  }
+  fprintf(out, "model %s: %zu layers, %zu ops, %zu inputs, %zu params (%.3fM elements), %zu outputs, dtype %s\n",
+          m->name, m->n_layers, m->n_ops, inputs, params, (double)elems / 1e6, m->n_outputs, dtype_name(m->dtype));
+}
+
+static int run_cpu(const ir_module *m, const options *o) {
+  ntp_cpu_result res;
+  char err[512];
+  if (ntp_cpu_run(m, o->seed, o->dump != NULL, &res, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
+    return 1;
+  }
+  print_model_summary(m, stdout);
+  printf("backend cpu (reference), seed %llu, forward %.3f ms\n", o->seed, res.seconds * 1e3);
+  for (size_t i = 0; i < res.n_outputs; i++) {
+    fputs("output ", stdout);
+    ntp_print_tensor_summary(&res.outputs[i], stdout);
+  }
+  int rc = 0;
+  if (o->dump && ntp_dump_tensors(&res, o->dump, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
+    rc = 2;
+  }
+  ntp_cpu_result_free(&res);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  options o = {0};
+  ntpc_session *s = ntpc_session_new();
+  if (!s) return 2;
+  int rc = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    bool missing = false;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_text, stdout);
+      goto out;
+    } else if (strcmp(a, "--version") == 0) {
+      printf("ntpc %s\n", NTP_VERSION);
+      goto out;
+    } else if (strncmp(a, "-D", 2) == 0) {
+      const char *def = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!def) { rc = usage_error("-D needs NAME=VALUE%s", ""); goto out; }
+      if (ntpc_define_str(s, def) != NTPC_OK) { rc = usage_error("%s", ntpc_last_error(s)); goto out; }
+    } else if ((v = opt_value(argc, argv, &i, "--emit", &missing))) {
+      o.emit = v;
+    } else if ((v = opt_value(argc, argv, &i, "--plan-name", &missing))) {
+      ntpc_select_plan(s, v);
+    } else if ((v = opt_value(argc, argv, &i, "--plan", &missing))) {
+      ntpc_add_plan_file(s, v);
+    } else if ((v = opt_value(argc, argv, &i, "--model", &missing))) {
+      ntpc_select_model(s, v);
+    } else if ((v = opt_value(argc, argv, &i, "--backend", &missing))) {
+      o.backend = v;
+    } else if ((v = opt_value(argc, argv, &i, "--seed", &missing))) {
+      char *end;
+      o.seed = strtoull(v, &end, 10);
+      if (*end || !*v) { rc = usage_error("--seed needs a non-negative integer, got '%s'", v); goto out; }
+    } else if ((v = opt_value(argc, argv, &i, "--dump", &missing))) {
+      o.dump = v;
+    } else if ((v = opt_value(argc, argv, &i, "--color", &missing))) {
+      o.color = v;
+    } else if ((v = opt_value(argc, argv, &i, "-o", &missing))) {
+      o.out = v;
+    } else if (missing) {
+      rc = usage_error("option '%s' needs a value", a);
+      goto out;
+    } else if (a[0] == '-' && a[1]) {
+      rc = usage_error("unknown option '%s'", a);
+      goto out;
+    } else if (!o.command && !o.file && (strcmp(a, "check") == 0 || strcmp(a, "run") == 0)) {
+      o.command = a;
+    } else if (!o.file) {
+      o.file = a;
+    } else {
+      rc = usage_error("unexpected argument '%s'", a);
+      goto out;
+    }
+  }
+  if (!o.file) {
+    rc = usage_error("no input file%s", "");
+    goto out;
+  }
+  if (!o.command && !o.emit) {
+    rc = usage_error(o.out ? "building a model library (-o without --emit) needs the CUDA artifact backend, "
+                             "which this version does not have yet%s"
+                           : "nothing to do: give a command (check, run) or --emit=KIND%s",
+                     "");
+    goto out;
+  }
+  if (o.backend && strcmp(o.backend, "cpu") != 0) {
+    rc = usage_error(strcmp(o.backend, "cuda") == 0 ? "backend 'cuda' is not available in this version; use --backend cpu%s"
+                                                   : "unknown backend '%s' (expected cpu)",
+                     strcmp(o.backend, "cuda") == 0 ? "" : o.backend);
+    goto out;
+  }
+
+  ntpc_status st = ntpc_compile_file(s, o.file);
+  ntpc_print_diags(s, stderr, color_wanted(o.color));
+  if (st == NTPC_ERR_USAGE) {
+    fprintf(stderr, "ntpc: error: %s\n", ntpc_last_error(s));
+    rc = 2;
+    goto out;
+  }
+  if (st != NTPC_OK) {
+    size_t n = ntpc_error_count(s);
+    fprintf(stderr, "%zu error%s generated.\n", n, n == 1 ? "" : "s");
+    rc = st == NTPC_ERR_INPUT ? 1 : 3;
+    goto out;
+  }
+  if (o.emit) {
+    rc = emit_to(s, o.emit, o.out);
+  } else if (strcmp(o.command, "check") == 0) {
+    print_model_summary(ntpc_module(s), stdout);
+  } else {
+    rc = run_cpu(ntpc_module(s), &o);
+  }
+out:
+  ntpc_session_free(s);
+  return rc;
+}

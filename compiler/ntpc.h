@@ -1,0 +1,70 @@
+/* ntpc.h — public C API of libntpc, the ntp compiler as a library.
+ *
+ * A session compiles one model (plus the plans found beside it or given with
+ * ntpc_add_plan_file) and keeps its diagnostics as data. Nothing here prints or
+ * exits; callers decide what to show.
+ */
+#ifndef NTPC_H
+#define NTPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NTPC_VERSION_STRING "0.1.0"
+
+typedef enum { NTPC_OK = 0, NTPC_ERR_INPUT = 1, NTPC_ERR_USAGE = 2, NTPC_ERR_INTERNAL = 3 } ntpc_status;
+typedef enum { NTPC_ERROR, NTPC_WARNING, NTPC_NOTE } ntpc_severity;
+
+/* One diagnostic. Positions are 1-based; end_col is inclusive (== col for a point). */
+typedef struct ntpc_diag {
+  ntpc_severity severity;
+  const char *file;
+  int line, col, end_col;
+  const char *message;
+} ntpc_diag;
+
+typedef struct ntpc_session ntpc_session;
+struct ir_module;
+
+ntpc_session *ntpc_session_new(void);
+void ntpc_session_free(ntpc_session *s);
+
+/* -D NAME=VALUE: replaces the initialiser of dim NAME. An unknown name is an error at compile time. */
+ntpc_status ntpc_define(ntpc_session *s, const char *name, int64_t value);
+/* Parses "NAME=VALUE"; returns NTPC_ERR_USAGE with a message (ntpc_last_error) when malformed. */
+ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment);
+/* Selects which model of a file with several to compile (default: the only / first one). */
+void ntpc_select_model(ntpc_session *s, const char *model_name);
+/* A plan file read in addition to the model source (--plan). */
+ntpc_status ntpc_add_plan_file(ntpc_session *s, const char *path);
+/* Plan to apply by name when the sources hold several (default: the only one, if any). */
+void ntpc_select_plan(ntpc_session *s, const char *plan_name);
+
+/* Compile: parse, check, build and verify the IR. NTPC_OK or NTPC_ERR_INPUT (see diagnostics). */
+ntpc_status ntpc_compile_file(ntpc_session *s, const char *path);
+ntpc_status ntpc_compile_string(ntpc_session *s, const char *name, const char *source);
+
+size_t ntpc_diag_count(const ntpc_session *s);
+const ntpc_diag *ntpc_diag_at(const ntpc_session *s, size_t i);
+size_t ntpc_error_count(const ntpc_session *s);
+/* Renders every diagnostic in compiler style (file:line:col: error: msg, source line, caret). */
+void ntpc_print_diags(const ntpc_session *s, FILE *out, int color);
+
+/* Stage outputs. kind: "tokens", "ast", "ir". Returns NTPC_ERR_USAGE for an unknown kind. */
+ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out);
+
+/* The verified IR after a successful compile (NULL otherwise); owned by the session. */
+const struct ir_module *ntpc_module(const ntpc_session *s);
+
+/* Message of the last failed call that is not an input error (usage, I/O). */
+const char *ntpc_last_error(const ntpc_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

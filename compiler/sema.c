@@ -1,0 +1,661 @@
+/* sema.c — names, dims, types, expressions, repeat unrolling and plans: AST -> global IR. */
+#include "sema.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sema_error(sema *s, ntp_loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_vemit(s->diags, NTPC_ERROR, s->file, loc, fmt, ap);
+  va_end(ap);
+}
+
+void sema_note(sema *s, ntp_loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_vemit(s->diags, NTPC_NOTE, s->file, loc, fmt, ap);
+  va_end(ap);
+}
+
+const char *sema_type_str(sema *s, int32_t value) {
+  const ir_value *v = &s->m->values[value];
+  char buf[128];
+  return arena_printf(s->pool, "%s%s", dtype_name(v->dtype), shape_str(&v->shape, buf, sizeof buf));
+}
+
+/* Names in a strmap, for "did you mean" suggestions. */
+static const char *suggest(sema *s, const strmap *map, const char *name) {
+  const char **cands = malloc((map->len + 1) * sizeof *cands);
+  if (!cands) return NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < map->cap; i++)
+    if (map->keys[i]) cands[n++] = map->keys[i];
+  const char *best = nearest_name(name, cands, n);
+  free(cands);
+  (void)s;
+  return best;
+}
+
+/* ---- dims ------------------------------------------------------------------ */
+
+bool sema_eval_dim(sema *s, const ast_expr *e, int64_t *out) {
+  int64_t a, b;
+  switch (e->kind) {
+  case AST_INT:
+    *out = e->ival;
+    return true;
+  case AST_FLOAT:
+    sema_error(s, e->loc, "expected an integer dim expression, found the number %g", e->fval);
+    return false;
+  case AST_NAME: {
+    int64_t idx;
+    if (strmap_get(&s->dims, e->name, &idx)) {
+      *out = s->m->dims[idx].value;
+      return true;
+    }
+    if (strmap_get(&s->vars, e->name, NULL)) {
+      sema_error(s, e->loc, "'%s' is a tensor, but a dim expression is needed here", e->name);
+      return false;
+    }
+    const char *near = suggest(s, &s->dims, e->name);
+    if (near) sema_error(s, e->loc, "unknown dim '%s'; did you mean '%s'?", e->name, near);
+    else sema_error(s, e->loc, "unknown dim '%s'", e->name);
+    return false;
+  }
+  case AST_NEG:
+    if (!sema_eval_dim(s, e->operand, &a)) return false;
+    *out = -a;
+    return true;
+  case AST_BINOP: {
+    bool ok = sema_eval_dim(s, e->bin.lhs, &a);
+    ok = sema_eval_dim(s, e->bin.rhs, &b) && ok;
+    if (!ok) return false;
+    switch (e->bin.op) {
+    case '+': return !__builtin_add_overflow(a, b, out) || (sema_error(s, e->loc, "dim arithmetic overflows"), false);
+    case '-': return !__builtin_sub_overflow(a, b, out) || (sema_error(s, e->loc, "dim arithmetic overflows"), false);
+    case '*': return !__builtin_mul_overflow(a, b, out) || (sema_error(s, e->loc, "dim arithmetic overflows"), false);
+    case '/':
+      if (b == 0) {
+        sema_error(s, e->loc, "division by zero in dim expression");
+        return false;
+      }
+      if (a % b) {
+        sema_error(s, e->loc, "%lld / %lld is not an integer: dims must divide exactly", (long long)a,
+                   (long long)b);
+        return false;
+      }
+      *out = a / b;
+      return true;
+    default:
+      sema_error(s, e->loc, "'@' is not defined on dims");
+      return false;
+    }
+  }
+  case AST_CALL:
+    sema_error(s, e->loc, "a call is not a dim expression");
+    return false;
+  }
+  return false;
+}
+
+static bool eval_positive(sema *s, const ast_expr *e, const char *what, int64_t *out) {
+  if (!sema_eval_dim(s, e, out)) return false;
+  if (*out < 1) {
+    sema_error(s, e->loc, "%s must be positive, got %lld", what, (long long)*out);
+    return false;
+  }
+  return true;
+}
+
+/* ---- ops ------------------------------------------------------------------- */
+
+/* Not for IR_RESHAPE, whose shape is not inferred: see sema_reshape. */
+int32_t sema_op(sema *s, ir_opcode code, const int32_t *args, int32_t nargs, ntp_loc loc, const ir_op *attrs) {
+  ir_op probe = attrs ? *attrs : (ir_op){0};
+  probe.code = code;
+  probe.nargs = nargs;
+  for (int i = 0; i < nargs; i++) probe.args[i] = args[i];
+  probe.result = -1;
+  ntp_shape shape = {0};
+  ntp_dtype dt = NTP_FP32;
+  char err[512];
+  if (!ir_infer(s->m, &probe, &shape, &dt, err, sizeof err)) {
+    sema_error(s, loc, "%s", err);
+    return -1;
+  }
+  int32_t v = ir_emit(s->m, code, args, nargs, shape, dt, s->cur_layer, loc);
+  if (attrs) s->m->ops[s->m->values[v].def].attr = attrs->attr;
+  return v;
+}
+
+int32_t sema_param(sema *s, const char *name, ntp_shape shape, float center, float scale, ntp_loc loc) {
+  const char *full = arena_printf(s->pool, "%s%s", s->prefix, name);
+  if (s->cur_layer >= 0) full = arena_printf(s->pool, "%s.%s", s->m->layers[s->cur_layer].name, name);
+  int64_t prev;
+  if (strmap_get(&s->tensors, full, &prev)) {
+    sema_error(s, loc, "a tensor named '%s' already exists", full);
+    sema_note(s, s->m->ops[s->m->values[prev].def].loc, "'%s' was declared here", full);
+    return -1;
+  }
+  int32_t v = ir_emit(s->m, IR_PARAM, NULL, 0, shape, s->m->dtype, s->cur_layer, loc);
+  s->m->values[v].name = full;
+  ir_op *op = ir_def(s->m, v);
+  op->attr.init.center = center;
+  op->attr.init.scale = scale;
+  strmap_put(&s->tensors, full, v);
+  s->dtype_locked = true;
+  return v;
+}
+
+/* ---- expressions ----------------------------------------------------------- */
+
+static const struct {
+  const char *name;
+  ir_opcode op;
+} elementwise_fns[] = {
+    {"gelu", IR_GELU}, {"relu", IR_RELU}, {"silu", IR_SILU}, {"sigmoid", IR_SIGMOID},
+    {"tanh", IR_TANH}, {"exp", IR_EXP},   {"softmax", IR_SOFTMAX},
+};
+enum { N_ELEMENTWISE = sizeof elementwise_fns / sizeof elementwise_fns[0] };
+
+static tval err_val(void) { return (tval){.kind = TV_ERROR, .value = -1}; }
+static tval tensor_val(int32_t v) { return v < 0 ? err_val() : (tval){.kind = TV_TENSOR, .value = v}; }
+
+/* A number used beside a tensor becomes a scalar constant of the tensor's dtype. */
+static int32_t scalar_const(sema *s, double num, ntp_dtype dt, ntp_loc loc) {
+  int32_t v = ir_emit(s->m, IR_CONST, NULL, 0, (ntp_shape){0}, dt, s->cur_layer, loc);
+  ir_def(s->m, v)->attr.cst.value = num;
+  return v;
+}
+
+static tval lower_call(sema *s, const ast_expr *e) {
+  if (e->call.label) return sema_lower_layer(s, e);
+  for (int i = 0; i < N_ELEMENTWISE; i++) {
+    if (strcmp(e->call.callee, elementwise_fns[i].name) != 0) continue;
+    const ast_arg *a = e->call.args;
+    if (!a || a->next || a->key) {
+      sema_error(s, e->loc, "%s takes exactly one tensor argument", e->call.callee);
+      return err_val();
+    }
+    tval x = sema_lower_expr(s, a->value);
+    if (x.kind == TV_ERROR) return x;
+    if (x.kind == TV_NUMBER) {
+      sema_error(s, a->value->loc, "%s needs a tensor, got a number", e->call.callee);
+      return err_val();
+    }
+    return tensor_val(sema_op(s, elementwise_fns[i].op, &x.value, 1, e->loc, NULL));
+  }
+  if (sema_is_layer_builtin(e->call.callee)) {
+    sema_error(s, e->call.callee_loc, "layer '%s' needs a name, as in 'name: %s(...)'; parameters and plans refer to it",
+               e->call.callee, e->call.callee);
+    return err_val();
+  }
+  const char *cands[N_ELEMENTWISE + 16];
+  size_t n = 0;
+  for (int i = 0; i < N_ELEMENTWISE; i++) cands[n++] = elementwise_fns[i].name;
+  for (size_t i = 0; i < sema_n_layer_builtins; i++) cands[n++] = sema_layer_builtins[i];
+  const char *near = nearest_name(e->call.callee, cands, n);
+  if (near) sema_error(s, e->call.callee_loc, "unknown function '%s'; did you mean '%s'?", e->call.callee, near);
+  else sema_error(s, e->call.callee_loc, "unknown function '%s'", e->call.callee);
+  return err_val();
+}
+
+static ir_opcode binop_code(int op) {
+  switch (op) {
+  case '+': return IR_ADD;
+  case '-': return IR_SUB;
+  case '*': return IR_MUL;
+  case '/': return IR_DIV;
+  default: return IR_MATMUL;
+  }
+}
+
+static tval lower_binop(sema *s, const ast_expr *e) {
+  tval a = sema_lower_expr(s, e->bin.lhs);
+  tval b = sema_lower_expr(s, e->bin.rhs);
+  if (a.kind == TV_ERROR || b.kind == TV_ERROR) return err_val();
+  int op = e->bin.op;
+  if (a.kind == TV_NUMBER && b.kind == TV_NUMBER) {
+    tval r = {.kind = TV_NUMBER, .is_int = a.is_int && b.is_int};
+    switch (op) {
+    case '+': r.num = a.num + b.num; break;
+    case '-': r.num = a.num - b.num; break;
+    case '*': r.num = a.num * b.num; break;
+    case '/':
+      if (b.num == 0) {
+        sema_error(s, e->loc, "division by zero");
+        return err_val();
+      }
+      r.num = a.num / b.num;
+      r.is_int = r.is_int && fmod(a.num, b.num) == 0;
+      break;
+    default:
+      sema_error(s, e->loc, "'@' needs two tensors");
+      return err_val();
+    }
+    return r;
+  }
+  if (op == '@') {
+    if (a.kind != TV_TENSOR || b.kind != TV_TENSOR) {
+      sema_error(s, e->loc, "'@' needs two tensors, got a number");
+      return err_val();
+    }
+    int32_t args[2] = {a.value, b.value};
+    return tensor_val(sema_op(s, IR_MATMUL, args, 2, e->loc, NULL));
+  }
+  if (a.kind == TV_NUMBER) a.value = scalar_const(s, a.num, s->m->values[b.value].dtype, e->bin.lhs->loc);
+  if (b.kind == TV_NUMBER) b.value = scalar_const(s, b.num, s->m->values[a.value].dtype, e->bin.rhs->loc);
+  int32_t args[2] = {a.value, b.value};
+  return tensor_val(sema_op(s, binop_code(op), args, 2, e->loc, NULL));
+}
+
+tval sema_lower_expr(sema *s, const ast_expr *e) {
+  switch (e->kind) {
+  case AST_INT: return (tval){.kind = TV_NUMBER, .num = (double)e->ival, .is_int = true};
+  case AST_FLOAT: return (tval){.kind = TV_NUMBER, .num = e->fval};
+  case AST_NAME: {
+    int64_t v;
+    if (strmap_get(&s->vars, e->name, &v)) return tensor_val((int32_t)v);
+    if (strmap_get(&s->dims, e->name, &v))
+      return (tval){.kind = TV_NUMBER, .num = (double)s->m->dims[v].value, .is_int = true};
+    const char *near = suggest(s, &s->vars, e->name);
+    if (!near) near = suggest(s, &s->dims, e->name);
+    if (near) sema_error(s, e->loc, "unknown name '%s'; did you mean '%s'?", e->name, near);
+    else sema_error(s, e->loc, "unknown name '%s'", e->name);
+    return err_val();
+  }
+  case AST_NEG: {
+    tval x = sema_lower_expr(s, e->operand);
+    if (x.kind == TV_NUMBER) x.num = -x.num;
+    if (x.kind != TV_TENSOR) return x;
+    return tensor_val(sema_op(s, IR_NEG, &x.value, 1, e->loc, NULL));
+  }
+  case AST_BINOP: return lower_binop(s, e);
+  case AST_CALL: return lower_call(s, e);
+  }
+  return err_val();
+}
+
+/* ---- types and layouts ----------------------------------------------------- */
+
+/* Fills shape and layout from a type's dims; false if reported. */
+static bool lower_layout(sema *s, const ast_type *t, ntp_shape *shape, ntp_layout *layout) {
+  *layout = (ntp_layout){.mesh = -1};
+  shape->ndim = 0;
+  bool ok = true;
+  for (const ast_tdim *d = t->dims; d; d = d->next) {
+    if (shape->ndim == NTP_MAX_RANK) {
+      sema_error(s, d->loc, "at most %d dims are supported", NTP_MAX_RANK);
+      return false;
+    }
+    int i = shape->ndim++;
+    int64_t size = 1;
+    if (!eval_positive(s, d->size, "a tensor dim", &size)) ok = false;
+    shape->dim[i] = size;
+    layout->axes[i] = 0;
+    for (const ast_ident *ax = d->axes; ax; ax = ax->next) {
+      int mesh = -1, axis = -1;
+      for (size_t m = 0; m < s->m->n_meshes && mesh < 0; m++)
+        for (int k = 0; k < s->m->meshes[m].ndims; k++)
+          if (strcmp(s->m->meshes[m].axis[k], ax->name) == 0) {
+            mesh = (int)m;
+            axis = k;
+            break;
+          }
+      if (mesh < 0) {
+        const char *cands[64];
+        size_t n = 0;
+        for (size_t m = 0; m < s->m->n_meshes; m++)
+          for (int k = 0; k < s->m->meshes[m].ndims && n < 64; k++) cands[n++] = s->m->meshes[m].axis[k];
+        const char *near = nearest_name(ax->name, cands, n);
+        if (!s->m->n_meshes)
+          sema_error(s, ax->loc, "layout names mesh axis '%s', but the model declares no mesh", ax->name);
+        else if (near)
+          sema_error(s, ax->loc, "unknown mesh axis '%s'; did you mean '%s'?", ax->name, near);
+        else
+          sema_error(s, ax->loc, "unknown mesh axis '%s'", ax->name);
+        ok = false;
+        continue;
+      }
+      if (layout->mesh >= 0 && layout->mesh != mesh) {
+        sema_error(s, ax->loc, "axis '%s' belongs to mesh '%s', but this tensor is laid out on mesh '%s'", ax->name,
+                   s->m->meshes[mesh].name, s->m->meshes[layout->mesh].name);
+        ok = false;
+        continue;
+      }
+      for (int j = 0; j <= i; j++)
+        if (layout->axes[j] & (1u << axis)) {
+          sema_error(s, ax->loc, "mesh axis '%s' shards more than one dim of this tensor", ax->name);
+          ok = false;
+        }
+      layout->mesh = mesh;
+      layout->axes[i] |= (uint8_t)(1u << axis);
+    }
+  }
+  if (t->diagonal) {
+    bool two = shape->ndim == 2 && layout->axes[0] && layout->axes[1];
+    if (!two) {
+      sema_error(s, t->loc, "'diagonal' needs a 2-D tensor with both dims sharded, as in [N{r}, N{c}] diagonal");
+      ok = false;
+    }
+    layout->diagonal = true;
+  }
+  return ok;
+}
+
+static bool declare_tensor_name(sema *s, const ast_stmt *st, const char *full) {
+  int64_t prev;
+  if (strmap_get(&s->tensors, full, &prev)) {
+    sema_error(s, st->name_loc, "a tensor named '%s' already exists", full);
+    sema_note(s, s->m->ops[s->m->values[prev].def].loc, "'%s' was declared here", full);
+    return false;
+  }
+  return true;
+}
+
+static void lower_decl(sema *s, const ast_stmt *st) {
+  bool is_input = st->kind == ST_INPUT;
+  const char *full = arena_printf(s->pool, "%s%s", s->prefix, st->name);
+  if (!declare_tensor_name(s, st, full)) return;
+  ntp_shape shape;
+  ntp_layout layout;
+  if (!lower_layout(s, st->type, &shape, &layout)) return;
+  ntp_dtype dt = (ntp_dtype)st->type->dtype;
+  if (!is_input && !dtype_is_float(dt)) {
+    sema_error(s, st->type->dtype_loc, "parameters must have a float dtype, got %s", dtype_name(dt));
+    return;
+  }
+  int32_t v = ir_emit(s->m, is_input ? IR_INPUT : IR_PARAM, NULL, 0, shape, dt, -1, st->loc);
+  s->m->values[v].name = full;
+  s->m->values[v].layout = layout;
+  ir_op *op = ir_def(s->m, v);
+  op->attr.init.center = 0;
+  op->attr.init.scale = (!is_input && shape.ndim >= 2) ? (float)(1.0 / sqrt((double)shape.dim[0])) : 1.0f;
+  if (is_input && dt == NTP_I32) op->attr.init.int_range = 1000; /* narrowed by the embedding that reads it */
+  strmap_put(&s->tensors, full, v);
+  strmap_put(&s->vars, st->name, v);
+  s->dtype_locked = true;
+}
+
+static void add_output(sema *s, const char *name, ntp_loc name_loc, int32_t v, const ast_type *layout_req) {
+  int64_t prev;
+  if (strmap_get(&s->outputs, name, &prev)) {
+    sema_error(s, name_loc, "output '%s' is declared twice", name);
+    sema_note(s, s->m->outputs[prev].loc, "first declared here");
+    return;
+  }
+  ir_output o = {.name = name, .value = v, .loc = name_loc};
+  if (layout_req) {
+    ntp_shape shape;
+    if (!lower_layout(s, layout_req, &shape, &o.layout)) return;
+    const ir_value *val = &s->m->values[v];
+    if (!shape_eq(&shape, &val->shape)) {
+      char a[96], b[96];
+      sema_error(s, layout_req->loc, "requested layout has shape %s, but '%s' is %s", shape_str(&shape, a, 96), name,
+                 shape_str(&val->shape, b, 96));
+      return;
+    }
+    o.has_layout = true;
+  }
+  strmap_put(&s->outputs, name, (int64_t)s->m->n_outputs);
+  VEC_PUSH(s->m->outputs, s->m->n_outputs, s->m->cap_outputs, o);
+}
+
+/* ---- statements ------------------------------------------------------------ */
+
+static void lower_stmts(sema *s, const ast_stmt *st, bool top);
+
+static void lower_dim(sema *s, const ast_stmt *st) {
+  int64_t prev;
+  if (strmap_get(&s->dims, st->name, &prev)) {
+    sema_error(s, st->name_loc, "dim '%s' is defined twice", st->name);
+    sema_note(s, s->m->dims[prev].loc, "first defined here");
+    return;
+  }
+  ir_dim d = {.name = st->name, .loc = st->name_loc};
+  sema_define *def = NULL;
+  for (size_t i = 0; i < s->ndefines; i++)
+    if (strcmp(s->defines[i].name, st->name) == 0) def = &s->defines[i];
+  if (def) {
+    def->used = true;
+    d.value = def->value;
+    d.overridden = true;
+    if (d.value < 1) {
+      sema_error(s, st->name_loc, "-D %s=%lld: dims must be positive", st->name, (long long)d.value);
+      d.value = 1;
+    }
+  } else if (!eval_positive(s, st->expr, arena_printf(s->pool, "dim '%s'", st->name), &d.value)) {
+    d.value = 1; /* keep going: later uses report their own errors only */
+  }
+  strmap_put(&s->dims, st->name, (int64_t)s->m->n_dims);
+  VEC_PUSH(s->m->dims, s->m->n_dims, s->m->cap_dims, d);
+}
+
+static void lower_mesh(sema *s, const ast_stmt *st) {
+  ir_mesh mesh = {.name = st->name, .loc = st->loc};
+  for (size_t i = 0; i < s->m->n_meshes; i++)
+    if (strcmp(s->m->meshes[i].name, st->name) == 0) {
+      sema_error(s, st->name_loc, "mesh '%s' is declared twice", st->name);
+      return;
+    }
+  int nd = 0, na = 0;
+  for (const ast_expr *e = st->expr; e; e = e->next, nd++)
+    if (nd < NTP_MAX_MESH_DIMS && !eval_positive(s, e, "a mesh dim", &mesh.size[nd])) return;
+  for (const ast_ident *a = st->axes; a; a = a->next, na++) {
+    if (na < NTP_MAX_MESH_DIMS) mesh.axis[na] = a->name;
+    for (int j = 0; j < na && j < NTP_MAX_MESH_DIMS; j++)
+      if (strcmp(mesh.axis[j], a->name) == 0) {
+        sema_error(s, a->loc, "mesh axis '%s' is named twice", a->name);
+        return;
+      }
+  }
+  if (nd > NTP_MAX_MESH_DIMS) {
+    sema_error(s, st->loc, "a mesh has at most %d dims", NTP_MAX_MESH_DIMS);
+    return;
+  }
+  if (nd != na) {
+    sema_error(s, st->loc, "mesh '%s' has %d dims but %d axis names", st->name, nd, na);
+    return;
+  }
+  mesh.ndims = nd;
+  VEC_PUSH(s->m->meshes, s->m->n_meshes, s->m->cap_meshes, mesh);
+}
+
+static void lower_assign(sema *s, const ast_stmt *st) {
+  size_t ops_before = s->m->n_ops;
+  tval v = sema_lower_expr(s, st->expr);
+  if (v.kind == TV_ERROR) return;
+  if (v.kind == TV_NUMBER) {
+    sema_error(s, st->expr->loc, "'%s' would be a plain number; declare numbers with 'dim'", st->name);
+    return;
+  }
+  /* name the value after the variable it is first bound to, for readable IR */
+  ir_value *val = &s->m->values[v.value];
+  if (!val->name && (size_t)val->def >= ops_before) val->name = arena_printf(s->pool, "%s%s", s->prefix, st->name);
+  strmap_put(&s->vars, st->name, v.value);
+  if (st->is_output) add_output(s, st->name, st->name_loc, v.value, st->type);
+  else if (st->type) sema_error(s, st->type->loc, "a requested layout '->' is only allowed on an output");
+}
+
+static void lower_repeat(sema *s, const ast_stmt *st) {
+  int64_t n;
+  if (!eval_positive(s, st->expr, "the repeat count", &n)) return;
+  const char *outer = s->prefix;
+  for (int64_t i = 0; i < n; i++) {
+    size_t errors = s->diags->errors;
+    s->prefix = arena_printf(s->pool, "%s%s.%lld.", outer, st->name, (long long)i);
+    lower_stmts(s, st->body, false);
+    if (s->diags->errors != errors) break; /* the same mistake would repeat n times */
+  }
+  s->prefix = outer;
+}
+
+static void lower_stmts(sema *s, const ast_stmt *st, bool top) {
+  for (; st; st = st->next) {
+    if (!top && (st->kind == ST_DIM || st->kind == ST_DTYPE || st->kind == ST_MESH || st->kind == ST_INPUT)) {
+      static const char *what[] = {"dim", "dtype", "mesh", "input"};
+      sema_error(s, st->loc, "'%s' is only allowed at model level, not inside 'repeat'", what[st->kind]);
+      continue;
+    }
+    switch (st->kind) {
+    case ST_DIM: lower_dim(s, st); break;
+    case ST_DTYPE:
+      if (s->dtype_locked) sema_error(s, st->loc, "'dtype' must come before any input, param or layer");
+      else if (!dtype_is_float((ntp_dtype)st->dtype))
+        sema_error(s, st->loc, "the storage dtype must be bf16, fp16 or fp32, not %s", dtype_name((ntp_dtype)st->dtype));
+      else s->m->dtype = (ntp_dtype)st->dtype;
+      break;
+    case ST_MESH: lower_mesh(s, st); break;
+    case ST_INPUT:
+    case ST_PARAM: lower_decl(s, st); break;
+    case ST_ASSIGN: lower_assign(s, st); break;
+    case ST_OUTPUT_NAME: {
+      int64_t v;
+      if (!strmap_get(&s->vars, st->name, &v)) {
+        const char *near = suggest(s, &s->vars, st->name);
+        if (near) sema_error(s, st->name_loc, "output names unknown value '%s'; did you mean '%s'?", st->name, near);
+        else sema_error(s, st->name_loc, "output names unknown value '%s'", st->name);
+        break;
+      }
+      add_output(s, st->name, st->name_loc, (int32_t)v, NULL);
+      break;
+    }
+    case ST_REPEAT: lower_repeat(s, st); break;
+    }
+  }
+}
+
+/* ---- plans ------------------------------------------------------------------ */
+
+static bool lower_tp_list(sema *s, const ast_expr *list, ir_tp *tp, const char *what) {
+  tp->kind = TP_DEGREES;
+  tp->n = 0;
+  for (const ast_expr *e = list; e; e = e->next) {
+    int64_t d;
+    if (!eval_positive(s, e, what, &d)) return false;
+    if (tp->n == NTP_MAX_GROUPS) {
+      sema_error(s, e->loc, "at most %d groups", NTP_MAX_GROUPS);
+      return false;
+    }
+    tp->groups[tp->n++] = d;
+  }
+  return true;
+}
+
+bool sema_lower_tp(sema *s, const ast_tp *in, ir_tp *out) {
+  *out = (ir_tp){.loc = in->loc};
+  if (in->is_auto) {
+    out->kind = TP_AUTO;
+    return true;
+  }
+  return lower_tp_list(s, in->degrees, out, "a TP degree");
+}
+
+static int64_t tp_world(const ir_tp *tp) {
+  int64_t sum = 0;
+  for (int i = 0; i < tp->n; i++) sum += tp->groups[i];
+  return sum;
+}
+
+static void lower_plan(sema *s, const ast_plan *p, bool active) {
+  const char *saved = s->file;
+  s->file = p->file;
+  ir_plan plan = {.name = p->name, .model = p->model, .file = p->file, .loc = p->loc};
+  size_t cap = 0;
+  for (const ast_pstmt *st = p->stmts; st; st = st->next) {
+    if (st->kind == PST_WORLD) {
+      if (plan.world) sema_error(s, st->loc, "'world' is given twice in plan '%s'", p->name);
+      int64_t w;
+      if (eval_positive(s, st->world, "the world size", &w)) plan.world = w;
+      continue;
+    }
+    ir_rule r = {.pattern = st->pattern, .seq_parallel = st->seq_parallel, .loc = st->loc};
+    if (!sema_lower_tp(s, st->tp, &r.tp)) continue;
+    if (st->batch) {
+      ir_tp b;
+      if (!lower_tp_list(s, st->batch, &b, "a batch share")) continue;
+      r.nbatch = b.n;
+      memcpy(r.batch, b.groups, sizeof b.groups);
+      if (r.tp.kind == TP_DEGREES && r.tp.n > 1 && r.nbatch != r.tp.n)
+        sema_error(s, st->batch_loc, "batch split has %d shares but the rule has %d groups", r.nbatch, r.tp.n);
+    }
+    bool matched = false;
+    for (size_t l = 0; l < s->m->n_layers && !matched; l++) matched = ir_glob_match(r.pattern, s->m->layers[l].name);
+    if (!matched) {
+      const char **cands = malloc((s->m->n_layers + 1) * sizeof *cands);
+      for (size_t l = 0; cands && l < s->m->n_layers; l++) cands[l] = s->m->layers[l].name;
+      const char *near = cands ? nearest_name(r.pattern, cands, s->m->n_layers) : NULL;
+      free(cands);
+      if (near) sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'; did you mean '%s'?", r.pattern,
+                           s->m->name, near);
+      else sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'", r.pattern, s->m->name);
+    }
+    VEC_PUSH(plan.rules, plan.nrules, cap, r);
+  }
+  /* degrees against the world, now that it is known */
+  for (size_t i = 0; i < plan.nrules && plan.world; i++) {
+    const ir_rule *r = &plan.rules[i];
+    if (r->tp.kind != TP_DEGREES) continue;
+    if (r->tp.n == 1 && r->tp.groups[0] > plan.world)
+      sema_error(s, r->tp.loc, "TP degree %lld is larger than the world (%lld ranks)", (long long)r->tp.groups[0],
+                 (long long)plan.world);
+    if (r->tp.n > 1 && tp_world(&r->tp) != plan.world)
+      sema_error(s, r->tp.loc, "groups sum to %lld ranks, but the world has %lld", (long long)tp_world(&r->tp),
+                 (long long)plan.world);
+  }
+  if (active) s->m->active_plan = (int32_t)s->m->n_plans;
+  VEC_PUSH(s->m->plans, s->m->n_plans, s->m->cap_plans, plan);
+  s->file = saved;
+}
+
+/* ---- entry ------------------------------------------------------------------ */
+
+ir_module *sema_run(arena *pool, diag_sink *diags, const ast_file *file, const ast_model *model,
+                    sema_define *defines, size_t ndefines, const char *active_plan_file, const char *active_plan_name) {
+  sema s = {.pool = pool, .diags = diags, .file = model->file, .prefix = "", .cur_layer = -1,
+            .defines = defines, .ndefines = ndefines};
+  s.m = ir_module_new();
+  if (!s.m) return NULL;
+  s.m->name = model->name;
+  s.m->file = model->file;
+  size_t errors = diags->errors;
+  lower_stmts(&s, model->stmts, true);
+
+  for (size_t i = 0; i < ndefines; i++) {
+    if (defines[i].used) continue;
+    const char **cands = malloc((s.m->n_dims + 1) * sizeof *cands);
+    for (size_t d = 0; cands && d < s.m->n_dims; d++) cands[d] = s.m->dims[d].name;
+    const char *near = cands ? nearest_name(defines[i].name, cands, s.m->n_dims) : NULL;
+    free(cands);
+    if (near)
+      diag_emit(diags, NTPC_ERROR, "<command line>", NTP_NOLOC, "-D %s: model '%s' has no dim '%s'; did you mean '%s'?",
+                defines[i].name, model->name, defines[i].name, near);
+    else
+      diag_emit(diags, NTPC_ERROR, "<command line>", NTP_NOLOC, "-D %s: model '%s' has no dim '%s'", defines[i].name,
+                model->name, defines[i].name);
+  }
+  if (diags->errors == errors && s.m->n_outputs == 0)
+    sema_error(&s, model->name_loc, "model '%s' has no outputs; mark one with 'output'", model->name);
+
+  if (diags->errors == errors) {
+    bool any_active = false;
+    for (const ast_plan *p = file->plans; p; p = p->next) {
+      if (strcmp(p->model, model->name) != 0) continue;
+      bool active = (active_plan_name && strcmp(p->name, active_plan_name) == 0) ||
+                    (!active_plan_name && active_plan_file && strcmp(p->file, active_plan_file) == 0 && !any_active);
+      any_active |= active;
+      lower_plan(&s, p, active);
+    }
+    if (active_plan_name && !any_active)
+      diag_emit(diags, NTPC_ERROR, "<command line>", NTP_NOLOC, "no plan named '%s' for model '%s'", active_plan_name,
+                model->name);
+  }
+  strmap_free(&s.dims);
+  strmap_free(&s.vars);
+  strmap_free(&s.layers);
+  strmap_free(&s.tensors);
+  strmap_free(&s.outputs);
+  return s.m;
+}

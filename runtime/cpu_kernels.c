@@ -1,0 +1,369 @@
+/* CPU reference kernels; see cpu_kernels.h for the contract of each one. */
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- bit helpers (memcpy is the defined way to type-pun in C) ---------- */
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- rounding ---------------------------------------------------------- */
+
+float ntp_round_bf16(float x)
+{
+    uint32_t u = f2u(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        /* NaN: truncating could clear every payload bit and give inf, so force the quiet bit */
+        return u2f((u | 0x00400000u) & 0xFFFF0000u);
+    /* RNE on the low 16 bits; a carry into the exponent is the correct result
+     * (including rounding past the bf16 max to inf). inf has zero low bits. */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return u2f(u & 0xFFFF0000u);
+}
+
+float ntp_round_fp16(float x)
+{
+    uint32_t u = f2u(x);
+    uint32_t sign = u & 0x80000000u;
+    uint32_t mag = u & 0x7FFFFFFFu;
+    if (mag > 0x7F800000u)
+        return u2f(u | 0x00400000u); /* NaN stays (quiet) NaN */
+    if (mag >= 0x477FF000u)          /* |x| >= 65520: halfway to 2^16, ties go to even = inf */
+        return u2f(sign | 0x7F800000u);
+    if (mag >= 0x38800000u) {
+        /* |x| >= 2^-14: a normal half keeps 10 of fp32's 23 mantissa bits; RNE on the low 13.
+         * The carry into the exponent is correct, and the check above keeps us below inf. */
+        mag += 0x0FFFu + ((mag >> 13) & 1u);
+        return u2f(sign | (mag & 0xFFFFE000u));
+    }
+    /* Subnormal half: the result is q * 2^-24 for an integer q in [0, 1024]. */
+    int e = (int)(mag >> 23);
+    if (e < 102) /* |x| < 2^-25: below half a quantum, rounds to (signed) zero */
+        return u2f(sign);
+    uint32_t mant = (mag & 0x007FFFFFu) | 0x00800000u; /* e >= 102 so x is a normal float */
+    /* |x| = mant * 2^(e-150); in quanta that is mant >> (126 - e), shift in [14, 24]. */
+    unsigned shift = (unsigned)(126 - e);
+    uint32_t q = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    float r = (float)q * 0x1p-24f; /* exact: q <= 1024 */
+    return sign ? -r : r;
+}
+
+void ntp_round_buf(float *x, size_t n, ntp_round_mode m)
+{
+    switch (m) {
+    case NTP_ROUND_BF16:
+        for (size_t i = 0; i < n; i++)
+            x[i] = ntp_round_bf16(x[i]);
+        break;
+    case NTP_ROUND_FP16:
+        for (size_t i = 0; i < n; i++)
+            x[i] = ntp_round_fp16(x[i]);
+        break;
+    case NTP_ROUND_NONE:
+    default:
+        break;
+    }
+}
+
+/* ---- init -------------------------------------------------------------- */
+
+uint64_t ntp_name_hash(const char *name)
+{
+    uint64_t h = 0xCBF29CE484222325u; /* FNV-1a 64 offset basis */
+    if (name)
+        for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+            h ^= *p;
+            h *= 0x100000001B3u; /* FNV prime */
+        }
+    return h;
+}
+
+/* splitmix64 step: the golden-ratio increment keeps mix(0) != 0, then the
+ * finaliser spreads every input bit over the whole word. */
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15u;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+/* Chained so seed, name and index each pass through a full mix; no shared state,
+ * so any element can be produced independently. */
+static uint64_t init_bits(uint64_t seed, uint64_t name_hash, uint64_t index)
+{
+    return mix64(mix64(mix64(seed) ^ name_hash) ^ index);
+}
+
+float ntp_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index)
+{
+    uint64_t u = init_bits(seed, name_hash, index) >> 40; /* 24 bits */
+    /* (2u + 1 - 2^24) * 2^-24: an odd integer below 2^24 in magnitude times a
+     * power of two, so exact in fp32, never 0, and in (-1, 1). */
+    double v = ((double)u + 0.5) * 0x1p-23 - 1.0;
+    return (float)v;
+}
+
+int32_t ntp_init_int(uint64_t seed, uint64_t name_hash, uint64_t index, int32_t range)
+{
+    if (range <= 0)
+        return 0;
+    /* multiply-shift maps 32 random bits onto [0, range) without a modulo
+     * (bias <= range / 2^32, irrelevant for test data). Use a different
+     * stream from init_uniform by perturbing the seed. */
+    uint64_t r = init_bits(seed ^ 0xA5A5A5A5A5A5A5A5u, name_hash, index) >> 32;
+    return (int32_t)((r * (uint64_t)range) >> 32);
+}
+
+/* ---- elementwise ------------------------------------------------------- */
+
+float ntp_gelu(float x)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+float ntp_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+float ntp_sigmoid(float x)
+{
+    /* Only ever exponentiate a non-positive number, so exp cannot overflow. */
+    if (x >= 0.0f)
+        return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+float ntp_silu(float x) { return x * ntp_sigmoid(x); }
+
+/* ---- matmul ------------------------------------------------------------ */
+
+/* One [m,k] x [k,n] product, i-k-j order: the inner loop streams a row of b
+ * and a row of c, which vectorises; each c element is summed over k in order. */
+static void mm_nn(const float *restrict a, const float *restrict b, float *restrict c, int64_t m,
+                  int64_t k, int64_t n)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *restrict ci = c + i * n;
+        for (int64_t j = 0; j < n; j++)
+            ci[j] = 0.0f;
+        for (int64_t p = 0; p < k; p++) {
+            const float aip = a[i * k + p];
+            const float *restrict bp = b + p * n;
+            for (int64_t j = 0; j < n; j++)
+                ci[j] += aip * bp[j];
+        }
+    }
+}
+
+/* b stored [n][k]: each output is a dot of two contiguous rows, summed in k order. */
+static void mm_nt(const float *restrict a, const float *restrict b, float *restrict c, int64_t m,
+                  int64_t k, int64_t n)
+{
+    for (int64_t i = 0; i < m; i++) {
+        const float *restrict ai = a + i * k;
+        for (int64_t j = 0; j < n; j++) {
+            const float *restrict bj = b + j * k;
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; p++)
+                acc += ai[p] * bj[p];
+            c[i * n + j] = acc;
+        }
+    }
+}
+
+void ntp_cpu_matmul(const float *a, const float *b, float *c, int64_t batch, int64_t m, int64_t k,
+                    int64_t n, bool trans_b, int64_t b_batch_stride)
+{
+    if (batch <= 0 || m <= 0 || n <= 0)
+        return;
+    if (k < 0)
+        k = 0;
+    for (int64_t bt = 0; bt < batch; bt++) {
+        const float *ab = a + bt * m * k;
+        const float *bb = b + bt * b_batch_stride;
+        float *cb = c + bt * m * n;
+        if (trans_b)
+            mm_nt(ab, bb, cb, m, k, n);
+        else
+            mm_nn(ab, bb, cb, m, k, n);
+    }
+}
+
+/* ---- norms / softmax --------------------------------------------------- */
+
+void ntp_cpu_layernorm(const float *x, float *y, int64_t rows, int64_t d, float eps)
+{
+    if (d <= 0)
+        return;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        /* two-pass: subtracting the mean first avoids E[x^2]-E[x]^2 cancellation */
+        double mean = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            mean += xr[i];
+        mean /= (double)d;
+        double var = 0.0;
+        for (int64_t i = 0; i < d; i++) {
+            double t = xr[i] - mean;
+            var += t * t;
+        }
+        var /= (double)d;
+        double inv = 1.0 / sqrt(var + (double)eps);
+        for (int64_t i = 0; i < d; i++)
+            yr[i] = (float)((xr[i] - mean) * inv);
+    }
+}
+
+void ntp_cpu_rmsnorm(const float *x, float *y, int64_t rows, int64_t d, float eps)
+{
+    if (d <= 0)
+        return;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        double ss = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            ss += (double)xr[i] * xr[i];
+        double inv = 1.0 / sqrt(ss / (double)d + (double)eps);
+        for (int64_t i = 0; i < d; i++)
+            yr[i] = (float)(xr[i] * inv);
+    }
+}
+
+/* One row; x may equal y. exp in fp32 on max-subtracted input (never > 1),
+ * the normaliser summed in double. */
+static void softmax_row(const float *x, float *y, int64_t d)
+{
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < d; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    if (mx == -INFINITY) { /* fully masked: defined as zeros, not NaN */
+        for (int64_t i = 0; i < d; i++)
+            y[i] = 0.0f;
+        return;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < d; i++) {
+        y[i] = expf(x[i] - mx);
+        sum += y[i];
+    }
+    /* sum >= 1 (the max element contributes exp(0)), so the division is safe */
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < d; i++)
+        y[i] *= inv;
+}
+
+void ntp_cpu_softmax(const float *x, float *y, int64_t rows, int64_t d)
+{
+    if (d <= 0)
+        return;
+    for (int64_t r = 0; r < rows; r++)
+        softmax_row(x + r * d, y + r * d, d);
+}
+
+/* ---- rope -------------------------------------------------------------- */
+
+void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta)
+{
+    if (b <= 0 || s <= 0 || h <= 0 || hd <= 0)
+        return;
+    const int64_t half = hd / 2;
+    const int64_t row = h * hd; /* elements per (b, s) */
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t pos = 0; pos < s; pos++) {
+            const float *xs = x + (bi * s + pos) * row;
+            float *ys = y + (bi * s + pos) * row;
+            /* one cos/sin per (pos, i), shared by every head */
+            for (int64_t i = 0; i < half; i++) {
+                double ang = (double)pos * pow((double)theta, -2.0 * (double)i / (double)hd);
+                double cs = cos(ang), sn = sin(ang);
+                for (int64_t hh = 0; hh < h; hh++) {
+                    const float *xh = xs + hh * hd;
+                    float *yh = ys + hh * hd;
+                    double x1 = xh[i], x2 = xh[i + half]; /* read both before writing: in-place safe */
+                    yh[i] = (float)(x1 * cs - x2 * sn);
+                    yh[i + half] = (float)(x2 * cs + x1 * sn);
+                }
+            }
+            if (hd & 1)
+                for (int64_t hh = 0; hh < h; hh++)
+                    ys[hh * hd + hd - 1] = xs[hh * hd + hd - 1];
+        }
+}
+
+/* ---- attention --------------------------------------------------------- */
+
+int ntp_cpu_attention(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t s,
+                      int64_t h, int64_t kv, int64_t hd, bool causal, float scale)
+{
+    if (kv <= 0 || h < 0 || h % kv != 0)
+        return -1;
+    if (b <= 0 || s <= 0 || h <= 0 || hd <= 0)
+        return 0;
+    float *p = malloc((size_t)s * sizeof *p); /* scores, then probabilities, for one query */
+    if (!p)
+        return -1;
+    const int64_t group = h / kv;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t t = 0; t < s; t++)
+            for (int64_t j = 0; j < h; j++) {
+                const int64_t g = j / group;
+                const float *qr = q + ((bi * s + t) * h + j) * hd;
+                float *o = out + ((bi * s + t) * h + j) * hd;
+                /* masked keys are simply not visited, equivalent to -inf scores */
+                const int64_t nkeys = causal ? t + 1 : s;
+                for (int64_t u = 0; u < nkeys; u++) {
+                    const float *kr = k + ((bi * s + u) * kv + g) * hd;
+                    float acc = 0.0f;
+                    for (int64_t d = 0; d < hd; d++)
+                        acc += qr[d] * kr[d];
+                    p[u] = acc * scale;
+                }
+                softmax_row(p, p, nkeys);
+                for (int64_t d = 0; d < hd; d++)
+                    o[d] = 0.0f;
+                for (int64_t u = 0; u < nkeys; u++) {
+                    const float *vr = v + ((bi * s + u) * kv + g) * hd;
+                    const float pu = p[u];
+                    for (int64_t d = 0; d < hd; d++)
+                        o[d] += pu * vr[d];
+                }
+            }
+    free(p);
+    return 0;
+}
+
+/* ---- gather ------------------------------------------------------------ */
+
+int ntp_cpu_gather(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d,
+                   int64_t vocab)
+{
+    for (int64_t i = 0; i < n_idx; i++) {
+        if (idx[i] < 0 || (int64_t)idx[i] >= vocab)
+            return -1;
+        if (d > 0)
+            memcpy(out + i * d, table + (int64_t)idx[i] * d, (size_t)d * sizeof *out);
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* CPU reference kernels: the numeric oracle every GPU / sharded result is
+ * compared against. Plain C17, single-threaded, fp32 in and out.
+ *
+ * Conventions shared by all kernels:
+ *   - tensors are dense, row-major; sizes and strides are in elements;
+ *   - sizes <= 0 mean "nothing to do" (no output is written);
+ *   - inputs and outputs must not overlap unless a function says in-place is
+ *     allowed. */
+#ifndef NTP_CPU_KERNELS_H
+#define NTP_CPU_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- storage-dtype rounding ------------------------------------------- */
+
+typedef enum { NTP_ROUND_NONE, NTP_ROUND_BF16, NTP_ROUND_FP16 } ntp_round_mode;
+
+/* Round-to-nearest-even to bf16, returned as a float. NaN stays NaN (quiet,
+ * sign kept), +-inf stays +-inf, finite values past the bf16 max round to inf. */
+float ntp_round_bf16(float x);
+/* Round-to-nearest-even to IEEE binary16, incl. subnormals (quantum 2^-24);
+ * |x| >= 65520 rounds to +-inf; underflow keeps the sign (-0). */
+float ntp_round_fp16(float x);
+/* Rounds x[0..n) in place; NTP_ROUND_NONE leaves it untouched. */
+void ntp_round_buf(float *x, size_t n, ntp_round_mode m);
+
+/* ---- deterministic, counter-based init --------------------------------- */
+/* Values depend only on (seed, name, global element index), so every shard
+ * regenerates exactly its slice of the same global tensor. */
+
+/* FNV-1a 64-bit hash of a NUL-terminated name (NULL hashes like ""). */
+uint64_t ntp_name_hash(const char *name);
+/* Uniform in the open interval (-1, 1) on a grid of 2^-23 offset by 2^-24:
+ * symmetric about 0, never exactly 0, and exactly representable in fp32. */
+float ntp_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index);
+/* Uniform in [0, range); returns 0 when range <= 0. */
+int32_t ntp_init_int(uint64_t seed, uint64_t name_hash, uint64_t index, int32_t range);
+
+/* ---- elementwise scalar functions (fp32) ------------------------------- */
+
+/* tanh approximation (GPT-2): 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) */
+float ntp_gelu(float x);
+float ntp_relu(float x);
+float ntp_silu(float x);    /* x * sigmoid(x) */
+float ntp_sigmoid(float x); /* overflow-free for any finite x */
+
+/* ---- matmul ------------------------------------------------------------ */
+/* c[bt][m][n] = sum_k a[bt][m][k] * B(bt)[k][n], B(bt) = b + bt*b_batch_stride
+ * (stride 0 = one B shared by the whole batch). trans_b: b is stored [n][k].
+ * Accumulates in fp32, summing over k in increasing order for every output
+ * element (the same order for both layouts). a and c are dense batches
+ * (strides m*k and m*n). c must not overlap a or b. */
+void ntp_cpu_matmul(const float *a, const float *b, float *c, int64_t batch, int64_t m, int64_t k,
+                    int64_t n, bool trans_b, int64_t b_batch_stride);
+
+/* ---- row-wise normalisations over the last dim (in-place allowed) ------ */
+/* Statistics are accumulated in double so the oracle is as exact as fp32
+ * output allows. */
+
+/* (x - mean) / sqrt(var + eps), biased variance, no affine. */
+void ntp_cpu_layernorm(const float *x, float *y, int64_t rows, int64_t d, float eps);
+/* x / sqrt(mean(x^2) + eps), no affine. */
+void ntp_cpu_rmsnorm(const float *x, float *y, int64_t rows, int64_t d, float eps);
+/* Max-subtracted softmax. -inf entries get 0; a row that is all -inf gets
+ * all zeros (rather than NaN) so fully masked rows stay finite. */
+void ntp_cpu_softmax(const float *x, float *y, int64_t rows, int64_t d);
+
+/* ---- rotary position embedding (in-place allowed) ---------------------- */
+/* x, y: [b][s][h][hd]. Rotate-half (HF / Llama) convention: for i < hd/2 the
+ * pair (i, i+hd/2) is rotated by angle = pos * theta^(-2i/hd), pos = the s
+ * index:  y[i] = x[i]cos - x[i+hd/2]sin,  y[i+hd/2] = x[i+hd/2]cos + x[i]sin.
+ * Angles are computed in double. hd must be even (the checker guarantees it);
+ * for odd hd the last element is passed through unrotated. */
+void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta);
+
+/* ---- attention --------------------------------------------------------- */
+/* q [b][s][h][hd], k, v [b][s][kv][hd], out [b][s][h][hd]. Query head j uses
+ * kv head j / (h / kv). Scores = scale * q.k (fp32 dot), optional causal mask
+ * (key t <= query s), fp32 softmax, out = sum p * v (fp32). O(s) scratch,
+ * allocated once per call. out must not overlap q, k or v.
+ * Returns 0 on success, -1 if kv <= 0 or h % kv != 0 or scratch allocation
+ * fails (out is then not written). */
+int ntp_cpu_attention(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t s,
+                      int64_t h, int64_t kv, int64_t hd, bool causal, float scale);
+
+/* ---- embedding gather -------------------------------------------------- */
+/* out[i][:] = table[idx[i]][:]. Returns -1 at the first idx outside
+ * [0, vocab) (rows before it are written, nothing after), else 0. */
+int ntp_cpu_gather(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d,
+                   int64_t vocab);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NTP_CPU_KERNELS_H */

@@ -1,0 +1,251 @@
+/* cpu_ref.c — the CPU reference executor: runs the global IR op by op in fp32,
+ * rounding every stored value to its storage dtype as the GPU stores it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_kernels.h"
+#include "ntprt.h"
+
+static ntp_round_mode round_mode(ntp_dtype dt) {
+  return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
+}
+
+void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_tensor *t) {
+  const ir_value *v = &m->values[value];
+  const ir_op *op = &m->ops[v->def];
+  uint64_t h = ntp_name_hash(v->name);
+  int64_t n = shape_numel(&v->shape);
+  if (v->dtype == NTP_I32) {
+    int32_t range = op->attr.init.int_range > 0 ? op->attr.init.int_range : 1000;
+    for (int64_t i = 0; i < n; i++) t->i[i] = ntp_init_int(seed, h, (uint64_t)i, range);
+    return;
+  }
+  float center = op->code == IR_PARAM ? op->attr.init.center : 0.0f;
+  float scale = op->code == IR_PARAM ? op->attr.init.scale : 1.0f;
+  for (int64_t i = 0; i < n; i++) t->f[i] = center + scale * ntp_init_uniform(seed, h, (uint64_t)i);
+  ntp_round_buf(t->f, (size_t)n, round_mode(v->dtype));
+}
+
+static bool alloc_tensor(const ir_module *m, int32_t value, ntp_host_tensor *t) {
+  const ir_value *v = &m->values[value];
+  size_t n = (size_t)shape_numel(&v->shape);
+  *t = (ntp_host_tensor){.name = v->name, .dtype = v->dtype, .shape = v->shape};
+  if (v->dtype == NTP_I32) t->i = malloc((n ? n : 1) * sizeof(int32_t));
+  else t->f = malloc((n ? n : 1) * sizeof(float));
+  return t->i || t->f;
+}
+
+static void free_tensor(ntp_host_tensor *t) {
+  free(t->f);
+  free(t->i);
+  t->f = NULL;
+  t->i = NULL;
+}
+
+/* out = a (op) b with NumPy broadcasting, through per-dim strides (0 on broadcast dims). */
+static void broadcast_binary(ir_opcode code, const ntp_host_tensor *a, const ntp_host_tensor *b, ntp_host_tensor *o) {
+  int nd = o->shape.ndim;
+  int64_t sa[NTP_MAX_RANK], sb[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0};
+  int64_t stride_a = 1, stride_b = 1;
+  for (int i = nd - 1; i >= 0; i--) {
+    int ia = a->shape.ndim - nd + i, ib = b->shape.ndim - nd + i;
+    int64_t da = ia >= 0 ? a->shape.dim[ia] : 1, db = ib >= 0 ? b->shape.dim[ib] : 1;
+    sa[i] = da == 1 ? 0 : stride_a;
+    sb[i] = db == 1 ? 0 : stride_b;
+    stride_a *= da;
+    stride_b *= db;
+  }
+  int64_t n = shape_numel(&o->shape), pa = 0, pb = 0;
+  for (int64_t k = 0; k < n; k++) {
+    float x = a->f[pa], y = b->f[pb], r;
+    switch (code) {
+    case IR_ADD: r = x + y; break;
+    case IR_SUB: r = x - y; break;
+    case IR_MUL: r = x * y; break;
+    default: r = x / y; break;
+    }
+    o->f[k] = r;
+    /* odometer step over the output index */
+    for (int d = nd - 1; d >= 0; d--) {
+      pa += sa[d];
+      pb += sb[d];
+      if (++idx[d] < o->shape.dim[d]) break;
+      pa -= sa[d] * o->shape.dim[d];
+      pb -= sb[d] * o->shape.dim[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static float unary(ir_opcode code, float x) {
+  switch (code) {
+  case IR_NEG: return -x;
+  case IR_GELU: return ntp_gelu(x);
+  case IR_RELU: return ntp_relu(x);
+  case IR_SILU: return ntp_silu(x);
+  case IR_SIGMOID: return ntp_sigmoid(x);
+  case IR_TANH: return tanhf(x);
+  default: return expf(x);
+  }
+}
+
+static int run_op(const ir_module *m, const ir_op *op, ntp_host_tensor *t, uint64_t seed, char *err, size_t cap) {
+  ntp_host_tensor *o = &t[op->result];
+  const ntp_host_tensor *a = op->nargs > 0 ? &t[op->args[0]] : NULL;
+  const ntp_host_tensor *b = op->nargs > 1 ? &t[op->args[1]] : NULL;
+  int64_t n = shape_numel(&o->shape);
+  int64_t last = o->shape.ndim ? o->shape.dim[o->shape.ndim - 1] : 1;
+  switch (op->code) {
+  case IR_INPUT:
+  case IR_PARAM: ntp_init_tensor(m, op->result, seed, o); return 0;
+  case IR_CONST: o->f[0] = (float)op->attr.cst.value; break;
+  case IR_GATHER: {
+    int64_t V = a->shape.dim[0], D = a->shape.dim[1];
+    if (ntp_cpu_gather(a->f, b->i, o->f, n / D, D, V) != 0) {
+      snprintf(err, cap, "token index out of range [0, %lld) in %s", (long long)V, b->name ? b->name : "gather");
+      return -1;
+    }
+    break;
+  }
+  case IR_SLICE: {
+    int ax = op->attr.slice.axis;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < ax; i++) outer *= a->shape.dim[i];
+    for (int i = ax + 1; i < a->shape.ndim; i++) inner *= a->shape.dim[i];
+    int64_t len = op->attr.slice.len, full = a->shape.dim[ax];
+    for (int64_t i = 0; i < outer; i++)
+      memcpy(o->f + i * len * inner, a->f + (i * full + op->attr.slice.start) * inner, (size_t)(len * inner) * sizeof(float));
+    break;
+  }
+  case IR_RESHAPE: memcpy(o->f, a->f, (size_t)n * sizeof(float)); break;
+  case IR_MATMUL: {
+    bool tb = op->attr.mm.trans_b;
+    int64_t K = a->shape.dim[a->shape.ndim - 1];
+    int64_t M = a->shape.ndim >= 2 ? a->shape.dim[a->shape.ndim - 2] : 1;
+    int64_t N = b->shape.dim[b->shape.ndim - (tb ? 2 : 1)];
+    int64_t batch = shape_numel(&a->shape) / (M * K);
+    int64_t bstride = b->shape.ndim > 2 ? K * N : 0;
+    ntp_cpu_matmul(a->f, b->f, o->f, batch, M, K, N, tb, bstride);
+    break;
+  }
+  case IR_ADD:
+  case IR_SUB:
+  case IR_MUL:
+  case IR_DIV: broadcast_binary(op->code, a, b, o); break;
+  case IR_NEG: case IR_GELU: case IR_RELU: case IR_SILU: case IR_SIGMOID: case IR_TANH: case IR_EXP:
+    for (int64_t i = 0; i < n; i++) o->f[i] = unary(op->code, a->f[i]);
+    break;
+  case IR_SOFTMAX: ntp_cpu_softmax(a->f, o->f, n / last, last); break;
+  case IR_LAYERNORM: ntp_cpu_layernorm(a->f, o->f, n / last, last, op->attr.norm.eps); break;
+  case IR_RMSNORM: ntp_cpu_rmsnorm(a->f, o->f, n / last, last, op->attr.norm.eps); break;
+  case IR_ROPE:
+    ntp_cpu_rope(a->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2], a->shape.dim[3], op->attr.rope.theta);
+    break;
+  case IR_ATTENTION: {
+    const ntp_host_tensor *v = &t[op->args[2]];
+    if (ntp_cpu_attention(a->f, b->f, v->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2], b->shape.dim[2],
+                          a->shape.dim[3], op->attr.attn.causal, op->attr.attn.scale) != 0) {
+      snprintf(err, cap, "attention: out of memory");
+      return -1;
+    }
+    break;
+  }
+  case IR_OP_COUNT: break;
+  }
+  ntp_round_buf(o->f, (size_t)n, round_mode(o->dtype));
+  return 0;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static bool copy_out(const ntp_host_tensor *src, const char *name, ntp_host_tensor *dst) {
+  size_t n = (size_t)shape_numel(&src->shape), bytes = (n ? n : 1) * 4;
+  *dst = *src;
+  dst->name = name;
+  dst->f = NULL;
+  dst->i = NULL;
+  void *p = malloc(bytes);
+  if (!p) return false;
+  memcpy(p, src->f ? (void *)src->f : (void *)src->i, bytes);
+  if (src->f) dst->f = p;
+  else dst->i = p;
+  return true;
+}
+
+int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t cap) {
+  *res = (ntp_cpu_result){0};
+  size_t nv = m->n_values;
+  ntp_host_tensor *t = calloc(nv ? nv : 1, sizeof *t);
+  int32_t *last_use = malloc((nv ? nv : 1) * sizeof *last_use);
+  int rc = -1;
+  if (!t || !last_use) {
+    snprintf(err, cap, "out of memory");
+    goto done;
+  }
+  /* liveness: free each intermediate after its last reader */
+  for (size_t v = 0; v < nv; v++) last_use[v] = (int32_t)m->values[v].def;
+  for (size_t i = 0; i < m->n_ops; i++)
+    for (int a = 0; a < m->ops[i].nargs; a++) last_use[m->ops[i].args[a]] = (int32_t)i;
+  for (size_t o = 0; o < m->n_outputs; o++) last_use[m->outputs[o].value] = INT32_MAX;
+  if (keep_all)
+    for (size_t i = 0; i < m->n_ops; i++)
+      if (m->ops[i].code == IR_INPUT || m->ops[i].code == IR_PARAM) last_use[m->ops[i].result] = INT32_MAX;
+
+  double t0 = 0, init_time = 0;
+  t0 = now_seconds();
+  for (size_t i = 0; i < m->n_ops; i++) {
+    const ir_op *op = &m->ops[i];
+    if (!alloc_tensor(m, op->result, &t[op->result])) {
+      snprintf(err, cap, "out of memory for %%%d", op->result);
+      goto done;
+    }
+    double ti = op->code == IR_INPUT || op->code == IR_PARAM ? now_seconds() : 0;
+    if (run_op(m, op, t, seed, err, cap) != 0) goto done;
+    if (ti) init_time += now_seconds() - ti;
+    for (int a = 0; a < op->nargs; a++)
+      if (last_use[op->args[a]] == (int32_t)i) free_tensor(&t[op->args[a]]);
+  }
+  res->seconds = now_seconds() - t0 - init_time;
+
+  res->outputs = calloc(m->n_outputs ? m->n_outputs : 1, sizeof *res->outputs);
+  if (!res->outputs) goto done;
+  for (size_t o = 0; o < m->n_outputs; o++) {
+    if (!copy_out(&t[m->outputs[o].value], m->outputs[o].name, &res->outputs[o])) goto done;
+    res->n_outputs++;
+  }
+  if (keep_all) {
+    res->inputs = calloc(m->n_ops, sizeof *res->inputs);
+    res->params = calloc(m->n_ops, sizeof *res->params);
+    if (!res->inputs || !res->params) goto done;
+    for (size_t i = 0; i < m->n_ops; i++) {
+      const ir_op *op = &m->ops[i];
+      if (op->code == IR_INPUT && copy_out(&t[op->result], m->values[op->result].name, &res->inputs[res->n_inputs]))
+        res->n_inputs++;
+      if (op->code == IR_PARAM && copy_out(&t[op->result], m->values[op->result].name, &res->params[res->n_params]))
+        res->n_params++;
+    }
+  }
+  rc = 0;
+done:
+  for (size_t v = 0; t && v < nv; v++) free_tensor(&t[v]);
+  free(t);
+  free(last_use);
+  if (rc != 0) ntp_cpu_result_free(res);
+  return rc;
+}
+
+void ntp_cpu_result_free(ntp_cpu_result *res) {
+  ntp_host_tensor *lists[3] = {res->outputs, res->inputs, res->params};
+  size_t counts[3] = {res->n_outputs, res->n_inputs, res->n_params};
+  for (int l = 0; l < 3; l++) {
+    for (size_t i = 0; lists[l] && i < counts[l]; i++) free_tensor(&lists[l][i]);
+    free(lists[l]);
+  }
+  *res = (ntp_cpu_result){0};
+}
