@@ -129,6 +129,24 @@ static const ast_model *pick_model(ntpc_session *s) {
   return found;
 }
 
+/* Model and plan names are unique across the sources read. */
+static void check_unique_names(ntpc_session *s) {
+  for (const ast_model *m = s->ast.models; m; m = m->next)
+    for (const ast_model *o = s->ast.models; o != m; o = o->next)
+      if (strcmp(o->name, m->name) == 0) {
+        diag_emit(&s->diags, NTPC_ERROR, m->file, m->name_loc, "model '%s' is defined twice", m->name);
+        diag_emit(&s->diags, NTPC_NOTE, o->file, o->name_loc, "first defined here");
+        break;
+      }
+  for (const ast_plan *p = s->ast.plans; p; p = p->next)
+    for (const ast_plan *o = s->ast.plans; o != p; o = o->next)
+      if (strcmp(o->name, p->name) == 0) {
+        diag_emit(&s->diags, NTPC_ERROR, p->file, p->name_loc, "plan '%s' is defined twice", p->name);
+        diag_emit(&s->diags, NTPC_NOTE, o->file, o->name_loc, "first defined here");
+        break;
+      }
+}
+
 /* Plans must name a model that exists in the sources read. */
 static void check_plan_targets(ntpc_session *s) {
   const char *names[256];
@@ -156,6 +174,8 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
     if (!p) return NTPC_ERR_USAGE;
     parse_into(s, p, NULL);
   }
+  if (s->diags.errors) return NTPC_ERR_INPUT;
+  check_unique_names(s);
   if (s->diags.errors) return NTPC_ERR_INPUT;
   const ast_model *model = pick_model(s);
   if (!model) return NTPC_ERR_INPUT;

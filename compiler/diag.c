@@ -74,23 +74,23 @@ void diag_free(diag_sink *d) {
   d->len = d->cap = d->nfiles = d->files_cap = 0;
 }
 
+/* Edit distance where swapping two neighbours counts as one edit (optimal string alignment). */
 static size_t edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   if (la > 64 || lb > 64) return (size_t)-1;
-  size_t row[65];
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t diag = row[0];
-    row[0] = i;
+  size_t d[65][65];
+  for (size_t i = 0; i <= la; i++) d[i][0] = i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+  for (size_t i = 1; i <= la; i++)
     for (size_t j = 1; j <= lb; j++) {
-      size_t up = row[j];
-      size_t sub = diag + (a[i - 1] != b[j - 1]);
-      size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
-      row[j] = sub < best ? sub : best;
-      diag = up;
+      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
     }
-  }
-  return row[lb];
+  return d[la][lb];
 }
 
 const char *nearest_name(const char *name, const char *const *cands, size_t n) {
@@ -103,7 +103,8 @@ const char *nearest_name(const char *name, const char *const *cands, size_t n) {
       best = cands[i];
     }
   }
-  /* close enough: at most a third of the name's letters changed */
-  size_t limit = strlen(name) / 3 + 1;
+  /* close enough: at most a third of the letters changed (one-letter names get no guess) */
+  size_t len = strlen(name), limit = len / 3;
+  if (limit == 0 && len >= 2) limit = 1;
   return bestd <= limit && bestd > 0 ? best : NULL;
 }

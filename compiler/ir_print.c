@@ -75,10 +75,9 @@ void ir_print(const ir_module *m, FILE *out) {
       if (layer >= 0) {
         const ir_layer *l = &m->layers[layer];
         fprintf(out, "layer %s = %s", l->name, ir_layer_kind_name(l->kind));
-        if (l->tp.kind != TP_NONE) {
-          fputs(" @", out);
-          ir_print_tp(&l->tp, out);
-        }
+        if (l->tp.kind == TP_AUTO) fputs(" @tp(auto)", out);
+        for (int g = 0; l->tp.kind == TP_DEGREES && g < l->tp.n; g++)
+          fprintf(out, "%s%lld%s", g ? ", " : " @tp(", (long long)l->tp.groups[g], g == l->tp.n - 1 ? ")" : "");
         fprintf(out, "  # %d:%d\n", l->loc.first_line, l->loc.first_column);
       } else {
         fputs("model-level\n", out);

@@ -1,7 +1,6 @@
 /* ir_verify.c — invariants every pass must keep; run after each pass. */
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "ir.h"
 
@@ -44,14 +43,18 @@ bool ir_verify(const ir_module *m, char *err, size_t cap) {
     if (v->layout.mesh >= (int32_t)m->n_meshes) return fail(err, cap, "%%%d: bad mesh", op->result);
   }
   /* inputs and params have unique names */
+  strmap names = {0};
   for (size_t i = 0; i < m->n_ops; i++) {
     const ir_op *op = &m->ops[i];
     if (op->code != IR_INPUT && op->code != IR_PARAM) continue;
-    for (size_t j = i + 1; j < m->n_ops; j++)
-      if ((m->ops[j].code == IR_INPUT || m->ops[j].code == IR_PARAM) &&
-          strcmp(m->values[op->result].name, m->values[m->ops[j].result].name) == 0)
-        return fail(err, cap, "two tensors named '%s'", m->values[op->result].name);
+    const char *name = m->values[op->result].name;
+    if (strmap_get(&names, name, NULL)) {
+      strmap_free(&names);
+      return fail(err, cap, "two tensors named '%s'", name);
+    }
+    strmap_put(&names, name, op->result);
   }
+  strmap_free(&names);
   for (size_t l = 0; l < m->n_layers; l++) {
     const ir_layer *ly = &m->layers[l];
     for (int32_t k = ly->first_op; k < ly->first_op + ly->nops; k++)

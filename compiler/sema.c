@@ -257,7 +257,7 @@ tval sema_lower_expr(sema *s, const ast_expr *e) {
   case AST_FLOAT: return (tval){.kind = TV_NUMBER, .num = e->fval};
   case AST_NAME: {
     int64_t v;
-    if (strmap_get(&s->vars, e->name, &v)) return tensor_val((int32_t)v);
+    if (strmap_get(&s->vars, e->name, &v)) return tensor_val((int32_t)v); /* -1: its definition failed, already reported */
     if (strmap_get(&s->dims, e->name, &v))
       return (tval){.kind = TV_NUMBER, .num = (double)s->m->dims[v].value, .is_int = true};
     const char *near = suggest(s, &s->vars, e->name);
@@ -361,10 +361,14 @@ static void lower_decl(sema *s, const ast_stmt *st) {
   if (!declare_tensor_name(s, st, full)) return;
   ntp_shape shape;
   ntp_layout layout;
-  if (!lower_layout(s, st->type, &shape, &layout)) return;
   ntp_dtype dt = (ntp_dtype)st->type->dtype;
-  if (!is_input && !dtype_is_float(dt)) {
+  bool ok = lower_layout(s, st->type, &shape, &layout);
+  if (ok && !is_input && !dtype_is_float(dt)) {
     sema_error(s, st->type->dtype_loc, "parameters must have a float dtype, got %s", dtype_name(dt));
+    ok = false;
+  }
+  if (!ok) {
+    strmap_put(&s->vars, st->name, -1); /* uses of it are not errors of their own */
     return;
   }
   int32_t v = ir_emit(s->m, is_input ? IR_INPUT : IR_PARAM, NULL, 0, shape, dt, -1, st->loc);
@@ -466,9 +470,13 @@ static void lower_mesh(sema *s, const ast_stmt *st) {
 static void lower_assign(sema *s, const ast_stmt *st) {
   size_t ops_before = s->m->n_ops;
   tval v = sema_lower_expr(s, st->expr);
-  if (v.kind == TV_ERROR) return;
+  if (v.kind == TV_ERROR) {
+    strmap_put(&s->vars, st->name, -1); /* uses of it are not errors of their own */
+    return;
+  }
   if (v.kind == TV_NUMBER) {
     sema_error(s, st->expr->loc, "'%s' would be a plain number; declare numbers with 'dim'", st->name);
+    strmap_put(&s->vars, st->name, -1);
     return;
   }
   /* name the value after the variable it is first bound to, for readable IR */
@@ -513,6 +521,7 @@ static void lower_stmts(sema *s, const ast_stmt *st, bool top) {
     case ST_ASSIGN: lower_assign(s, st); break;
     case ST_OUTPUT_NAME: {
       int64_t v;
+      if (strmap_get(&s->vars, st->name, &v) && v < 0) break;
       if (!strmap_get(&s->vars, st->name, &v)) {
         const char *near = suggest(s, &s->vars, st->name);
         if (near) sema_error(s, st->name_loc, "output names unknown value '%s'; did you mean '%s'?", st->name, near);

@@ -138,7 +138,13 @@ static int32_t lower_linear(sema *s, layer_call *c) {
     int64_t li = -1;
     const char *local = arena_printf(s->pool, "%s%s", s->prefix, tied);
     if (!strmap_get(&s->layers, local, &li) && !strmap_get(&s->layers, tied, &li)) {
-      sema_error(s, c->arg[2].loc, "tied = '%s' names no earlier layer", tied);
+      const char *cands[256];
+      size_t n = 0;
+      for (size_t l = 0; l < s->m->n_layers && n < 256; l++)
+        if (s->m->layers[l].kind == LAYER_EMBEDDING) cands[n++] = s->m->layers[l].name;
+      const char *near = nearest_name(tied, cands, n);
+      if (near) sema_error(s, c->arg[2].loc, "tied = '%s' names no earlier layer; did you mean '%s'?", tied, near);
+      else sema_error(s, c->arg[2].loc, "tied = '%s' names no earlier layer", tied);
       return -1;
     }
     const ir_layer *l = &s->m->layers[li];
@@ -379,6 +385,18 @@ tval sema_lower_layer(sema *s, const ast_expr *e) {
       c.arg[idx] = (arg_val){.set = true, .b = true, .loc = a->loc};
       continue;
     }
+    if (!a->key && a->value->kind == AST_NAME && !strmap_get(&s->vars, a->value->name, NULL)) {
+      const char *flags[MAX_SPECS];
+      size_t nf = 0;
+      for (int i = 0; i < MAX_SPECS && b->spec[i].key; i++)
+        if (b->spec[i].kind == A_FLAG) flags[nf++] = b->spec[i].key;
+      const char *near = nearest_name(a->value->name, flags, nf);
+      if (near) {
+        sema_error(s, a->loc, "%s has no flag '%s'; did you mean '%s'?", b->name, a->value->name, near);
+        ok = false;
+        continue;
+      }
+    }
     if (!a->key) {
       if (npos++ > 0) {
         sema_error(s, a->loc, "%s takes one tensor argument; use 'key = value' for the others", b->name);
@@ -408,11 +426,8 @@ tval sema_lower_layer(sema *s, const ast_expr *e) {
       ok = false;
       continue;
     }
-    if (!check_arg(s, b, sp, a->value, &c.arg[idx])) {
-      ok = false;
-      continue;
-    }
-    c.arg[idx].set = true;
+    ok = check_arg(s, b, sp, a->value, &c.arg[idx]) && ok;
+    c.arg[idx].set = true; /* even when invalid: it was given, so it is not also "missing" */
   }
   if (npos == 0) {
     sema_error(s, e->loc, "%s needs a tensor argument, as in %s(x, ...)", b->name, b->name);

@@ -352,8 +352,10 @@ static int yyreport_syntax_error(const yypcontext_t *pc, parse_ctx *ctx) {
   }
 
   char want[256] = "";
-  bool wants_semi = false;
+  bool wants_semi = false, wants_name = false, wants_dtype = false;
   for (int i = 0; i < n; i++) {
+    if (exp[i] == YYTRANSLATE(IDENT)) wants_name = true;
+    if (exp[i] == YYTRANSLATE(DTYPE)) wants_dtype = true;
     if (exp[i] == YYTRANSLATE(';')) wants_semi = true;
     const char *name = yysymbol_name(exp[i]);
     size_t len = strlen(want);
@@ -367,7 +369,16 @@ static int yyreport_syntax_error(const yypcontext_t *pc, parse_ctx *ctx) {
     diag_emit(ctx->diags, NTPC_ERROR, ctx->src->name, at, "expected ';' at end of statement");
     return 0;
   }
-  if (n > 0)
+  if (wants_dtype && n == 1 && tok == S_IDENT) {
+    diag_emit(ctx->diags, NTPC_ERROR, ctx->src->name, loc, "unknown dtype %s (expected bf16, fp16, fp32 or i32)", found);
+    return 0;
+  }
+  if (tok == S_YYEOF && ctx->nbraces > 0) {
+    diag_emit(ctx->diags, NTPC_ERROR, ctx->src->name, loc, "expected '}' before end of file");
+  } else if (n > 0 && wants_name && tok >= S_KW_MODEL && tok <= S_KW_BATCH)
+    diag_emit(ctx->diags, NTPC_ERROR, ctx->src->name, loc, "expected %s before %s, which is a reserved word", want,
+              found);
+  else if (n > 0)
     diag_emit(ctx->diags, NTPC_ERROR, ctx->src->name, loc, "expected %s before %s", want, found);
   else
     diag_emit(ctx->diags, NTPC_ERROR, ctx->src->name, loc, "unexpected %s", found);

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# setup.sh — on a fresh Debian/Ubuntu machine: install what the build needs, configure,
+# build, and run the main job (GPT-2 compiled and run on the CPU reference backend).
+# Extra CMake arguments: NTP_CMAKE_ARGS="-DNTP_WERROR=ON" ./setup.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v make >/dev/null || need+=(make)
+command -v flex >/dev/null || need+=(flex)
+command -v bison >/dev/null || need+=(bison)
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3 python3-numpy) # independent numeric tests
+if ((${#need[@]})); then
+  echo "setup: installing ${need[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# shellcheck disable=SC2086
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo ${NTP_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j"$(nproc)"
+
+echo
+echo "== main job: GPT-2 (full width and vocabulary, 2 blocks, 32 tokens) on the CPU reference"
+echo "\$ build/ntpc run examples/gpt2.ntp --backend cpu -D B=1 -D S=32 -D L=2"
+build/ntpc run examples/gpt2.ntp --backend cpu -D B=1 -D S=32 -D L=2

@@ -1,0 +1,69 @@
+#!/bin/sh
+# cli.sh NTPC — the command line's contract: exit codes, messages, outputs written whole or not at all.
+set -u
+ntpc=$1
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() { # check NAME EXPECTED_RC CMD... ; stdout+stderr in $tmp/out
+  name=$1 want=$2; shift 2
+  "$@" >"$tmp/out" 2>&1; rc=$?
+  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "[FAIL] $name: exit $rc, expected $want"; sed 's/^/    /' "$tmp/out"; fi
+}
+expect_text() { # expect_text NAME TEXT : the last command's output contains TEXT
+  if grep -qF -- "$2" "$tmp/out"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "[FAIL] $1: output lacks '$2'"; sed 's/^/    /' "$tmp/out"; fi
+}
+toy="-D B=2 -D S=16 -D D=64 -D H=4 -D V=256 -D L=2"
+
+check help 0 "$ntpc" --help;                     expect_text help "usage: ntpc"
+check version 0 "$ntpc" --version;               expect_text version "ntpc 0."
+check no-args 2 "$ntpc";                         expect_text no-args "no input file"
+check unknown-option 2 "$ntpc" --frobnicate x;   expect_text unknown-option "unknown option '--frobnicate'"
+check bad-define 2 "$ntpc" check examples/gpt2.ntp -D S;        expect_text bad-define "NAME=VALUE"
+check bad-define-value 2 "$ntpc" check examples/gpt2.ntp -D S=x; expect_text bad-define-value "must be an integer"
+check missing-file 2 "$ntpc" check /nonexistent.ntp;  expect_text missing-file "cannot open '/nonexistent.ntp'"
+check no-command 2 "$ntpc" examples/gpt2.ntp;         expect_text no-command "nothing to do"
+check bad-emit 2 "$ntpc" examples/gpt2.ntp --emit=bogus; expect_text bad-emit "unknown --emit kind 'bogus'"
+check cuda-backend 2 "$ntpc" run examples/gpt2.ntp --backend cuda $toy; expect_text cuda-backend "not available"
+check check-ok 0 "$ntpc" check examples/gpt2.ntp;    expect_text check-ok "model gpt2: 51 layers"
+check unknown-define 1 "$ntpc" check examples/gpt2.ntp -D SS=4; expect_text unknown-define "did you mean 'S'?"
+check define-applies 0 "$ntpc" examples/gpt2.ntp --emit=ir -D S=128 -D L=1; expect_text define-applies "input tokens : i32[8, 128]"
+check define-follows 0 "$ntpc" examples/gpt2.ntp --emit=ir -D D=64 -D H=4 -D L=1; expect_text define-follows "dim F = 256"
+
+# errors in the input: exit 1, compiler-style location, no partial output file
+check bad-input 1 "$ntpc" tests/errors/several_errors.ntp --emit=ir -o "$tmp/bad.ir"
+expect_text bad-input "tests/errors/several_errors.ntp:6:21: error:"
+expect_text bad-input "3 errors generated."
+if [ -e "$tmp/bad.ir" ] || ls "$tmp"/bad.ir.tmp* >/dev/null 2>&1; then fail=$((fail + 1)); echo "[FAIL] partial output left"; else pass=$((pass + 1)); fi
+
+# -o writes exactly what stdout would show
+check emit-o 0 "$ntpc" examples/gpt2.ntp --emit=ir $toy -o "$tmp/g.ir"
+"$ntpc" examples/gpt2.ntp --emit=ir $toy >"$tmp/g2.ir"
+if cmp -s "$tmp/g.ir" "$tmp/g2.ir"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "[FAIL] -o differs from stdout"; fi
+check emit-o-bad-dir 2 "$ntpc" examples/gpt2.ntp --emit=ir $toy -o /nonexistent/dir/x.ir
+check tokens 0 "$ntpc" examples/gpt2.ntp --emit=tokens; expect_text tokens "'model'"
+check ast 0 "$ntpc" examples/gpt2.ntp --emit=ast;       expect_text ast "repeat L as blk"
+
+# run prints each output with shape, checksum and values; --dump writes a manifest
+check run 0 "$ntpc" run examples/gpt2.ntp $toy --dump "$tmp/dump"
+expect_text run "output logits : bf16[2, 16, 256]  sum="
+if [ -s "$tmp/dump/manifest.tsv" ] && grep -q "^param	embed.wte	bf16	256,64	" "$tmp/dump/manifest.tsv"; then
+  pass=$((pass + 1)); else fail=$((fail + 1)); echo "[FAIL] --dump manifest"; fi
+
+# plans: the active plan is marked; a plan for another model is an error
+check plan 0 "$ntpc" examples/gpt2.ntp --emit=ir $toy --plan examples/plans/gpt2_degraded7.ntp
+expect_text plan "# active"
+printf 'plan p for other {\n  world 2;\n  * tp 2;\n}\n' >"$tmp/other.ntp"
+check plan-other-model 1 "$ntpc" check examples/gpt2.ntp --plan "$tmp/other.ntp"
+expect_text plan-other-model "is for model 'other', which is not defined"
+check plan-name-missing 1 "$ntpc" check examples/gpt2.ntp --plan-name nope
+expect_text plan-name-missing "no plan named 'nope'"
+
+# several models in one file: --model picks one
+printf 'model a { dim N = 4; input x : fp32[N]; output y = x * 2; }\nmodel b { dim N = 3; input x : fp32[N]; output y = exp(x); }\n' >"$tmp/two.ntp"
+check model-pick 0 "$ntpc" run "$tmp/two.ntp" --model b; expect_text model-pick "y : fp32[3]"
+check model-missing 1 "$ntpc" check "$tmp/two.ntp" --model c; expect_text model-missing "no model named 'c'"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
