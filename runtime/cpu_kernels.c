@@ -286,6 +286,12 @@ void ntp_cpu_softmax(const float *x, float *y, int64_t rows, int64_t d)
 
 void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta)
 {
+    ntp_cpu_rope_at(x, y, b, s, h, hd, theta, 0);
+}
+
+void ntp_cpu_rope_at(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta,
+                     int64_t pos0)
+{
     if (b <= 0 || s <= 0 || h <= 0 || hd <= 0)
         return;
     const int64_t half = hd / 2;
@@ -296,7 +302,7 @@ void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int
             float *ys = y + (bi * s + pos) * row;
             /* one cos/sin per (pos, i), shared by every head */
             for (int64_t i = 0; i < half; i++) {
-                double ang = (double)pos * pow((double)theta, -2.0 * (double)i / (double)hd);
+                double ang = (double)(pos0 + pos) * pow((double)theta, -2.0 * (double)i / (double)hd);
                 double cs = cos(ang), sn = sin(ang);
                 for (int64_t hh = 0; hh < h; hh++) {
                     const float *xh = xs + hh * hd;
@@ -319,16 +325,24 @@ int ntp_cpu_attention(const float *q, const float *k, const float *v, float *out
 {
     if (kv <= 0 || h < 0 || h % kv != 0)
         return -1;
+    return ntp_cpu_attention_heads(q, k, v, out, b, s, h, kv, hd, causal, scale, 0, h > 0 ? h / kv : 1, 0);
+}
+
+int ntp_cpu_attention_heads(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t s,
+                            int64_t h, int64_t kv, int64_t hd, bool causal, float scale, int64_t q_off,
+                            int64_t group, int64_t kv_off)
+{
+    if (kv <= 0 || h < 0 || group <= 0 || q_off / group - kv_off < 0 || (q_off + h - 1) / group - kv_off >= kv)
+        return -1;
     if (b <= 0 || s <= 0 || h <= 0 || hd <= 0)
         return 0;
     float *p = malloc((size_t)s * sizeof *p); /* scores, then probabilities, for one query */
     if (!p)
         return -1;
-    const int64_t group = h / kv;
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t t = 0; t < s; t++)
             for (int64_t j = 0; j < h; j++) {
-                const int64_t g = j / group;
+                const int64_t g = (q_off + j) / group - kv_off; /* this query head's kv head, locally */
                 const float *qr = q + ((bi * s + t) * h + j) * hd;
                 float *o = out + ((bi * s + t) * h + j) * hd;
                 /* masked keys are simply not visited, equivalent to -inf scores */
@@ -355,6 +369,17 @@ int ntp_cpu_attention(const float *q, const float *k, const float *v, float *out
 }
 
 /* ---- gather ------------------------------------------------------------ */
+
+void ntp_cpu_gather_range(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d, int64_t lo,
+                          int64_t hi)
+{
+    for (int64_t i = 0; i < n_idx; i++) {
+        if (idx[i] >= lo && idx[i] < hi)
+            memcpy(out + i * d, table + ((int64_t)idx[i] - lo) * d, (size_t)d * sizeof *out);
+        else
+            memset(out + i * d, 0, (size_t)d * sizeof *out);
+    }
+}
 
 int ntp_cpu_gather(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d,
                    int64_t vocab)

@@ -78,6 +78,9 @@ void ntp_cpu_softmax(const float *x, float *y, int64_t rows, int64_t d);
  * Angles are computed in double. hd must be even (the checker guarantees it);
  * for odd hd the last element is passed through unrotated. */
 void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta);
+/* The same with positions pos0 .. pos0+s-1: a shard holding a slice of the sequence. */
+void ntp_cpu_rope_at(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta,
+                     int64_t pos0);
 
 /* ---- attention --------------------------------------------------------- */
 /* q [b][s][h][hd], k, v [b][s][kv][hd], out [b][s][h][hd]. Query head j uses
@@ -89,11 +92,23 @@ void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int
 int ntp_cpu_attention(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t s,
                       int64_t h, int64_t kv, int64_t hd, bool causal, float scale);
 
+/* A head-sharded slice of the same: q holds global query heads q_off .. q_off+h-1, k and v
+ * hold kv heads kv_off .. kv_off+kv-1, and query head n uses kv head n / group. Returns -1
+ * if a query head's kv head is not held. */
+int ntp_cpu_attention_heads(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t s,
+                            int64_t h, int64_t kv, int64_t hd, bool causal, float scale, int64_t q_off,
+                            int64_t group, int64_t kv_off);
+
 /* ---- embedding gather -------------------------------------------------- */
 /* out[i][:] = table[idx[i]][:]. Returns -1 at the first idx outside
  * [0, vocab) (rows before it are written, nothing after), else 0. */
 int ntp_cpu_gather(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d,
                    int64_t vocab);
+
+/* Vocabulary-parallel gather: this shard holds table rows lo .. hi-1; indices outside
+ * give zero rows (another shard supplies them; a sum over shards completes the lookup). */
+void ntp_cpu_gather_range(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d, int64_t lo,
+                          int64_t hi);
 
 #ifdef __cplusplus
 }
