@@ -5,12 +5,15 @@
 
 #include "ir.h"
 #include "sema.h"
+#include "shard.h"
 
 struct ntpc_session {
   arena pool;
   diag_sink diags;
   ast_file ast;
   ir_module *module;
+  sh_program *sharded;
+  int32_t world;
   sema_define *defines;
   size_t ndefines, cap_defines;
   const char **plan_files;
@@ -22,12 +25,16 @@ struct ntpc_session {
 
 ntpc_session *ntpc_session_new(void) {
   ntpc_session *s = calloc(1, sizeof *s);
-  if (s) s->diags.pool = &s->pool;
+  if (s) {
+    s->diags.pool = &s->pool;
+    s->world = -1;
+  }
   return s;
 }
 
 void ntpc_session_free(ntpc_session *s) {
   if (!s) return;
+  sh_program_free(s->sharded);
   ir_module_free(s->module);
   diag_free(&s->diags);
   free(s->defines);
@@ -66,6 +73,9 @@ ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment) {
       return usage_error(s, "-D name is not an identifier: '%s'", assignment);
   return ntpc_define(s, arena_strndup(&s->pool, assignment, (size_t)(eq - assignment)), v);
 }
+
+void ntpc_set_world(ntpc_session *s, int32_t world) { s->world = world; }
+const struct sh_program *ntpc_sharded(const ntpc_session *s) { return s->sharded; }
 
 void ntpc_select_model(ntpc_session *s, const char *name) { s->model_name = name ? arena_strdup(&s->pool, name) : NULL; }
 void ntpc_select_plan(ntpc_session *s, const char *name) { s->plan_name = name ? arena_strdup(&s->pool, name) : NULL; }
@@ -198,6 +208,19 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
     s->module = NULL;
     return NTPC_ERR_INTERNAL;
   }
+  if (s->world >= 0 || s->module->active_plan >= 0) {
+    shard_options opt = {.world = s->world > 0 ? s->world : 0};
+    s->sharded = shard_program(s->module, &opt, &s->diags);
+    if (!s->sharded) return s->diags.errors ? NTPC_ERR_INPUT : NTPC_ERR_INTERNAL;
+    if (!sh_verify(s->sharded, why, sizeof why)) {
+      diag_emit(&s->diags, NTPC_ERROR, src->name, NTP_NOLOC, "internal compiler error: sharded program: %s", why);
+      return NTPC_ERR_INTERNAL;
+    }
+    if (!sh_check_memory(s->sharded, why, sizeof why)) {
+      diag_emit(&s->diags, NTPC_ERROR, src->name, NTP_NOLOC, "internal compiler error: memory plan: %s", why);
+      return NTPC_ERR_INTERNAL;
+    }
+  }
   return NTPC_OK;
 }
 
@@ -240,5 +263,18 @@ ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out) {
     diag_free(&quiet);
     return NTPC_OK;
   }
-  return usage_error(s, "unknown --emit kind '%s' (expected tokens, ast or ir)", kind);
+  if (strcmp(kind, "sharded-ir") == 0 || strcmp(kind, "report") == 0 || strncmp(kind, "rank:", 5) == 0) {
+    if (!s->sharded) return usage_error(s, "--emit=%s needs a sharded program: give --world or --plan", kind);
+    if (kind[0] == 's') sh_print(s->sharded, out);
+    else if (kind[0] == 'r' && kind[1] == 'e') sh_print_report(s->sharded, out);
+    else {
+      char *end;
+      long r = strtol(kind + 5, &end, 10);
+      if (*end || end == kind + 5 || r < 0 || r >= s->sharded->world)
+        return usage_error(s, "--emit=%s: no such rank", kind);
+      sh_print_rank(s->sharded, (int32_t)r, out);
+    }
+    return NTPC_OK;
+  }
+  return usage_error(s, "unknown --emit kind '%s' (expected tokens, ast, ir, sharded-ir, rank:N or report)", kind);
 }

@@ -99,8 +99,9 @@ typedef struct ir_op {
   union {
     struct { bool trans_b; } mm;
     struct { float eps; } norm;
-    struct { float theta; } rope;
-    struct { bool causal; float scale; } attn;
+    struct { float theta; int64_t pos0; } rope;           /* pos0: first position (a sequence shard) */
+    struct { bool causal; float scale; int64_t q_off, group, kv_off; } attn; /* query head n uses kv head n/group */
+    struct { int64_t lo, hi; } gather;                     /* table rows held: [lo, hi); hi = 0: all */
     struct { int32_t axis; int64_t start, len; } slice;
     struct { double value; } cst;
     struct { float center, scale; int32_t int_range; } init; /* param / input: center + scale * U[-1, 1) */
@@ -204,6 +205,7 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
 /* ir_print.c: stable text form (--emit=ir) */
 void ir_print(const ir_module *m, FILE *out);
 void ir_print_tp(const ir_tp *tp, FILE *out);
+void ir_print_attrs(const ir_op *op, FILE *out); /* "  trans_b", "  eps=1e-05", ... */
 /* ir_verify.c: structural and type invariants; false + message on the first violation. */
 bool ir_verify(const ir_module *m, char *err, size_t errlen);
 

@@ -35,7 +35,7 @@ void ir_print_tp(const ir_tp *tp, FILE *out) {
   fputc(')', out);
 }
 
-static void print_attrs(const ir_op *op, FILE *out) {
+void ir_print_attrs(const ir_op *op, FILE *out) {
   switch (op->code) {
   case IR_PARAM: fprintf(out, "  init %g%+g*u", op->attr.init.center, op->attr.init.scale); break;
   case IR_INPUT:
@@ -44,8 +44,20 @@ static void print_attrs(const ir_op *op, FILE *out) {
   case IR_CONST: fprintf(out, "  %.9g", op->attr.cst.value); break;
   case IR_MATMUL: if (op->attr.mm.trans_b) fputs("  trans_b", out); break;
   case IR_LAYERNORM: case IR_RMSNORM: fprintf(out, "  eps=%g", op->attr.norm.eps); break;
-  case IR_ROPE: fprintf(out, "  theta=%g", op->attr.rope.theta); break;
-  case IR_ATTENTION: fprintf(out, "  scale=%.6g%s", op->attr.attn.scale, op->attr.attn.causal ? " causal" : ""); break;
+  case IR_ROPE:
+    fprintf(out, "  theta=%g", op->attr.rope.theta);
+    if (op->attr.rope.pos0) fprintf(out, " pos0=%lld", (long long)op->attr.rope.pos0);
+    break;
+  case IR_ATTENTION:
+    fprintf(out, "  scale=%.6g%s", op->attr.attn.scale, op->attr.attn.causal ? " causal" : "");
+    if (op->attr.attn.q_off || op->attr.attn.kv_off)
+      fprintf(out, " q_off=%lld kv_off=%lld group=%lld", (long long)op->attr.attn.q_off,
+              (long long)op->attr.attn.kv_off, (long long)op->attr.attn.group);
+    break;
+  case IR_GATHER:
+    if (op->attr.gather.hi)
+      fprintf(out, "  rows [%lld, %lld)", (long long)op->attr.gather.lo, (long long)op->attr.gather.hi);
+    break;
   case IR_SLICE:
     fprintf(out, "  axis=%d [%lld, %lld)", op->attr.slice.axis, (long long)op->attr.slice.start,
             (long long)(op->attr.slice.start + op->attr.slice.len));
@@ -89,7 +101,7 @@ void ir_print(const ir_module *m, FILE *out) {
     for (int a = 0; a < op->nargs; a++) fprintf(out, "%s%%%d", a ? ", " : " ", op->args[a]);
     fputs(" : ", out);
     print_type(m, v, out);
-    print_attrs(op, out);
+    ir_print_attrs(op, out);
     if (op->code != IR_INPUT && op->code != IR_PARAM && v->name) fprintf(out, "  # %s", v->name);
     fputc('\n', out);
   }

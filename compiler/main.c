@@ -8,6 +8,7 @@
 
 #include "ntpc.h"
 #include "ntprt.h"
+#include "shard.h"
 
 #ifndef NTP_VERSION
 #define NTP_VERSION NTPC_VERSION_STRING
@@ -16,7 +17,8 @@
 static const char usage_text[] =
     "usage: ntpc check FILE [options]          parse and check a model, report diagnostics\n"
     "       ntpc run FILE [options]            compile and run the forward pass\n"
-    "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir\n"
+    "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
+    "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report\n"
     "       ntpc --help | --version\n"
     "\n"
     "options:\n"
@@ -24,7 +26,9 @@ static const char usage_text[] =
     "  --plan FILE        read a plan file; its plan for the model becomes active\n"
     "  --plan-name NAME   choose the active plan by name\n"
     "  --model NAME       the model to compile when the file holds several\n"
-    "  --emit=KIND        tokens | ast | ir\n"
+    "  --world W          shard for W ranks (default: the plan's world, else 1); run then\n"
+    "                     simulates all ranks and compares with the unsharded run\n"
+    "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report\n"
     "  -o FILE            write the emitted text to FILE (written whole or not at all)\n"
     "  --backend NAME     run on: cpu (the reference; default)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
@@ -36,6 +40,7 @@ static const char usage_text[] =
 typedef struct options {
   const char *command, *file, *emit, *out, *backend, *dump, *color;
   unsigned long long seed;
+  long world; /* -1: not given */
 } options;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -107,7 +112,30 @@ static void print_model_summary(const ir_module *m, FILE *out) {
           m->name, m->n_layers, m->n_ops, inputs, params, (double)elems / 1e6, m->n_outputs, dtype_name(m->dtype));
 }
 
-static int run_cpu(const ir_module *m, const options *o) {
+/* The sharded run: all ranks simulated, outputs assembled and compared with the unsharded run. */
+static int run_sharded(const sh_program *p, const ntp_cpu_result *ref, const options *o) {
+  ntp_cpu_result res;
+  char err[512];
+  if (ntp_sim_run(p, o->seed, &res, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: sharded run: %s\n", err);
+    return 1;
+  }
+  printf("sharded: %d ranks simulated on the cpu backend, forward %.3f ms\n", p->world, res.seconds * 1e3);
+  int rc = 0;
+  for (size_t i = 0; i < res.n_outputs; i++) {
+    fputs("output ", stdout);
+    ntp_print_tensor_summary(&res.outputs[i], stdout);
+    double e = ntp_max_rel_error(&res.outputs[i], &ref->outputs[i]);
+    /* fp32: sums in another order; bf16/fp16: partial sums rounded before the reduction */
+    double tol = res.outputs[i].dtype == NTP_FP32 ? 1e-5 : res.outputs[i].dtype == NTP_BF16 ? 5e-2 : 1e-2;
+    printf("  vs unsharded: max relative error %.3g (tolerance %.0e) %s\n", e, tol, e <= tol ? "ok" : "MISMATCH");
+    if (e > tol) rc = 1;
+  }
+  ntp_cpu_result_free(&res);
+  return rc;
+}
+
+static int run_cpu(const ir_module *m, const sh_program *sharded, const options *o) {
   ntp_cpu_result res;
   char err[512];
   if (ntp_cpu_run(m, o->seed, o->dump != NULL, &res, err, sizeof err) != 0) {
@@ -120,6 +148,10 @@ static int run_cpu(const ir_module *m, const options *o) {
     fputs("output ", stdout);
     ntp_print_tensor_summary(&res.outputs[i], stdout);
   }
+  if (sharded && run_sharded(sharded, &res, o) != 0) {
+    ntp_cpu_result_free(&res);
+    return 1;
+  }
   int rc = 0;
   if (o->dump && ntp_dump_tensors(&res, o->dump, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
@@ -130,7 +162,7 @@ static int run_cpu(const ir_module *m, const options *o) {
 }
 
 int main(int argc, char **argv) {
-  options o = {0};
+  options o = {.world = -1};
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
   int rc = 0;
@@ -160,7 +192,11 @@ int main(int argc, char **argv) {
     } else if ((v = opt_value(argc, argv, &i, "--seed", &missing))) {
       char *end;
       o.seed = strtoull(v, &end, 10);
-      if (*end || !*v) { rc = usage_error("--seed needs a non-negative integer, got '%s'", v); goto out; }
+      if (*end || !*v || *v == '-') { rc = usage_error("--seed needs a non-negative integer, got '%s'", v); goto out; }
+    } else if ((v = opt_value(argc, argv, &i, "--world", &missing))) {
+      char *end;
+      o.world = strtol(v, &end, 10);
+      if (*end || o.world < 1 || o.world > 4096) { rc = usage_error("--world needs a rank count from 1 to 4096, got '%s'", v); goto out; }
     } else if ((v = opt_value(argc, argv, &i, "--dump", &missing))) {
       o.dump = v;
     } else if ((v = opt_value(argc, argv, &i, "--color", &missing))) {
@@ -173,7 +209,7 @@ int main(int argc, char **argv) {
     } else if (a[0] == '-' && a[1]) {
       rc = usage_error("unknown option '%s'", a);
       goto out;
-    } else if (!o.command && !o.file && (strcmp(a, "check") == 0 || strcmp(a, "run") == 0)) {
+    } else if (!o.command && !o.file && (strcmp(a, "check") == 0 || strcmp(a, "run") == 0 || strcmp(a, "report") == 0)) {
       o.command = a;
     } else if (!o.file) {
       o.file = a;
@@ -200,6 +236,11 @@ int main(int argc, char **argv) {
     goto out;
   }
 
+  bool wants_shards = (o.command && strcmp(o.command, "report") == 0) ||
+                      (o.emit && (strcmp(o.emit, "sharded-ir") == 0 || strcmp(o.emit, "report") == 0 ||
+                                  strncmp(o.emit, "rank:", 5) == 0));
+  if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
+  else if (wants_shards) ntpc_set_world(s, 0);
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, color_wanted(o.color));
   if (st == NTPC_ERR_USAGE) {
@@ -217,8 +258,10 @@ int main(int argc, char **argv) {
     rc = emit_to(s, o.emit, o.out);
   } else if (strcmp(o.command, "check") == 0) {
     print_model_summary(ntpc_module(s), stdout);
+  } else if (strcmp(o.command, "report") == 0) {
+    rc = emit_to(s, "report", o.out);
   } else {
-    rc = run_cpu(ntpc_module(s), &o);
+    rc = run_cpu(ntpc_module(s), ntpc_sharded(s), &o);
   }
 out:
   ntpc_session_free(s);

@@ -30,6 +30,7 @@ typedef struct ntpc_diag {
 
 typedef struct ntpc_session ntpc_session;
 struct ir_module;
+struct sh_program;
 
 ntpc_session *ntpc_session_new(void);
 void ntpc_session_free(ntpc_session *s);
@@ -42,8 +43,12 @@ ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment);
 void ntpc_select_model(ntpc_session *s, const char *model_name);
 /* A plan file read in addition to the model source (--plan). */
 ntpc_status ntpc_add_plan_file(ntpc_session *s, const char *path);
-/* Plan to apply by name when the sources hold several (default: the only one, if any). */
+/* Plan to apply by name (default: the first plan of the first --plan file; a plan in the
+ * model's own file is applied only when named). */
 void ntpc_select_plan(ntpc_session *s, const char *plan_name);
+/* Sharding: world > 0 shards for that many ranks; 0 shards for the active plan's world (or
+ * 1); -1 (the default) shards only when a plan is active. */
+void ntpc_set_world(ntpc_session *s, int32_t world);
 
 /* Compile: parse, check, build and verify the IR. NTPC_OK or NTPC_ERR_INPUT (see diagnostics). */
 ntpc_status ntpc_compile_file(ntpc_session *s, const char *path);
@@ -55,11 +60,15 @@ size_t ntpc_error_count(const ntpc_session *s);
 /* Renders every diagnostic in compiler style (file:line:col: error: msg, source line, caret). */
 void ntpc_print_diags(const ntpc_session *s, FILE *out, int color);
 
-/* Stage outputs. kind: "tokens", "ast", "ir". Returns NTPC_ERR_USAGE for an unknown kind. */
+/* Stage outputs. kind: "tokens", "ast", "ir", "sharded-ir", "rank:N", "report".
+ * Returns NTPC_ERR_USAGE for an unknown kind. */
 ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out);
 
 /* The verified IR after a successful compile (NULL otherwise); owned by the session. */
 const struct ir_module *ntpc_module(const ntpc_session *s);
+
+/* The sharded program after a successful compile that sharded (NULL otherwise). */
+const struct sh_program *ntpc_sharded(const ntpc_session *s);
 
 /* Message of the last failed call that is not an input error (usage, I/O). */
 const char *ntpc_last_error(const ntpc_session *s);

@@ -238,7 +238,7 @@ static int32_t lower_attention(sema *s, layer_call *c) {
     if (k >= 0) k = sema_op(s, IR_ROPE, &k, 1, loc, &attrs);
   }
   if (q < 0 || k < 0 || v < 0) return -1;
-  ir_op attrs = {.attr.attn = {.causal = causal, .scale = (float)(1.0 / sqrt((double)HD))}};
+  ir_op attrs = {.attr.attn = {.causal = causal, .scale = (float)(1.0 / sqrt((double)HD)), .group = H / KV}};
   int32_t args[3] = {q, k, v};
   int32_t o = sema_op(s, IR_ATTENTION, args, 3, loc, &attrs);
   o = reshape(s, o, (ntp_shape){3, {B, S, H * HD}}, loc);

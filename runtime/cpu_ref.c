@@ -12,20 +12,36 @@ static ntp_round_mode round_mode(ntp_dtype dt) {
   return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
 }
 
-void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_tensor *t) {
+void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t) {
   const ir_value *v = &m->values[value];
   const ir_op *op = &m->ops[v->def];
   uint64_t h = ntp_name_hash(v->name);
-  int64_t n = shape_numel(&v->shape);
-  if (v->dtype == NTP_I32) {
-    int32_t range = op->attr.init.int_range > 0 ? op->attr.init.int_range : 1000;
-    for (int64_t i = 0; i < n; i++) t->i[i] = ntp_init_int(seed, h, (uint64_t)i, range);
-    return;
+  int nd = box->ndim;
+  int64_t stride[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0}, n = box_volume(box);
+  for (int d = nd - 1, st = 1; d >= 0; d--) {
+    stride[d] = st;
+    st *= (int)v->shape.dim[d];
   }
+  int32_t range = op->attr.init.int_range > 0 ? op->attr.init.int_range : 1000;
   float center = op->code == IR_PARAM ? op->attr.init.center : 0.0f;
   float scale = op->code == IR_PARAM ? op->attr.init.scale : 1.0f;
-  for (int64_t i = 0; i < n; i++) t->f[i] = center + scale * ntp_init_uniform(seed, h, (uint64_t)i);
-  ntp_round_buf(t->f, (size_t)n, round_mode(v->dtype));
+  for (int64_t k = 0; k < n; k++) {
+    /* element k of the box is global element g of the tensor */
+    uint64_t g = 0;
+    for (int d = 0; d < nd; d++) g += (uint64_t)((box->lo[d] + idx[d]) * stride[d]);
+    if (v->dtype == NTP_I32) t->i[k] = ntp_init_int(seed, h, g, range);
+    else t->f[k] = center + scale * ntp_init_uniform(seed, h, g);
+    for (int d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < box->hi[d] - box->lo[d]) break;
+      idx[d] = 0;
+    }
+  }
+  if (v->dtype != NTP_I32) ntp_round_buf(t->f, (size_t)n, round_mode(v->dtype));
+}
+
+void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_tensor *t) {
+  ntp_box full = box_full(&m->values[value].shape);
+  ntp_init_slice(m, value, &full, seed, t);
 }
 
 static bool alloc_tensor(const ir_module *m, int32_t value, ntp_host_tensor *t) {
@@ -91,18 +107,25 @@ static float unary(ir_opcode code, float x) {
   }
 }
 
-static int run_op(const ir_module *m, const ir_op *op, ntp_host_tensor *t, uint64_t seed, char *err, size_t cap) {
-  ntp_host_tensor *o = &t[op->result];
-  const ntp_host_tensor *a = op->nargs > 0 ? &t[op->args[0]] : NULL;
-  const ntp_host_tensor *b = op->nargs > 1 ? &t[op->args[1]] : NULL;
+int ntp_exec_op(const ir_op *op, ntp_host_tensor *o, const ntp_host_tensor *const *args, char *err, size_t cap) {
+  const ntp_host_tensor *a = op->nargs > 0 ? args[0] : NULL;
+  const ntp_host_tensor *b = op->nargs > 1 ? args[1] : NULL;
   int64_t n = shape_numel(&o->shape);
   int64_t last = o->shape.ndim ? o->shape.dim[o->shape.ndim - 1] : 1;
   switch (op->code) {
   case IR_INPUT:
-  case IR_PARAM: ntp_init_tensor(m, op->result, seed, o); return 0;
-  case IR_CONST: o->f[0] = (float)op->attr.cst.value; break;
+  case IR_PARAM:
+    snprintf(err, cap, "%s is an initialisation, not an op", ir_op_name(op->code));
+    return -1;
+  case IR_CONST:
+    for (int64_t i = 0; i < n; i++) o->f[i] = (float)op->attr.cst.value;
+    break;
   case IR_GATHER: {
     int64_t V = a->shape.dim[0], D = a->shape.dim[1];
+    if (op->attr.gather.hi) { /* vocabulary-parallel shard */
+      ntp_cpu_gather_range(a->f, b->i, o->f, n / D, D, op->attr.gather.lo, op->attr.gather.hi);
+      break;
+    }
     if (ntp_cpu_gather(a->f, b->i, o->f, n / D, D, V) != 0) {
       snprintf(err, cap, "token index out of range [0, %lld) in %s", (long long)V, b->name ? b->name : "gather");
       return -1;
@@ -141,13 +164,16 @@ static int run_op(const ir_module *m, const ir_op *op, ntp_host_tensor *t, uint6
   case IR_LAYERNORM: ntp_cpu_layernorm(a->f, o->f, n / last, last, op->attr.norm.eps); break;
   case IR_RMSNORM: ntp_cpu_rmsnorm(a->f, o->f, n / last, last, op->attr.norm.eps); break;
   case IR_ROPE:
-    ntp_cpu_rope(a->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2], a->shape.dim[3], op->attr.rope.theta);
+    ntp_cpu_rope_at(a->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2], a->shape.dim[3], op->attr.rope.theta,
+                    op->attr.rope.pos0);
     break;
   case IR_ATTENTION: {
-    const ntp_host_tensor *v = &t[op->args[2]];
-    if (ntp_cpu_attention(a->f, b->f, v->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2], b->shape.dim[2],
-                          a->shape.dim[3], op->attr.attn.causal, op->attr.attn.scale) != 0) {
-      snprintf(err, cap, "attention: out of memory");
+    const ntp_host_tensor *v = args[2];
+    int64_t group = op->attr.attn.group ? op->attr.attn.group : a->shape.dim[2] / b->shape.dim[2];
+    if (ntp_cpu_attention_heads(a->f, b->f, v->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2],
+                                b->shape.dim[2], a->shape.dim[3], op->attr.attn.causal, op->attr.attn.scale,
+                                op->attr.attn.q_off, group, op->attr.attn.kv_off) != 0) {
+      snprintf(err, cap, "attention: out of memory or kv heads not held");
       return -1;
     }
     break;
@@ -206,7 +232,13 @@ int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result 
       goto done;
     }
     double ti = op->code == IR_INPUT || op->code == IR_PARAM ? now_seconds() : 0;
-    if (run_op(m, op, t, seed, err, cap) != 0) goto done;
+    if (op->code == IR_INPUT || op->code == IR_PARAM) {
+      ntp_init_tensor(m, op->result, seed, &t[op->result]);
+    } else {
+      const ntp_host_tensor *args[NTP_MAX_ARGS];
+      for (int a = 0; a < op->nargs; a++) args[a] = &t[op->args[a]];
+      if (ntp_exec_op(op, &t[op->result], args, err, cap) != 0) goto done;
+    }
     if (ti) init_time += now_seconds() - ti;
     for (int a = 0; a < op->nargs; a++)
       if (last_use[op->args[a]] == (int32_t)i) free_tensor(&t[op->args[a]]);

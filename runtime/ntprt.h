@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "ir.h"
+#include "shard.h"
 
 /* A host tensor: float data (already rounded to its storage dtype) or int32 data. */
 typedef struct ntp_host_tensor {
@@ -31,6 +32,18 @@ void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_
  * Returns 0, or -1 with a message in err. keep_all: also return inputs and params. */
 int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t errlen);
 void ntp_cpu_result_free(ntp_cpu_result *res);
+
+/* The slice `box` of the same: what one rank holds of a sharded input or parameter. */
+void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t);
+/* One compute op on host tensors of local shapes (not INPUT/PARAM: see ntp_init_slice). */
+int ntp_exec_op(const ir_op *op, ntp_host_tensor *out, const ntp_host_tensor *const *args, char *err, size_t cap);
+
+/* cpu_sim.c: all ranks of a sharded program in one process, each in its own arena laid
+ * out by the memory plan, collectives done in memory with NCCL's semantics. The global
+ * outputs are assembled from the ranks' pieces. */
+int ntp_sim_run(const sh_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t errlen);
+/* max_i |a_i - b_i| / max_i |b_i| (0 when b is all zero and a equals it) */
+double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref);
 
 /* tensor_io.c */
 /* Writes DIR/manifest.tsv and one raw little-endian file per tensor (see docs/cli.md). */

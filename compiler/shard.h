@@ -1,0 +1,142 @@
+/* shard.h — the sharded program: what every rank computes and what moves between ranks.
+ *
+ * The global IR says what the model computes; the sharded program says who computes
+ * which part. Every tensor here lives on one rank and holds a box (a hyper-rectangle of
+ * global indices) of one global value. Steps run in order: a compute step is one
+ * primitive op on one rank's local tensors; a comm step moves or reduces boxes between
+ * ranks (a collective). The per-rank programs are this list filtered by rank, and the
+ * CPU simulator and the CUDA backend execute the same list.
+ */
+#ifndef NTP_SHARD_H
+#define NTP_SHARD_H
+
+#include "ir.h"
+
+typedef struct ntp_box {
+  int32_t ndim;
+  int64_t lo[NTP_MAX_RANK], hi[NTP_MAX_RANK];
+} ntp_box;
+
+int64_t box_volume(const ntp_box *b);
+bool box_eq(const ntp_box *a, const ntp_box *b);
+bool box_contains(const ntp_box *outer, const ntp_box *inner);
+bool box_intersect(const ntp_box *a, const ntp_box *b, ntp_box *out);
+ntp_box box_full(const ntp_shape *s);
+ntp_shape box_shape(const ntp_box *b);
+const char *box_str(const ntp_box *b, char *buf, size_t cap);
+
+/* Balanced split of n units into parts: part i gets [lo, hi); sizes differ by at most one. */
+void split_range(int64_t n, int64_t parts, int64_t i, int64_t *lo, int64_t *hi);
+/* The same in units of `unit` elements (the last unit may be short). */
+void split_units(int64_t n, int64_t unit, int64_t parts, int64_t i, int64_t *lo, int64_t *hi);
+
+/* ---- placement of a layer: ranks partitioned into TP groups, batch rows split ---- */
+typedef struct sh_placement {
+  int32_t ngroups;
+  int32_t group_start[NTP_MAX_GROUPS + 1]; /* group g = ranks [start[g], start[g+1]) */
+  int64_t row_start[NTP_MAX_GROUPS + 1];   /* group g takes batch rows [row_start[g], row_start[g+1]) */
+  bool seq_parallel;
+  int32_t rule; /* plan rule that set it, -1 = inline @tp or the default */
+} sh_placement;
+
+typedef struct sh_tensor {
+  int32_t rank;
+  int32_t global; /* the global value it holds a box of; -1 for a layer-internal temporary */
+  ntp_box box;    /* in the global value's coordinates (temporaries: their own) */
+  ntp_dtype dtype;
+  bool persistent; /* a parameter or input slice: lives for the whole program, outside the arena */
+  const char *name;
+  int32_t init_value; /* persistent: the input/param it is a slice of, and the box in its coordinates */
+  ntp_box init_box;
+  int32_t def, last_use; /* steps */
+  int64_t offset;        /* byte offset: in the rank's arena, or in its parameter block if persistent */
+} sh_tensor;
+
+#define SH_COMMS(X)                                                                    \
+  X(ALL_REDUCE, "all-reduce")         /* sum of partials, result on every member */   \
+  X(REDUCE_SCATTER, "reduce-scatter") /* sum of partials, each member keeps a slice */ \
+  X(ALL_GATHER, "all-gather")         /* each member receives every other's slice */  \
+  X(ALL_TO_ALL, "all-to-all")         /* every member sends a distinct slice to every other */ \
+  X(SEND_RECV, "send/recv")           /* grouped point-to-point transfers */           \
+  X(LOCAL_COPY, "local copy")         /* slices copied within ranks: no communication */
+
+typedef enum {
+#define X(e, s) COMM_##e,
+  SH_COMMS(X)
+#undef X
+} sh_comm_kind;
+const char *sh_comm_name(sh_comm_kind k);
+
+/* One box moved from tensor src to tensor dst (global coordinates of the value). For
+ * reductions, the dst receives the sum over all srcs of the step that share its box. */
+typedef struct sh_xfer {
+  int32_t src, dst;
+  ntp_box box;
+} sh_xfer;
+
+typedef enum { SH_COMPUTE, SH_COMM } sh_step_kind;
+
+typedef struct sh_step {
+  sh_step_kind kind;
+  int32_t layer; /* global layer, -1 = model level */
+  ntp_loc loc;
+  /* compute: op.code and op.attr as in the global IR; op.args / op.result are tensor ids */
+  int32_t rank;
+  ir_op op;
+  /* comm */
+  sh_comm_kind comm;
+  int32_t *ranks; /* participants, ascending */
+  int32_t nranks;
+  sh_xfer *xfers;
+  size_t nxfers;
+  int64_t elems;      /* logical size: the reduced / gathered tensor's elements */
+  int64_t *bytes_out; /* per participant: bytes sent (ring algorithms for reductions) */
+  int64_t *bytes_in;  /* per participant: bytes received */
+  const char *why;    /* what asked for it: "attn: row-parallel partial sums", "redistribute x" */
+} sh_step;
+
+typedef struct sh_rank_mem {
+  int64_t arena_bytes;  /* peak activation memory (the arena's size) */
+  int64_t param_bytes;  /* parameter slices held */
+  int64_t input_bytes;
+  int64_t bytes_sent, bytes_received;
+} sh_rank_mem;
+
+typedef struct sh_output {
+  const char *name;
+  int32_t value; /* global */
+} sh_output;
+
+typedef struct sh_program {
+  const ir_module *global;
+  int32_t world;
+  sh_placement *placements; /* per global layer */
+  IR_TABLE(sh_tensor, tensors);
+  IR_TABLE(sh_step, steps);
+  sh_rank_mem *mem; /* per rank */
+  /* where each global value's pieces live: tensors holding boxes of it */
+  int32_t **pieces;
+  size_t *npieces, *cap_pieces;
+  IR_TABLE(char *, notes); /* decisions worth reporting: matmul rules chosen */
+  arena pool;
+} sh_program;
+
+/* shard.c: plan resolution + lowering. NULL on error (diagnostics reported). */
+typedef struct shard_options {
+  int32_t world; /* 0 = from the plan, else 1 */
+} shard_options;
+
+sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sink *diags);
+void sh_program_free(sh_program *p);
+/* the sharded program's verifier: shape rules on local shapes, transfers inside tensors */
+bool sh_verify(const sh_program *p, char *err, size_t cap);
+/* memplan.c */
+void sh_plan_memory(sh_program *p);
+/* false + message if two tensors live at once overlap in a rank's arena */
+bool sh_check_memory(const sh_program *p, char *err, size_t cap);
+/* shard_print.c */
+void sh_print(const sh_program *p, FILE *out);                /* --emit=sharded-ir */
+void sh_print_rank(const sh_program *p, int32_t rank, FILE *out); /* --emit=rank:N */
+void sh_print_report(const sh_program *p, FILE *out);         /* ntpc report */
+
+#endif

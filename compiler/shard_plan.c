@@ -1,0 +1,125 @@
+/* shard_plan.c — from inline @tp annotations and the active plan to one placement per
+ * layer: the world size, TP groups (equal or not), sequence parallelism, batch shares. */
+#include <string.h>
+
+#include "shard.h"
+#include "shard_internal.h"
+
+/* More literal characters = more specific; '*' counts for nothing. */
+static int specificity(const char *pattern) {
+  int n = 0;
+  for (; *pattern; pattern++) n += *pattern != '*';
+  return n;
+}
+
+static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
+  diag_emit(c->diags, NTPC_ERROR, file, loc, fmt, a, b);
+}
+
+bool shard_resolve_placements(placement_ctx *c) {
+  const ir_module *m = c->m;
+  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  size_t errors = c->diags->errors;
+
+  int32_t W = c->world_opt > 0 ? c->world_opt : 1;
+  if (plan && plan->world) {
+    if (c->world_opt > 0 && c->world_opt != plan->world)
+      place_error(c, plan->file, plan->loc, "plan sets world %lld, but --world is %lld", (long long)plan->world,
+                  (long long)c->world_opt);
+    W = (int32_t)plan->world;
+  }
+  c->world = W;
+
+  for (size_t l = 0; l < m->n_layers; l++) {
+    const ir_layer *ly = &m->layers[l];
+    sh_placement *pl = &c->out[l];
+    *pl = (sh_placement){.rule = -1};
+    ir_tp tp = ly->tp;
+    const char *file = m->file;
+    int best = -1;
+    const ir_rule *rule = NULL;
+    for (size_t r = 0; plan && r < plan->nrules; r++) {
+      if (!ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
+      int spec = specificity(plan->rules[r].pattern);
+      if (spec >= best) { /* more specific wins; among equals, the later */
+        best = spec;
+        rule = &plan->rules[r];
+        pl->rule = (int32_t)r;
+      }
+    }
+    if (rule) {
+      tp = rule->tp;
+      file = plan->file;
+      pl->seq_parallel = rule->seq_parallel;
+    }
+    /* With one rank every layer runs whole; inline annotations are defaults for larger worlds. */
+    if (W == 1 && !rule) tp = (ir_tp){.kind = TP_NONE};
+
+    int64_t groups[NTP_MAX_GROUPS];
+    int ng = 0;
+    if (tp.kind == TP_AUTO) {
+      if (W > 1)
+        diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
+                  "layer '%s': 'tp auto' is resolved by the planner ('ntpc plan'), which this version does not have",
+                  ly->name);
+      groups[ng++] = W;
+    } else if (tp.kind == TP_NONE || (tp.kind == TP_DEGREES && tp.n == 1)) {
+      int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
+      if (t > W) {
+        place_error(c, file, tp.loc, "TP degree %lld is larger than the world (%lld ranks)", t, W);
+        t = W;
+      } else if (W % t) {
+        diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
+                  "TP degree %lld does not divide the world (%d ranks); give unequal groups, as in tp (%lld, %lld)",
+                  (long long)t, W, (long long)t, (long long)(W - t));
+        t = 1;
+      }
+      for (int64_t g = 0; g < W / t && ng < NTP_MAX_GROUPS; g++) groups[ng++] = t;
+      if (W / t > NTP_MAX_GROUPS) {
+        place_error(c, file, tp.loc, "%lld groups: at most %lld are supported", (long long)(W / t), NTP_MAX_GROUPS);
+      }
+    } else {
+      int64_t sum = 0;
+      for (int i = 0; i < tp.n; i++) sum += groups[ng++] = tp.groups[i];
+      if (sum != W) {
+        place_error(c, file, tp.loc, "groups sum to %lld ranks, but the world has %lld", sum, W);
+        ng = 0;
+        groups[ng++] = W;
+      }
+    }
+    pl->ngroups = ng;
+    pl->group_start[0] = 0;
+    for (int g = 0; g < ng; g++) pl->group_start[g + 1] = pl->group_start[g] + (int32_t)groups[g];
+    /* batch shares: explicit, or proportional to group size (equal work per GPU) */
+    for (int g = 0; g < ng; g++) c->shares[l][g] = groups[g];
+    if (rule && rule->nbatch) {
+      if (rule->nbatch != ng)
+        place_error(c, file, rule->loc, "batch split has %lld shares but the layer has %lld groups",
+                    (long long)rule->nbatch, ng);
+      else
+        for (int g = 0; g < ng; g++) c->shares[l][g] = rule->batch[g];
+    }
+  }
+  return c->diags->errors == errors;
+}
+
+/* Rows per group in proportion to the shares, largest remainders first; sums to rows. */
+void shard_split_rows(int64_t rows, const int64_t *shares, int32_t ngroups, int64_t *row_start) {
+  int64_t total = 0, given = 0, take[NTP_MAX_GROUPS], rem[NTP_MAX_GROUPS];
+  bool bumped[NTP_MAX_GROUPS] = {0};
+  for (int g = 0; g < ngroups; g++) total += shares[g];
+  for (int g = 0; g < ngroups; g++) {
+    given += take[g] = rows * shares[g] / total;
+    rem[g] = rows * shares[g] % total;
+  }
+  while (given < rows) {
+    int best = -1;
+    for (int g = 0; g < ngroups; g++)
+      if (!bumped[g] && (best < 0 || rem[g] > rem[best])) best = g;
+    take[best]++;
+    bumped[best] = true;
+    given++;
+  }
+  row_start[0] = 0;
+  for (int g = 0; g < ngroups; g++) row_start[g + 1] = row_start[g] + take[g];
+}

@@ -1,0 +1,232 @@
+/* shard_print.c — the sharded program as text: the whole step list (--emit=sharded-ir),
+ * one rank's program with its memory plan (--emit=rank:N), and the static report. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard.h"
+
+static const char *human(int64_t b, char *buf, size_t cap) {
+  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0) snprintf(buf, cap, "%lld B", (long long)b);
+  else snprintf(buf, cap, "%.1f %s", v, unit[u]);
+  return buf;
+}
+
+static void print_placement(const sh_program *p, size_t l, FILE *out) {
+  const ir_layer *ly = &p->global->layers[l];
+  const sh_placement *pl = &p->placements[l];
+  fprintf(out, "placement %s: groups (", ly->name);
+  for (int g = 0; g < pl->ngroups; g++)
+    fprintf(out, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);
+  fputs(") rows", out);
+  for (int g = 0; g < pl->ngroups; g++)
+    fprintf(out, " [%lld:%lld)", (long long)pl->row_start[g], (long long)pl->row_start[g + 1]);
+  if (pl->seq_parallel) fputs(", sequence parallel", out);
+  fputc('\n', out);
+}
+
+static void print_tensor_type(const sh_tensor *t, FILE *out) {
+  ntp_shape s = box_shape(&t->box);
+  char buf[128];
+  fprintf(out, "%s%s", dtype_name(t->dtype), shape_str(&s, buf, sizeof buf));
+}
+
+static void print_compute(const sh_program *p, const sh_step *st, FILE *out) {
+  const sh_tensor *t = &p->tensors[st->op.result];
+  char buf[160];
+  fprintf(out, "t%d = %s", st->op.result, ir_op_name(st->op.code));
+  if (st->op.code == IR_INPUT || st->op.code == IR_PARAM)
+    fprintf(out, " %s%s", t->name, box_str(&t->init_box, buf, sizeof buf));
+  for (int a = 0; a < st->op.nargs; a++) fprintf(out, "%st%d", a ? ", " : " ", st->op.args[a]);
+  fputs(" : ", out);
+  print_tensor_type(t, out);
+  ir_print_attrs(&st->op, out);
+  if (t->global >= 0 && st->op.code != IR_INPUT && st->op.code != IR_PARAM)
+    fprintf(out, "  # %%%d%s", t->global, box_str(&t->box, buf, sizeof buf));
+}
+
+static void print_comm_head(const sh_step *st, FILE *out) {
+  fprintf(out, "%s {", sh_comm_name(st->comm));
+  for (int i = 0; i < st->nranks; i++) fprintf(out, "%s%d", i ? "," : "", st->ranks[i]);
+  fprintf(out, "} %lld elems", (long long)st->elems);
+  if (st->why) fprintf(out, "  # %s", st->why);
+  fputc('\n', out);
+}
+
+static const char *layer_name(const sh_program *p, int32_t l) {
+  return l >= 0 ? p->global->layers[l].name : "model level";
+}
+
+void sh_print(const sh_program *p, FILE *out) {
+  fprintf(out, "sharded %s: world %d, %zu steps, %zu tensors\n", p->global->name, p->world, p->n_steps, p->n_tensors);
+  for (size_t l = 0; l < p->global->n_layers; l++) print_placement(p, l, out);
+  for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
+  int32_t layer = -2;
+  char buf[160];
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->layer != layer) {
+      layer = st->layer;
+      fprintf(out, "%s:\n", layer_name(p, layer));
+    }
+    if (st->kind == SH_COMPUTE) {
+      fprintf(out, "  r%d ", st->rank);
+      print_compute(p, st, out);
+      fputc('\n', out);
+      continue;
+    }
+    fputs("  ", out);
+    print_comm_head(st, out);
+    for (size_t x = 0; x < st->nxfers; x++) {
+      const sh_xfer *xf = &st->xfers[x];
+      fprintf(out, "    t%d@r%d -> t%d@r%d %s\n", xf->src, p->tensors[xf->src].rank, xf->dst, p->tensors[xf->dst].rank,
+              box_str(&xf->box, buf, sizeof buf));
+    }
+  }
+  for (size_t o = 0; o < p->global->n_outputs; o++) {
+    int32_t v = p->global->outputs[o].value;
+    fprintf(out, "output %s = %%%d:", p->global->outputs[o].name, v);
+    for (size_t i = 0; i < p->npieces[v]; i++) {
+      const sh_tensor *t = &p->tensors[p->pieces[v][i]];
+      fprintf(out, " t%d@r%d%s", p->pieces[v][i], t->rank, box_str(&t->box, buf, sizeof buf));
+    }
+    fputc('\n', out);
+  }
+}
+
+void sh_print_rank(const sh_program *p, int32_t rank, FILE *out) {
+  const sh_rank_mem *m = &p->mem[rank];
+  char a[32], b[32], c[32], d[32], e[32], buf[160];
+  fprintf(out, "rank %d of %d (%s): params %s, inputs %s, arena %s (peak activations), sent %s, received %s\n", rank,
+          p->world, p->global->name, human(m->param_bytes, a, 32), human(m->input_bytes, b, 32),
+          human(m->arena_bytes, c, 32), human(m->bytes_sent, d, 32), human(m->bytes_received, e, 32));
+  int32_t layer = -2;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    bool mine = st->kind == SH_COMPUTE ? st->rank == rank : false;
+    if (st->kind == SH_COMM)
+      for (int i = 0; i < st->nranks; i++) mine |= st->ranks[i] == rank;
+    if (!mine) continue;
+    if (st->layer != layer) {
+      layer = st->layer;
+      fprintf(out, "%s:\n", layer_name(p, layer));
+    }
+    if (st->kind == SH_COMPUTE) {
+      const sh_tensor *t = &p->tensors[st->op.result];
+      fputs("  ", out);
+      print_compute(p, st, out);
+      fprintf(out, "  @%s+%lld\n", t->persistent ? "params" : "arena", (long long)t->offset);
+      continue;
+    }
+    fputs("  ", out);
+    print_comm_head(st, out);
+    for (size_t x = 0; x < st->nxfers; x++) {
+      const sh_xfer *xf = &st->xfers[x];
+      const sh_tensor *src = &p->tensors[xf->src], *dst = &p->tensors[xf->dst];
+      if (src->rank != rank && dst->rank != rank) continue;
+      if (src->rank == rank && dst->rank == rank) fprintf(out, "    copy t%d -> t%d", xf->src, xf->dst);
+      else if (src->rank == rank) fprintf(out, "    send t%d -> rank %d", xf->src, dst->rank);
+      else fprintf(out, "    recv t%d <- rank %d", xf->dst, src->rank);
+      fprintf(out, " %s", box_str(&xf->box, buf, sizeof buf));
+      if (dst->rank == rank) fprintf(out, "  t%d @arena+%lld", xf->dst, (long long)dst->offset);
+      fputc('\n', out);
+    }
+  }
+}
+
+/* Bytes alive on each rank at each step (difference arrays over lifetimes). */
+static int64_t *live_bytes(const sh_program *p) {
+  size_t S = p->n_steps + 2;
+  int64_t *live = calloc((size_t)p->world * S, sizeof *live);
+  if (!live) return NULL;
+  for (size_t i = 0; i < p->n_tensors; i++) {
+    const sh_tensor *t = &p->tensors[i];
+    if (t->persistent || t->def < 0) continue;
+    int64_t b = box_volume(&t->box) * (int64_t)dtype_bytes(t->dtype);
+    live[(size_t)t->rank * S + (size_t)t->def] += b;
+    live[(size_t)t->rank * S + (size_t)t->last_use + 1] -= b;
+  }
+  for (int32_t r = 0; r < p->world; r++)
+    for (size_t s = 1; s < S; s++) live[(size_t)r * S + s] += live[(size_t)r * S + s - 1];
+  return live;
+}
+
+void sh_print_report(const sh_program *p, FILE *out) {
+  const ir_module *m = p->global;
+  int32_t W = p->world;
+  size_t S = p->n_steps + 2, nl = m->n_layers + 1; /* slot nl-1: model level */
+  int64_t *live = live_bytes(p);
+  int64_t *params = calloc(nl * (size_t)W, sizeof *params), *peak = calloc(nl * (size_t)W, sizeof *peak);
+  int64_t *sent = calloc(nl * (size_t)W, sizeof *sent), *recv = calloc(nl * (size_t)W, sizeof *recv);
+  if (!live || !params || !peak || !sent || !recv) goto done;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    size_t l = st->layer >= 0 ? (size_t)st->layer : nl - 1;
+    if (st->kind == SH_COMPUTE) {
+      const sh_tensor *t = &p->tensors[st->op.result];
+      if (t->persistent) params[l * (size_t)W + (size_t)t->rank] += box_volume(&t->box) * (int64_t)dtype_bytes(t->dtype);
+    } else {
+      for (int i = 0; i < st->nranks; i++) {
+        sent[l * (size_t)W + (size_t)st->ranks[i]] += st->bytes_out[i];
+        recv[l * (size_t)W + (size_t)st->ranks[i]] += st->bytes_in[i];
+      }
+    }
+    for (int32_t r = 0; r < W; r++) {
+      int64_t v = live[(size_t)r * S + s];
+      if (v > peak[l * (size_t)W + (size_t)r]) peak[l * (size_t)W + (size_t)r] = v;
+    }
+  }
+  char a[32], b[32], c[32], d[32];
+  fprintf(out, "report: model %s on %d ranks", m->name, W);
+  if (m->active_plan >= 0) fprintf(out, ", plan %s", m->plans[m->active_plan].name);
+  fputc('\n', out);
+  for (size_t l = 0; l < nl; l++) {
+    bool any = false;
+    for (int32_t r = 0; r < W; r++) any |= params[l * (size_t)W + (size_t)r] || sent[l * (size_t)W + (size_t)r] || peak[l * (size_t)W + (size_t)r];
+    if (!any) continue;
+    if (l < nl - 1) {
+      const ir_layer *ly = &m->layers[l];
+      fprintf(out, "\n%s (%s) ", ly->name, ir_layer_kind_name(ly->kind));
+      print_placement(p, l, out);
+    } else {
+      fputs("\nmodel level (residual adds, explicit ops)\n", out);
+    }
+    fprintf(out, "  %-5s %12s %14s %12s %12s\n", "rank", "params", "peak activ.", "sent", "received");
+    for (int32_t r = 0; r < W; r++) {
+      size_t k = l * (size_t)W + (size_t)r;
+      fprintf(out, "  %-5d %12s %14s %12s %12s\n", r, human(params[k], a, 32), human(peak[k], b, 32), human(sent[k], c, 32),
+              human(recv[k], d, 32));
+    }
+    for (size_t s = 0; s < p->n_steps; s++) {
+      const sh_step *st = &p->steps[s];
+      if (st->kind != SH_COMM || st->comm == COMM_LOCAL_COPY || (st->layer >= 0 ? (size_t)st->layer : nl - 1) != l) continue;
+      fprintf(out, "  %-14s ranks {", sh_comm_name(st->comm));
+      for (int i = 0; i < st->nranks; i++) fprintf(out, "%s%d", i ? "," : "", st->ranks[i]);
+      fprintf(out, "}  %lld elems, %s sent by rank %d\n", (long long)st->elems, human(st->bytes_out[0], a, 32), st->ranks[0]);
+    }
+  }
+  fprintf(out, "\ntotals per step (forward)\n  %-5s %12s %12s %14s %12s %12s\n", "rank", "params", "inputs", "peak activ.",
+          "sent", "received");
+  int64_t tsent = 0;
+  for (int32_t r = 0; r < W; r++) {
+    const sh_rank_mem *mm = &p->mem[r];
+    char e[32];
+    fprintf(out, "  %-5d %12s %12s %14s %12s %12s\n", r, human(mm->param_bytes, a, 32), human(mm->input_bytes, b, 32),
+            human(mm->arena_bytes, c, 32), human(mm->bytes_sent, d, 32), human(mm->bytes_received, e, 32));
+    tsent += mm->bytes_sent;
+  }
+  fprintf(out, "  all ranks: %s sent\n", human(tsent, a, 32));
+  for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
+done:
+  free(live);
+  free(params);
+  free(peak);
+  free(sent);
+  free(recv);
+}

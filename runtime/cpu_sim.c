@@ -1,0 +1,243 @@
+/* cpu_sim.c — the multi-rank CPU simulation: every rank of a sharded program in one
+ * process. Each rank's tensors live in its own arena at the offsets of the memory plan
+ * (so a wrong plan corrupts results and fails the equivalence tests), collectives are
+ * done in memory with NCCL's semantics (reductions sum in fp32, then round). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_kernels.h"
+#include "ntprt.h"
+
+typedef struct rank_mem {
+  unsigned char *arena, *persist;
+} rank_mem;
+
+/* The simulator holds every element in 4 bytes (fp32 math, rounded values) while the plan
+ * counts real dtype sizes (2 bytes for bf16 / fp16): doubling every offset keeps the
+ * plan's non-overlap, so the plan is exercised as it is. */
+enum { SIM_SCALE = 2 };
+
+static void *tensor_data(const sh_program *p, rank_mem *rm, int32_t t) {
+  const sh_tensor *s = &p->tensors[t];
+  return (s->persistent ? rm[s->rank].persist : rm[s->rank].arena) + SIM_SCALE * s->offset;
+}
+
+static ntp_host_tensor view(const sh_program *p, rank_mem *rm, int32_t t) {
+  const sh_tensor *s = &p->tensors[t];
+  ntp_host_tensor h = {.name = s->name, .dtype = s->dtype, .shape = box_shape(&s->box)};
+  if (s->dtype == NTP_I32) h.i = tensor_data(p, rm, t);
+  else h.f = tensor_data(p, rm, t);
+  return h;
+}
+
+/* Calls fn(dst_off, src_off, run) for every contiguous run of `box` (global coordinates)
+ * inside a tensor holding `dbox` and one holding `sbox`; offsets are in elements. */
+static void for_runs(const ntp_box *box, const ntp_box *sbox, const ntp_box *dbox,
+                     void (*fn)(void *ctx, int64_t d, int64_t s, int64_t n), void *ctx) {
+  int nd = box->ndim;
+  if (nd == 0) {
+    fn(ctx, 0, 0, 1);
+    return;
+  }
+  int64_t sst[NTP_MAX_RANK], dst[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0};
+  for (int d = nd - 1, ss = 1, ds = 1; d >= 0; d--) {
+    sst[d] = ss;
+    dst[d] = ds;
+    ss *= (int)(sbox->hi[d] - sbox->lo[d]);
+    ds *= (int)(dbox->hi[d] - dbox->lo[d]);
+  }
+  int64_t run = box->hi[nd - 1] - box->lo[nd - 1];
+  for (;;) {
+    int64_t so = 0, doff = 0;
+    for (int d = 0; d < nd; d++) {
+      int64_t g = box->lo[d] + (d == nd - 1 ? 0 : idx[d]);
+      so += (g - sbox->lo[d]) * sst[d];
+      doff += (g - dbox->lo[d]) * dst[d];
+    }
+    fn(ctx, doff, so, run);
+    int d = nd - 2;
+    while (d >= 0 && ++idx[d] >= box->hi[d] - box->lo[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
+typedef struct copy_ctx {
+  unsigned char *dst;
+  const unsigned char *src;
+} copy_ctx;
+
+static void copy_run(void *c, int64_t d, int64_t s, int64_t n) {
+  copy_ctx *cc = c;
+  memcpy(cc->dst + d * 4, cc->src + s * 4, (size_t)n * 4); /* every dtype is held in 4-byte elements */
+}
+
+typedef struct add_ctx {
+  float *acc;
+  const float *src;
+} add_ctx;
+
+static void add_run(void *c, int64_t d, int64_t s, int64_t n) {
+  add_ctx *ac = c;
+  for (int64_t i = 0; i < n; i++) ac->acc[d + i] += ac->src[s + i];
+}
+
+static ntp_round_mode round_mode(ntp_dtype dt) {
+  return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
+}
+
+static int run_comm(const sh_program *p, rank_mem *rm, const sh_step *st, char *err, size_t cap) {
+  bool reduce = st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER;
+  if (!reduce) {
+    /* copies read sources before any destination is written: destinations are new tensors */
+    for (size_t i = 0; i < st->nxfers; i++) {
+      const sh_xfer *x = &st->xfers[i];
+      copy_ctx cc = {tensor_data(p, rm, x->dst), tensor_data(p, rm, x->src)};
+      for_runs(&x->box, &p->tensors[x->src].box, &p->tensors[x->dst].box, copy_run, &cc);
+    }
+    return 0;
+  }
+  /* each destination: the sum of its sources in participant order, in fp32, then rounded */
+  bool *done = calloc(st->nxfers, 1);
+  for (size_t i = 0; i < st->nxfers; i++) {
+    if (done[i]) continue;
+    int32_t dt = st->xfers[i].dst;
+    const sh_tensor *d = &p->tensors[dt];
+    int64_t n = box_volume(&d->box);
+    float *acc = calloc((size_t)(n ? n : 1), sizeof *acc);
+    if (!acc) {
+      snprintf(err, cap, "out of memory in a reduction");
+      free(done);
+      return -1;
+    }
+    for (size_t j = i; j < st->nxfers; j++) {
+      if (st->xfers[j].dst != dt) continue;
+      done[j] = 1;
+      add_ctx ac = {acc, tensor_data(p, rm, st->xfers[j].src)};
+      for_runs(&st->xfers[j].box, &p->tensors[st->xfers[j].src].box, &d->box, add_run, &ac);
+    }
+    ntp_round_buf(acc, (size_t)n, round_mode(d->dtype));
+    memcpy(tensor_data(p, rm, dt), acc, (size_t)n * sizeof *acc);
+    free(acc);
+  }
+  free(done);
+  return 0;
+}
+
+/* Assembles global value v from its pieces (any piece serves; all hold equal data). */
+static int assemble(const sh_program *p, rank_mem *rm, int32_t v, const char *name, ntp_host_tensor *out, char *err,
+                    size_t cap) {
+  const ir_value *gv = &p->global->values[v];
+  int64_t n = shape_numel(&gv->shape);
+  *out = (ntp_host_tensor){.name = name, .dtype = gv->dtype, .shape = gv->shape};
+  void *buf = calloc((size_t)(n ? n : 1), 4);
+  unsigned char *seen = calloc((size_t)(n ? n : 1), 1);
+  if (!buf || !seen) {
+    free(buf);
+    free(seen);
+    snprintf(err, cap, "out of memory");
+    return -1;
+  }
+  if (gv->dtype == NTP_I32) out->i = buf;
+  else out->f = buf;
+  ntp_box full = box_full(&gv->shape);
+  for (size_t k = 0; k < p->npieces[v]; k++) {
+    int32_t t = p->pieces[v][k];
+    const sh_tensor *s = &p->tensors[t];
+    if (s->def < 0) continue;
+    copy_ctx cc = {buf, tensor_data(p, rm, t)};
+    for_runs(&s->box, &s->box, &full, copy_run, &cc);
+    /* mark coverage */
+    unsigned char one = 1;
+    (void)one;
+    int64_t idx[NTP_MAX_RANK] = {0}, vol = box_volume(&s->box);
+    for (int64_t e = 0; e < vol; e++) {
+      int64_t g = 0;
+      for (int d = 0; d < full.ndim; d++) g = g * full.hi[d] + s->box.lo[d] + idx[d];
+      seen[g] = 1;
+      for (int d = full.ndim - 1; d >= 0; d--) {
+        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+  for (int64_t e = 0; e < n; e++)
+    if (!seen[e]) {
+      snprintf(err, cap, "output %s: element %lld is held by no rank", name, (long long)e);
+      free(seen);
+      return -1;
+    }
+  free(seen);
+  return 0;
+}
+
+int ntp_sim_run(const sh_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+  *res = (ntp_cpu_result){0};
+  int W = p->world, rc = -1;
+  rank_mem *rm = calloc((size_t)W, sizeof *rm);
+  if (!rm) return -1;
+  for (int r = 0; r < W; r++) {
+    rm[r].arena = malloc(SIM_SCALE * (size_t)p->mem[r].arena_bytes + 1);
+    rm[r].persist = malloc(SIM_SCALE * (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 1);
+    if (!rm[r].arena || !rm[r].persist) {
+      snprintf(err, cap, "out of memory for rank %d", r);
+      goto done;
+    }
+    /* poison: a tensor read before it is written shows up as NaN, not as a lucky zero */
+    memset(rm[r].arena, 0xff, SIM_SCALE * (size_t)p->mem[r].arena_bytes + 1);
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind == SH_COMM) {
+      if (run_comm(p, rm, st, err, cap) != 0) goto done;
+      continue;
+    }
+    ntp_host_tensor out = view(p, rm, st->op.result);
+    const sh_tensor *t = &p->tensors[st->op.result];
+    if (st->op.code == IR_INPUT || st->op.code == IR_PARAM) {
+      ntp_init_slice(p->global, t->init_value, &t->init_box, seed, &out);
+      continue;
+    }
+    ntp_host_tensor args[NTP_MAX_ARGS];
+    const ntp_host_tensor *argp[NTP_MAX_ARGS];
+    for (int a = 0; a < st->op.nargs; a++) {
+      args[a] = view(p, rm, st->op.args[a]);
+      argp[a] = &args[a];
+    }
+    if (ntp_exec_op(&st->op, &out, argp, err, cap) != 0) goto done;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  res->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  const ir_module *m = p->global;
+  res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
+  if (!res->outputs) goto done;
+  for (size_t o = 0; o < m->n_outputs; o++) {
+    if (assemble(p, rm, m->outputs[o].value, m->outputs[o].name, &res->outputs[o], err, cap) != 0) goto done;
+    res->n_outputs++;
+  }
+  rc = 0;
+done:
+  for (int r = 0; r < W; r++) {
+    free(rm[r].arena);
+    free(rm[r].persist);
+  }
+  free(rm);
+  if (rc != 0) ntp_cpu_result_free(res);
+  return rc;
+}
+
+double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref) {
+  int64_t n = shape_numel(&ref->shape);
+  double maxref = 0, maxdiff = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = a->f ? a->f[i] : a->i[i], y = ref->f ? ref->f[i] : ref->i[i];
+    if (isnan(x) != isnan(y)) return INFINITY;
+    if (isnan(x)) continue;
+    if (fabs(y) > maxref) maxref = fabs(y);
+    if (fabs(x - y) > maxdiff) maxdiff = fabs(x - y);
+  }
+  return maxref > 0 ? maxdiff / maxref : maxdiff;
+}
