@@ -137,9 +137,15 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
     if (a->shape.dim[0] != b->shape.dim[0] || a->shape.dim[1] != b->shape.dim[1] || a->shape.dim[3] != b->shape.dim[3])
       return fail(err, cap, "attention q %s and k %s disagree", shape_str(&a->shape, sa, 96),
                   shape_str(&b->shape, sb, 96));
-    if (a->shape.dim[2] % b->shape.dim[2])
+    if (op->attr.attn.group > 0) {
+      /* a head-sharded slice: every query head's kv head must be held */
+      const int64_t g = op->attr.attn.group, q0 = op->attr.attn.q_off, k0 = op->attr.attn.kv_off;
+      if (g < 1 || q0 / g < k0 || (q0 + a->shape.dim[2] - 1) / g - k0 >= b->shape.dim[2])
+        return fail(err, cap, "query heads %lld.. need kv heads this shard does not hold", (long long)q0);
+    } else if (a->shape.dim[2] % b->shape.dim[2]) {
       return fail(err, cap, "heads (%lld) must be a multiple of kv heads (%lld)", (long long)a->shape.dim[2],
                   (long long)b->shape.dim[2]);
+    }
     if (a->dtype != b->dtype || a->dtype != v->dtype) return fail(err, cap, "attention operands differ in dtype");
     *shape = a->shape;
     *dt = a->dtype;

@@ -857,6 +857,13 @@ static void lower_layer(lower *L, int32_t l) {
                     pl->row_start[g + 1]};
     if (gc.b1 == gc.b0) continue; /* a group without batch rows idles in this layer */
     if (!check_degree(L, ly, gc.t)) return;
+    if (pl->seq_parallel && gc.t > 1 && (xs.ndim < 2 || xs.dim[1] < gc.t)) {
+      diag_emit(L->diags, NTPC_ERROR, L->m->file, ly->loc,
+                "layer '%s': sequence parallelism over %d ranks needs at least %d sequence positions", ly->name, gc.t,
+                gc.t);
+      L->failed = true;
+      return;
+    }
     switch (ly->kind) {
     case LAYER_EMBEDDING: lower_embedding(L, &gc, x, core); break;
     case LAYER_LINEAR: lower_linear(L, &gc, x, core); break;
@@ -920,6 +927,20 @@ sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sin
   }
   if (!L.use_layouts)
     for (size_t v = 0; v < nv; v++) L.lay[v] = (ntp_layout){.mesh = -1};
+  for (size_t v = 0; v < nv && L.use_layouts; v++) {
+    const ir_value *val = &m->values[v];
+    if (val->layout.mesh < 0) continue;
+    const ir_mesh *mesh = &m->meshes[val->layout.mesh];
+    for (int d = 0; d < val->shape.ndim; d++) {
+      int64_t parts = 1;
+      for (int k = 0; k < mesh->ndims; k++)
+        if (val->layout.axes[d] & (1u << k)) parts *= mesh->size[k];
+      if (val->shape.dim[d] < parts)
+        diag_emit(diags, NTPC_ERROR, m->file, m->ops[val->def].loc,
+                  "'%s': dim %d has %lld elements but is split over %lld ranks", val->name ? val->name : "value", d,
+                  (long long)val->shape.dim[d], (long long)parts);
+    }
+  }
 
   for (size_t i = 0; i < m->n_ops && !L.failed && !diags->errors;) {
     const ir_op *op = &m->ops[i];
