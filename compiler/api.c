@@ -208,7 +208,7 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
     s->module = NULL;
     return NTPC_ERR_INTERNAL;
   }
-  if (s->world >= 0 || s->module->active_plan >= 0) {
+  if (s->world >= 0) {
     shard_options opt = {.world = s->world > 0 ? s->world : 0};
     s->sharded = shard_program(s->module, &opt, &s->diags);
     if (!s->sharded) return s->diags.errors ? NTPC_ERR_INPUT : NTPC_ERR_INTERNAL;

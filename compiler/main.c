@@ -41,6 +41,7 @@ typedef struct options {
   const char *command, *file, *emit, *out, *backend, *dump, *color;
   unsigned long long seed;
   long world; /* -1: not given */
+  bool plan;  /* --plan or --plan-name given */
 } options;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -183,8 +184,10 @@ int main(int argc, char **argv) {
       o.emit = v;
     } else if ((v = opt_value(argc, argv, &i, "--plan-name", &missing))) {
       ntpc_select_plan(s, v);
+      o.plan = true;
     } else if ((v = opt_value(argc, argv, &i, "--plan", &missing))) {
       ntpc_add_plan_file(s, v);
+      o.plan = true;
     } else if ((v = opt_value(argc, argv, &i, "--model", &missing))) {
       ntpc_select_model(s, v);
     } else if ((v = opt_value(argc, argv, &i, "--backend", &missing))) {
@@ -239,8 +242,9 @@ int main(int argc, char **argv) {
   bool wants_shards = (o.command && strcmp(o.command, "report") == 0) ||
                       (o.emit && (strcmp(o.emit, "sharded-ir") == 0 || strcmp(o.emit, "report") == 0 ||
                                   strncmp(o.emit, "rank:", 5) == 0));
+  /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
-  else if (wants_shards) ntpc_set_world(s, 0);
+  else if (wants_shards || (o.plan && o.command)) ntpc_set_world(s, 0);
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, color_wanted(o.color));
   if (st == NTPC_ERR_USAGE) {

@@ -47,7 +47,7 @@ ntpc_status ntpc_add_plan_file(ntpc_session *s, const char *path);
  * model's own file is applied only when named). */
 void ntpc_select_plan(ntpc_session *s, const char *plan_name);
 /* Sharding: world > 0 shards for that many ranks; 0 shards for the active plan's world (or
- * 1); -1 (the default) shards only when a plan is active. */
+ * 1); -1 (the default) does not shard (the IR still records the plans). */
 void ntpc_set_world(ntpc_session *s, int32_t world);
 
 /* Compile: parse, check, build and verify the IR. NTPC_OK or NTPC_ERR_INPUT (see diagnostics). */

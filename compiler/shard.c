@@ -102,7 +102,9 @@ static void flush(lower *L);
 
 static int32_t compute(lower *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs, const ir_op *attrs,
                        int32_t global, ntp_box box, ntp_dtype dt, const char *name) {
-  flush(L);
+  /* queued transfers wait (and batch into bigger collectives) until an operand needs them */
+  for (int i = 0; i < nargs; i++)
+    if (L->p->tensors[args[i]].def < 0) flush(L);
   int32_t t = new_tensor(L, rank, global, box, dt, name);
   sh_step st = {.kind = SH_COMPUTE, .rank = rank};
   if (attrs) st.op.attr = attrs->attr;
@@ -467,13 +469,21 @@ static void follow(lower *L, const ir_op *op) {
   }
   rank_box *rb = malloc((size_t)(L->W * 4 + 4) * sizeof *rb);
   size_t n = where(L, a >= 0 ? a : r, rb);
-  /* rb may list a piece twice when an earlier redistribution made copies: keep one per rank and box */
+  /* two passes: every piece's operands first (one batch of transfers), then the computes */
+  int32_t(*argv)[NTP_MAX_ARGS] = malloc((n + 1) * sizeof *argv);
+  ntp_box *resv = malloc((n + 1) * sizeof *resv);
+  for (int pass = 0; pass < 2; pass++)
   for (size_t i = 0; i < n; i++) {
     ntp_box box = rb[i].box;
-    bool dup = false;
+    bool dup = false; /* rb may list a piece twice when a redistribution made copies */
     for (size_t j = 0; j < i; j++) dup |= rb[j].rank == rb[i].rank && box_eq(&rb[j].box, &box);
     if (dup) continue;
-    int32_t rank = rb[i].rank, args[NTP_MAX_ARGS];
+    int32_t rank = rb[i].rank, *args = argv[i];
+    if (pass == 1) {
+      int32_t t = compute(L, rank, op->code, args, op->nargs, op, r, resv[i], vdtype(L, r), L->m->values[r].name);
+      add_home(L, r, t);
+      continue;
+    }
     ntp_box res = box;
     if (op->code == IR_MATMUL) {
       ntp_shape bs = vshape(L, op->args[1]);
@@ -498,10 +508,11 @@ static void follow(lower *L, const ir_op *op) {
       }
       for (int j = 0; j < op->nargs; j++) args[j] = ensure(L, op->args[j], rank, project(res, vshape(L, op->args[j])));
     }
-    int32_t t = compute(L, rank, op->code, args, op->nargs, op, r, res, vdtype(L, r), L->m->values[r].name);
-    add_home(L, r, t);
+    resv[i] = res;
   }
   if (a >= 0 && L->use_layouts) L->lay[r] = L->lay[a];
+  free(argv);
+  free(resv);
   free(rb);
 }
 
@@ -852,6 +863,12 @@ static void lower_layer(lower *L, int32_t l) {
   ntp_shape xs = vshape(L, x);
   shard_split_rows(xs.ndim ? xs.dim[0] : 1, L->shares[l], pl->ngroups, pl->row_start);
   L->why = arena_printf(&L->p->pool, "%s: input redistribution", ly->name);
+  /* every group's input first, so the redistribution is one collective per set of ranks */
+  for (int g = 0; g < pl->ngroups; g++) {
+    group_ctx gc = {.b0 = pl->row_start[g], .b1 = pl->row_start[g + 1]};
+    if (gc.b1 > gc.b0)
+      for (int32_t r = pl->group_start[g]; r < pl->group_start[g + 1]; r++) ensure(L, x, r, rows_box(L, x, &gc));
+  }
   for (int g = 0; g < pl->ngroups; g++) {
     group_ctx gc = {ly, pl, g, pl->group_start[g], pl->group_start[g + 1] - pl->group_start[g], pl->row_start[g],
                     pl->row_start[g + 1]};
@@ -893,8 +910,11 @@ sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sin
   p->global = m;
   p->placements = calloc(m->n_layers + 1, sizeof *p->placements);
   int64_t(*shares)[NTP_MAX_GROUPS] = calloc(m->n_layers + 1, sizeof *shares);
-  placement_ctx pc = {m, diags, opt->world, 0, p->placements, shares};
-  if (!shard_resolve_placements(&pc)) {
+  ntp_loc *auto_locs = calloc(m->n_layers + 1, sizeof *auto_locs);
+  placement_ctx pc = {m, diags, opt->world, 0, p->placements, shares, auto_locs};
+  bool placed = shard_resolve_placements(&pc);
+  free(auto_locs);
+  if (!placed) {
     free(shares);
     sh_program_free(p);
     return NULL;

@@ -11,6 +11,7 @@ typedef struct placement_ctx {
   int32_t world;     /* resolved */
   sh_placement *out; /* per layer */
   int64_t (*shares)[NTP_MAX_GROUPS]; /* per layer: batch share of each group */
+  ntp_loc *auto_locs;                /* per layer: where its 'tp auto' came from */
 } placement_ctx;
 
 bool shard_resolve_placements(placement_ctx *c);

@@ -58,9 +58,13 @@ bool shard_resolve_placements(placement_ctx *c) {
     int64_t groups[NTP_MAX_GROUPS];
     int ng = 0;
     if (tp.kind == TP_AUTO) {
-      if (W > 1)
+      bool seen = false; /* one report per annotation or rule, not per layer it matches */
+      for (size_t k = 0; k < l; k++) seen |= c->auto_locs[k].first_line == tp.loc.first_line && c->auto_locs[k].first_column == tp.loc.first_column;
+      c->auto_locs[l] = tp.loc;
+      if (W > 1 && !seen)
         diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
-                  "layer '%s': 'tp auto' is resolved by the planner ('ntpc plan'), which this version does not have",
+                  "'tp auto' (first matching layer '%s') is resolved by the planner ('ntpc plan'), which this version "
+                  "does not have",
                   ly->name);
       groups[ng++] = W;
     } else if (tp.kind == TP_NONE || (tp.kind == TP_DEGREES && tp.n == 1)) {

@@ -94,7 +94,7 @@ static int gen_transformer(rng *r, text *t) {
     if (H % k == 0 && nk < 6) kvs[nk++] = k;
   int KV = kvs[uni(r, 0, nk - 1)];
   bool explicit_hd = chance(r, 25);
-  int HD = 2 * uni(r, 1, 2), D = explicit_hd ? uni(r, 6, 30) : H * HD;
+  int HD = 2 * uni(r, 1, 2), D = explicit_hd ? uni(r, 8, 30) : H * HD;
   int F = uni(r, 8, 40), V = uni(r, 8, 48), B = uni(r, 1, 9), S = uni(r, 1, 8), L = uni(r, 1, 2);
   bool tokens = chance(r, 60), positions = tokens && chance(r, 50), tied = tokens && chance(r, 50);
   bool rope = chance(r, 40), causal = chance(r, 60), abias = chance(r, 30), mbias = chance(r, 30);
