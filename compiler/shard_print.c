@@ -21,6 +21,10 @@ static const char *human(int64_t b, char *buf, size_t cap) {
 static void print_placement(const sh_program *p, size_t l, FILE *out) {
   const ir_layer *ly = &p->global->layers[l];
   const sh_placement *pl = &p->placements[l];
+  if (ly->kind == LAYER_LAYERNORM || ly->kind == LAYER_RMSNORM) {
+    fprintf(out, "placement %s: follows its input (computed where its input rows are)\n", ly->name);
+    return;
+  }
   fprintf(out, "placement %s: groups (", ly->name);
   for (int g = 0; g < pl->ngroups; g++)
     fprintf(out, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);

@@ -65,5 +65,27 @@ printf 'model a { dim N = 4; input x : fp32[N]; output y = x * 2; }\nmodel b { d
 check model-pick 0 "$ntpc" run "$tmp/two.ntp" --model b; expect_text model-pick "y : fp32[3]"
 check model-missing 1 "$ntpc" check "$tmp/two.ntp" --model c; expect_text model-missing "no model named 'c'"
 
+# sharding: simulated ranks compared with the unsharded run; report; one rank's program
+toyw="-D B=8 -D S=16 -D D=64 -D H=8 -D V=250 -D L=2"
+check run-world 0 "$ntpc" run examples/gpt2.ntp --world 8 $toyw
+expect_text run-world "sharded: 8 ranks simulated"
+expect_text run-world "vs unsharded: max relative error"
+expect_text run-world ") ok"
+check report 0 "$ntpc" report examples/gpt2.ntp --plan examples/plans/gpt2_mixed8.ntp $toyw
+expect_text report "placement blk.0.attn: groups (5, 3) rows [0:5) [5:8)"
+expect_text report "totals per step (forward)"
+check emit-rank 0 "$ntpc" examples/gpt2.ntp --emit=rank:7 --plan examples/plans/gpt2_mixed8.ntp $toyw
+expect_text emit-rank "rank 7 of 8 (gpt2)"
+check emit-rank-bad 2 "$ntpc" examples/gpt2.ntp --emit=rank:8 --plan examples/plans/gpt2_mixed8.ntp $toyw
+expect_text emit-rank-bad "no such rank"
+check world-zero 2 "$ntpc" run examples/gpt2.ntp --world 0
+check world-conflict 1 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_mixed8.ntp --world 4 $toyw
+expect_text world-conflict "plan sets world 8, but --world is 4"
+check world-too-small 1 "$ntpc" run examples/gpt2.ntp --world 2 $toyw
+expect_text world-too-small "TP degree 8 is larger than the world (2 ranks)"
+check tp-auto 1 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_auto.ntp $toyw
+expect_text tp-auto "'tp auto'"
+check seed-negative 2 "$ntpc" run examples/gpt2.ntp --seed -1
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
