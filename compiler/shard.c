@@ -357,22 +357,24 @@ static void reduce(lower *L, const int32_t *parts, int n, const ntp_box *out_box
                    const char *why) {
   flush(L);
   sh_program *p = L->p;
-  const sh_tensor *p0 = &p->tensors[parts[0]];
+  /* copies: new_tensor below may move the tensor table */
+  const ntp_box in_box = p->tensors[parts[0]].box;
+  const ntp_dtype dt = p->tensors[parts[0]].dtype;
   bool scatter = false;
-  for (int i = 0; i < n; i++) scatter |= !box_eq(&out_boxes[i], &p0->box);
+  for (int i = 0; i < n; i++) scatter |= !box_eq(&out_boxes[i], &in_box);
   sh_xfer *xf = malloc((size_t)n * (size_t)n * sizeof *xf);
   size_t k = 0;
   for (int i = 0; i < n; i++) {
-    outs[i] = new_tensor(L, p->tensors[parts[i]].rank, global, out_boxes[i], p0->dtype,
+    outs[i] = new_tensor(L, p->tensors[parts[i]].rank, global, out_boxes[i], dt,
                          global >= 0 ? L->m->values[global].name : NULL);
     for (int j = 0; j < n; j++) xf[k++] = (sh_xfer){parts[j], outs[i], out_boxes[i]};
   }
-  int64_t elems = box_volume(&p0->box);
+  int64_t elems = box_volume(&in_box);
   emit_comm(L, scatter ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, xf, k, elems, why);
   free(xf);
   sh_step *st = &p->steps[p->n_steps - 1];
   /* ring algorithms: all-reduce moves 2(n-1)/n of the tensor per rank, reduce-scatter (n-1)/n */
-  int64_t bytes = elems * (int64_t)dtype_bytes(p0->dtype) * (n - 1) / n * (scatter ? 1 : 2);
+  int64_t bytes = elems * (int64_t)dtype_bytes(dt) * (n - 1) / n * (scatter ? 1 : 2);
   for (int i = 0; i < st->nranks; i++) st->bytes_out[i] = st->bytes_in[i] = bytes;
 }
 
