@@ -6,6 +6,7 @@
 #include "ir.h"
 #include "sema.h"
 #include "shard.h"
+#include "cuda_gen.h"
 
 struct ntpc_session {
   arena pool;
@@ -263,6 +264,21 @@ ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out) {
     diag_free(&quiet);
     return NTPC_OK;
   }
+  if (strcmp(kind, "cuda") == 0 || strncmp(kind, "cuda:", 5) == 0) {
+    if (!s->sharded) return usage_error(s, "--emit=%s needs a sharded program", kind);
+    long r = 0;
+    if (kind[4] == ':') {
+      char *end;
+      r = strtol(kind + 5, &end, 10);
+      if (*end || end == kind + 5 || r < 0 || r >= s->sharded->world) return usage_error(s, "--emit=%s: no such rank", kind);
+    }
+    cg_module cm;
+    char err[256];
+    if (cg_generate(s->sharded, (int32_t)r, &cm, err, sizeof err) != 0) return usage_error(s, "%s", err);
+    fwrite(cm.source, 1, cm.len, out);
+    cg_module_free(&cm);
+    return NTPC_OK;
+  }
   if (strcmp(kind, "sharded-ir") == 0 || strcmp(kind, "report") == 0 || strncmp(kind, "rank:", 5) == 0) {
     if (!s->sharded) return usage_error(s, "--emit=%s needs a sharded program: give --world or --plan", kind);
     if (kind[0] == 's') sh_print(s->sharded, out);
@@ -276,5 +292,5 @@ ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out) {
     }
     return NTPC_OK;
   }
-  return usage_error(s, "unknown --emit kind '%s' (expected tokens, ast, ir, sharded-ir, rank:N or report)", kind);
+  return usage_error(s, "unknown --emit kind '%s' (expected tokens, ast, ir, sharded-ir, rank:N, report, cuda or cuda:N)", kind);
 }

@@ -18,7 +18,7 @@ static const char usage_text[] =
     "usage: ntpc check FILE [options]          parse and check a model, report diagnostics\n"
     "       ntpc run FILE [options]            compile and run the forward pass\n"
     "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
-    "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report\n"
+    "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda\n"
     "       ntpc --help | --version\n"
     "\n"
     "options:\n"
@@ -28,7 +28,7 @@ static const char usage_text[] =
     "  --model NAME       the model to compile when the file holds several\n"
     "  --world W          shard for W ranks (default: the plan's world, else 1); run then\n"
     "                     simulates all ranks and compares with the unsharded run\n"
-    "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report\n"
+    "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels)\n"
     "  -o FILE            write the emitted text to FILE (written whole or not at all)\n"
     "  --backend NAME     run on: cpu (the reference; default)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
@@ -232,6 +232,10 @@ int main(int argc, char **argv) {
                      "");
     goto out;
   }
+  if (o.out && o.command && !o.emit && strcmp(o.command, "report") != 0) {
+    rc = usage_error("-o applies to --emit and report, not to '%s'", o.command);
+    goto out;
+  }
   if (o.backend && strcmp(o.backend, "cpu") != 0) {
     rc = usage_error(strcmp(o.backend, "cuda") == 0 ? "backend 'cuda' is not available in this version; use --backend cpu%s"
                                                    : "unknown backend '%s' (expected cpu)",
@@ -241,7 +245,7 @@ int main(int argc, char **argv) {
 
   bool wants_shards = (o.command && strcmp(o.command, "report") == 0) ||
                       (o.emit && (strcmp(o.emit, "sharded-ir") == 0 || strcmp(o.emit, "report") == 0 ||
-                                  strncmp(o.emit, "rank:", 5) == 0));
+                                  strncmp(o.emit, "rank:", 5) == 0 || strncmp(o.emit, "cuda", 4) == 0));
   /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
   else if (wants_shards || (o.plan && o.command)) ntpc_set_world(s, 0);

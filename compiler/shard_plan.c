@@ -12,7 +12,12 @@ static int specificity(const char *pattern) {
   return n;
 }
 
+/* One report per annotation or rule, however many (repeated) layers it covers. */
 static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
+  for (size_t i = 0; i < c->diags->len; i++) {
+    const ntpc_diag *d = &c->diags->items[i];
+    if (d->line == loc.first_line && d->col == loc.first_column && d->file == file) return;
+  }
   diag_emit(c->diags, NTPC_ERROR, file, loc, fmt, a, b);
 }
 
