@@ -11,6 +11,9 @@ command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v make >/dev/null || need+=(make)
 command -v flex >/dev/null || need+=(flex)
 command -v bison >/dev/null || need+=(bison)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+[ -f /usr/include/json-c/json.h ] || need+=(libjson-c-dev)  # safetensors headers
+[ -f /usr/include/dlpack/dlpack.h ] || need+=(libdlpack-dev) # tensors across the model library's ABI
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3 python3-numpy) # independent numeric tests
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}"

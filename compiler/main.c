@@ -33,12 +33,15 @@ static const char usage_text[] =
     "  --backend NAME     run on: cpu (the reference; default)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
     "  --dump DIR         (run) write inputs, params and outputs as raw files + manifest.tsv\n"
+    "  --params FILE      (run) read parameters from a safetensors file (global layout; each\n"
+    "                     simulated rank reads only its slices)\n"
+    "  --save-params FILE (run) write the parameters used to a safetensors file\n"
     "  --color=WHEN       auto | always | never (diagnostics)\n"
     "\n"
     "exit status: 0 ok, 1 errors in the input, 2 usage or environment errors\n";
 
 typedef struct options {
-  const char *command, *file, *emit, *out, *backend, *dump, *color;
+  const char *command, *file, *emit, *out, *backend, *dump, *color, *params, *save_params;
   unsigned long long seed;
   long world; /* -1: not given */
   bool plan;  /* --plan or --plan-name given */
@@ -114,13 +117,17 @@ static void print_model_summary(const ir_module *m, FILE *out) {
 }
 
 /* The sharded run: all ranks simulated, outputs assembled and compared with the unsharded run. */
-static int run_sharded(const sh_program *p, const ntp_cpu_result *ref, const options *o) {
+static int run_sharded(const sh_program *p, const ntp_safetensors *params, const ntp_cpu_result *ref, const options *o) {
   ntp_cpu_result res;
   char err[512];
-  if (ntp_sim_run(p, o->seed, &res, err, sizeof err) != 0) {
+  ntp_sim *sim = NULL;
+  if (ntp_sim_new(p, &sim, err, sizeof err) != 0 || (params && ntp_sim_load(sim, params, err, sizeof err) != 0) ||
+      ntp_sim_forward(sim, o->seed, &res, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: sharded run: %s\n", err);
+    ntp_sim_free(sim);
     return 1;
   }
+  ntp_sim_free(sim);
   printf("sharded: %d ranks simulated on the cpu backend, forward %.3f ms\n", p->world, res.seconds * 1e3);
   int rc = 0;
   for (size_t i = 0; i < res.n_outputs; i++) {
@@ -139,9 +146,21 @@ static int run_sharded(const sh_program *p, const ntp_cpu_result *ref, const opt
 static int run_cpu(const ir_module *m, const sh_program *sharded, const options *o) {
   ntp_cpu_result res;
   char err[512];
-  if (ntp_cpu_run(m, o->seed, o->dump != NULL, &res, err, sizeof err) != 0) {
+  ntp_safetensors *params = NULL;
+  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
     return 1;
+  }
+  if (ntp_cpu_run_params(m, o->seed, o->dump != NULL || o->save_params != NULL, params, &res, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
+    ntp_safetensors_close(params);
+    return 1;
+  }
+  if (o->save_params && ntp_safetensors_save(o->save_params, res.params, res.n_params, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
+    ntp_safetensors_close(params);
+    ntp_cpu_result_free(&res);
+    return 2;
   }
   print_model_summary(m, stdout);
   printf("backend cpu (reference), seed %llu, forward %.3f ms\n", o->seed, res.seconds * 1e3);
@@ -149,10 +168,12 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
     fputs("output ", stdout);
     ntp_print_tensor_summary(&res.outputs[i], stdout);
   }
-  if (sharded && run_sharded(sharded, &res, o) != 0) {
+  if (sharded && run_sharded(sharded, params, &res, o) != 0) {
     ntp_cpu_result_free(&res);
+    ntp_safetensors_close(params);
     return 1;
   }
+  ntp_safetensors_close(params);
   int rc = 0;
   if (o->dump && ntp_dump_tensors(&res, o->dump, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
@@ -200,6 +221,10 @@ int main(int argc, char **argv) {
       char *end;
       o.world = strtol(v, &end, 10);
       if (*end || o.world < 1 || o.world > 4096) { rc = usage_error("--world needs a rank count from 1 to 4096, got '%s'", v); goto out; }
+    } else if ((v = opt_value(argc, argv, &i, "--params", &missing))) {
+      o.params = v;
+    } else if ((v = opt_value(argc, argv, &i, "--save-params", &missing))) {
+      o.save_params = v;
     } else if ((v = opt_value(argc, argv, &i, "--dump", &missing))) {
       o.dump = v;
     } else if ((v = opt_value(argc, argv, &i, "--color", &missing))) {

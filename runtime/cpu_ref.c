@@ -205,6 +205,11 @@ static bool copy_out(const ntp_host_tensor *src, const char *name, ntp_host_tens
 }
 
 int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t cap) {
+  return ntp_cpu_run_params(m, seed, keep_all, NULL, res, err, cap);
+}
+
+int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
+                       ntp_cpu_result *res, char *err, size_t cap) {
   *res = (ntp_cpu_result){0};
   size_t nv = m->n_values;
   ntp_host_tensor *t = calloc(nv ? nv : 1, sizeof *t);
@@ -232,7 +237,11 @@ int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result 
       goto done;
     }
     double ti = op->code == IR_INPUT || op->code == IR_PARAM ? now_seconds() : 0;
-    if (op->code == IR_INPUT || op->code == IR_PARAM) {
+    if (op->code == IR_PARAM && params) {
+      const ir_value *v = &m->values[op->result];
+      ntp_box full = box_full(&v->shape);
+      if (ntp_safetensors_read_box(params, v->name, v->dtype, &v->shape, &full, t[op->result].f, err, cap) != 0) goto done;
+    } else if (op->code == IR_INPUT || op->code == IR_PARAM) {
       ntp_init_tensor(m, op->result, seed, &t[op->result]);
     } else {
       const ntp_host_tensor *args[NTP_MAX_ARGS];

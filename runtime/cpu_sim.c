@@ -149,8 +149,6 @@ static int assemble(const sh_program *p, rank_mem *rm, int32_t v, const char *na
     copy_ctx cc = {buf, tensor_data(p, rm, t)};
     for_runs(&s->box, &s->box, &full, copy_run, &cc);
     /* mark coverage */
-    unsigned char one = 1;
-    (void)one;
     int64_t idx[NTP_MAX_RANK] = {0}, vol = box_volume(&s->box);
     for (int64_t e = 0; e < vol; e++) {
       int64_t g = 0;
@@ -172,60 +170,125 @@ static int assemble(const sh_program *p, rank_mem *rm, int32_t v, const char *na
   return 0;
 }
 
-int ntp_sim_run(const sh_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
-  *res = (ntp_cpu_result){0};
-  int W = p->world, rc = -1;
-  rank_mem *rm = calloc((size_t)W, sizeof *rm);
-  if (!rm) return -1;
-  for (int r = 0; r < W; r++) {
-    rm[r].arena = malloc(SIM_SCALE * (size_t)p->mem[r].arena_bytes + 1);
-    rm[r].persist = malloc(SIM_SCALE * (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 1);
-    if (!rm[r].arena || !rm[r].persist) {
-      snprintf(err, cap, "out of memory for rank %d", r);
-      goto done;
-    }
-    /* poison: a tensor read before it is written shows up as NaN, not as a lucky zero */
-    memset(rm[r].arena, 0xff, SIM_SCALE * (size_t)p->mem[r].arena_bytes + 1);
+struct ntp_sim {
+  const sh_program *p;
+  rank_mem *rm;
+  bool *filled; /* per tensor: a persistent slice already holds data (set or loaded) */
+};
+
+void ntp_sim_free(ntp_sim *st) {
+  if (!st) return;
+  for (int r = 0; st->rm && r < st->p->world; r++) {
+    free(st->rm[r].arena);
+    free(st->rm[r].persist);
   }
+  free(st->rm);
+  free(st->filled);
+  free(st);
+}
+
+int ntp_sim_new(const sh_program *p, ntp_sim **out, char *err, size_t cap) {
+  ntp_sim *st = calloc(1, sizeof *st);
+  *out = NULL;
+  if (!st) return -1;
+  st->p = p;
+  st->rm = calloc((size_t)p->world, sizeof *st->rm);
+  st->filled = calloc(p->n_tensors + 1, sizeof *st->filled);
+  if (!st->rm || !st->filled) goto oom;
+  for (int r = 0; r < p->world; r++) {
+    st->rm[r].arena = malloc(SIM_SCALE * (size_t)p->mem[r].arena_bytes + 1);
+    st->rm[r].persist = malloc(SIM_SCALE * (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 1);
+    if (!st->rm[r].arena || !st->rm[r].persist) goto oom;
+    /* poison: a tensor read before it is written shows up as NaN, not as a lucky zero */
+    memset(st->rm[r].arena, 0xff, SIM_SCALE * (size_t)p->mem[r].arena_bytes + 1);
+  }
+  *out = st;
+  return 0;
+oom:
+  snprintf(err, cap, "out of memory for the simulated ranks");
+  ntp_sim_free(st);
+  return -1;
+}
+
+/* Every slice of global value v, on every rank, from the global tensor g. */
+int ntp_sim_set(ntp_sim *st, int32_t v, const ntp_host_tensor *g, char *err, size_t cap) {
+  const sh_program *p = st->p;
+  ntp_box full = box_full(&p->global->values[v].shape);
+  if (!shape_eq(&g->shape, &p->global->values[v].shape)) {
+    snprintf(err, cap, "%s: shape does not match", p->global->values[v].name);
+    return -1;
+  }
+  for (size_t t = 0; t < p->n_tensors; t++) {
+    const sh_tensor *s = &p->tensors[t];
+    if (!s->persistent || s->init_value != v) continue;
+    copy_ctx cc = {tensor_data(p, st->rm, (int32_t)t), g->f ? (void *)g->f : (void *)g->i};
+    for_runs(&s->init_box, &full, &s->init_box, copy_run, &cc);
+    st->filled[t] = true;
+  }
+  return 0;
+}
+
+int ntp_sim_load(ntp_sim *st, const ntp_safetensors *f, char *err, size_t cap) {
+  const sh_program *p = st->p;
+  for (size_t t = 0; t < p->n_tensors; t++) {
+    const sh_tensor *s = &p->tensors[t];
+    if (!s->persistent || p->global->ops[p->global->values[s->init_value].def].code != IR_PARAM) continue;
+    ntp_host_tensor h = view(p, st->rm, (int32_t)t);
+    const ir_value *gv = &p->global->values[s->init_value];
+    if (ntp_safetensors_read_box(f, gv->name, gv->dtype, &gv->shape, &s->init_box, h.f, err, cap) != 0) return -1;
+    st->filled[t] = true;
+  }
+  return 0;
+}
+
+int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+  const sh_program *p = st->p;
+  rank_mem *rm = st->rm;
+  *res = (ntp_cpu_result){0};
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (size_t s = 0; s < p->n_steps; s++) {
-    const sh_step *st = &p->steps[s];
-    if (st->kind == SH_COMM) {
-      if (run_comm(p, rm, st, err, cap) != 0) goto done;
+    const sh_step *step = &p->steps[s];
+    if (step->kind == SH_COMM) {
+      if (run_comm(p, rm, step, err, cap) != 0) return -1;
       continue;
     }
-    ntp_host_tensor out = view(p, rm, st->op.result);
-    const sh_tensor *t = &p->tensors[st->op.result];
-    if (st->op.code == IR_INPUT || st->op.code == IR_PARAM) {
-      ntp_init_slice(p->global, t->init_value, &t->init_box, seed, &out);
+    ntp_host_tensor out = view(p, rm, step->op.result);
+    const sh_tensor *t = &p->tensors[step->op.result];
+    if (step->op.code == IR_INPUT || step->op.code == IR_PARAM) {
+      /* set or loaded slices stay; the rest are generated (the default initialisation) */
+      if (!st->filled[step->op.result]) ntp_init_slice(p->global, t->init_value, &t->init_box, seed, &out);
       continue;
     }
     ntp_host_tensor args[NTP_MAX_ARGS];
     const ntp_host_tensor *argp[NTP_MAX_ARGS];
-    for (int a = 0; a < st->op.nargs; a++) {
-      args[a] = view(p, rm, st->op.args[a]);
+    for (int a = 0; a < step->op.nargs; a++) {
+      args[a] = view(p, rm, step->op.args[a]);
       argp[a] = &args[a];
     }
-    if (ntp_exec_op(&st->op, &out, argp, err, cap) != 0) goto done;
+    if (ntp_exec_op(&step->op, &out, argp, err, cap) != 0) return -1;
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   res->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   const ir_module *m = p->global;
   res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
-  if (!res->outputs) goto done;
+  if (!res->outputs) return -1;
   for (size_t o = 0; o < m->n_outputs; o++) {
-    if (assemble(p, rm, m->outputs[o].value, m->outputs[o].name, &res->outputs[o], err, cap) != 0) goto done;
+    if (assemble(p, rm, m->outputs[o].value, m->outputs[o].name, &res->outputs[o], err, cap) != 0) {
+      ntp_cpu_result_free(res);
+      return -1;
+    }
     res->n_outputs++;
   }
-  rc = 0;
-done:
-  for (int r = 0; r < W; r++) {
-    free(rm[r].arena);
-    free(rm[r].persist);
-  }
-  free(rm);
-  if (rc != 0) ntp_cpu_result_free(res);
+  return 0;
+}
+
+int ntp_sim_run(const sh_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+  ntp_sim *st;
+  *res = (ntp_cpu_result){0};
+  if (ntp_sim_new(p, &st, err, cap) != 0) return -1;
+  int rc = ntp_sim_forward(st, seed, res, err, cap);
+  ntp_sim_free(st);
   return rc;
 }
 

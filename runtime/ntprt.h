@@ -31,6 +31,10 @@ void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_
 /* Runs the forward pass of `m` on the CPU with default-initialised inputs and params.
  * Returns 0, or -1 with a message in err. keep_all: also return inputs and params. */
 int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t errlen);
+/* The same with parameters read from a safetensors file (NULL: the default initialisation). */
+typedef struct ntp_safetensors ntp_safetensors;
+int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
+                       ntp_cpu_result *res, char *err, size_t errlen);
 void ntp_cpu_result_free(ntp_cpu_result *res);
 
 /* The slice `box` of the same: what one rank holds of a sharded input or parameter. */
@@ -42,6 +46,26 @@ int ntp_exec_op(const ir_op *op, ntp_host_tensor *out, const ntp_host_tensor *co
  * out by the memory plan, collectives done in memory with NCCL's semantics. The global
  * outputs are assembled from the ranks' pieces. */
 int ntp_sim_run(const sh_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t errlen);
+
+/* The same with state kept between forwards: parameters set or loaded once. */
+typedef struct ntp_sim ntp_sim;
+int ntp_sim_new(const sh_program *p, ntp_sim **out, char *err, size_t errlen);
+/* Gives every rank its slices of global input or parameter `value` from a global tensor. */
+int ntp_sim_set(ntp_sim *s, int32_t value, const ntp_host_tensor *global, char *err, size_t errlen);
+/* Every rank reads only its parameter slices from a safetensors file. */
+int ntp_sim_load(ntp_sim *s, const ntp_safetensors *f, char *err, size_t errlen);
+/* Runs the step list; inputs and params neither set nor loaded get the default initialisation. */
+int ntp_sim_forward(ntp_sim *s, uint64_t seed, ntp_cpu_result *res, char *err, size_t errlen);
+void ntp_sim_free(ntp_sim *s);
+
+/* safetensors.c: parameters in the global layout, read by slices */
+int ntp_safetensors_open(const char *path, ntp_safetensors **out, char *err, size_t errlen);
+void ntp_safetensors_close(ntp_safetensors *f);
+/* Reads box `box` of tensor `name` (which must have dtype dt and shape `shape`) as floats. */
+int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dtype dt, const ntp_shape *shape,
+                             const ntp_box *box, float *out, char *err, size_t errlen);
+/* Writes tensors (global, in their storage dtype) to path, atomically (temp file + rename). */
+int ntp_safetensors_save(const char *path, const ntp_host_tensor *tensors, size_t n, char *err, size_t errlen);
 /* max_i |a_i - b_i| / max_i |b_i| (0 when b is all zero and a equals it) */
 double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref);
 

@@ -87,5 +87,18 @@ check tp-auto 1 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_auto.nt
 expect_text tp-auto "'tp auto'"
 check seed-negative 2 "$ntpc" run examples/gpt2.ntp --seed -1
 
+# parameters: save the default initialisation, load it back (unsharded and every rank by slices)
+check save-params 0 "$ntpc" run examples/gpt2.ntp $toyw --seed 5 --save-params "$tmp/p.safetensors"
+grep '^output' "$tmp/out" >"$tmp/a"
+check load-params 0 "$ntpc" run examples/gpt2.ntp $toyw --seed 5 --params "$tmp/p.safetensors" --plan examples/plans/gpt2_mixed8.ntp
+grep '^output' "$tmp/out" | head -1 >"$tmp/b"
+if cmp -s "$tmp/a" "$tmp/b"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "[FAIL] loaded parameters give other outputs"; fi
+expect_text load-params ") ok"
+check load-params-wrong-model 1 "$ntpc" run examples/llama_block.ntp -D B=2 -D S=16 -D D=64 -D H=8 --params "$tmp/p.safetensors"
+expect_text load-params-wrong-model "parameter 'norm1.g' is not in the file"
+printf 'junk' >"$tmp/bad.safetensors"
+check load-params-bad-file 1 "$ntpc" run examples/gpt2.ntp $toyw --params "$tmp/bad.safetensors"
+expect_text load-params-bad-file "not a safetensors file"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

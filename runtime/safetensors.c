@@ -1,0 +1,242 @@
+/* safetensors.c — parameters in the safetensors format (8-byte header length, a JSON
+ * header naming each tensor's dtype, shape and byte range, then the raw data), global
+ * layout. Reading maps the file and copies only the boxes a rank asks for, so each rank
+ * touches only its slices. The JSON is parsed and written with json-c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cpu_kernels.h"
+#include "ntprt.h"
+
+struct ntp_safetensors {
+  unsigned char *map;
+  size_t size;
+  size_t data; /* offset of the data block */
+  json_object *header;
+};
+
+static const char *st_dtype(ntp_dtype dt) {
+  return dt == NTP_BF16 ? "BF16" : dt == NTP_FP16 ? "F16" : dt == NTP_FP32 ? "F32" : "I32";
+}
+
+void ntp_safetensors_close(ntp_safetensors *f) {
+  if (!f) return;
+  if (f->map) munmap(f->map, f->size);
+  if (f->header) json_object_put(f->header);
+  free(f);
+}
+
+int ntp_safetensors_open(const char *path, ntp_safetensors **out, char *err, size_t cap) {
+  *out = NULL;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    snprintf(err, cap, "cannot open %s: %s", path, strerror(errno));
+    return -1;
+  }
+  struct stat sb;
+  ntp_safetensors *f = calloc(1, sizeof *f);
+  if (!f || fstat(fd, &sb) != 0 || sb.st_size < 8) {
+    snprintf(err, cap, "%s: not a safetensors file (too short)", path);
+    close(fd);
+    free(f);
+    return -1;
+  }
+  f->size = (size_t)sb.st_size;
+  f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (f->map == MAP_FAILED) {
+    f->map = NULL;
+    snprintf(err, cap, "cannot map %s: %s", path, strerror(errno));
+    ntp_safetensors_close(f);
+    return -1;
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = n << 8 | f->map[i]; /* little-endian */
+  if (n > f->size - 8) {
+    snprintf(err, cap, "%s: header length %llu runs past the end of the file", path, (unsigned long long)n);
+    ntp_safetensors_close(f);
+    return -1;
+  }
+  json_tokener *tok = json_tokener_new();
+  f->header = json_tokener_parse_ex(tok, (const char *)f->map + 8, (int)n);
+  json_tokener_free(tok);
+  if (!f->header || !json_object_is_type(f->header, json_type_object)) {
+    snprintf(err, cap, "%s: the header is not a JSON object", path);
+    ntp_safetensors_close(f);
+    return -1;
+  }
+  f->data = 8 + (size_t)n;
+  *out = f;
+  return 0;
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
+  if (exp == 0) {
+    if (man == 0) bits = sign;
+    else { /* subnormal: normalise */
+      exp = 113;
+      while (!(man & 1024)) {
+        man <<= 1;
+        exp--;
+      }
+      bits = sign | exp << 23 | (man & 1023) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 112) << 23 | man << 13;
+  }
+  float x;
+  memcpy(&x, &bits, 4);
+  return x;
+}
+
+/* x is already an fp16 value (rounded): its exact bit pattern */
+static uint16_t float_to_half(float x) {
+  uint32_t b;
+  memcpy(&b, &x, 4);
+  uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
+  int32_t exp = (int32_t)((b >> 23) & 255) - 127;
+  uint32_t man = b & 0x7fffff;
+  if (((b >> 23) & 255) == 255) return sign | 0x7c00 | (man ? 0x200 : 0);
+  if (exp > 15) return sign | 0x7c00;
+  if (exp >= -14) return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(man >> 13);
+  if (exp < -25) return sign;
+  return sign | (uint16_t)((man | 0x800000) >> (-exp - 1)); /* subnormal: exact for rounded inputs */
+}
+
+int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dtype dt, const ntp_shape *shape,
+                             const ntp_box *box, float *out, char *err, size_t cap) {
+  json_object *t, *jd, *js, *jo;
+  if (!json_object_object_get_ex(f->header, name, &t)) {
+    snprintf(err, cap, "parameter '%s' is not in the file", name);
+    return -1;
+  }
+  if (!json_object_object_get_ex(t, "dtype", &jd) || !json_object_object_get_ex(t, "shape", &js) ||
+      !json_object_object_get_ex(t, "data_offsets", &jo) || json_object_array_length(jo) != 2) {
+    snprintf(err, cap, "parameter '%s': incomplete header entry", name);
+    return -1;
+  }
+  const char *fdt = json_object_get_string(jd);
+  size_t esize = !strcmp(fdt, "F32") ? 4 : (!strcmp(fdt, "BF16") || !strcmp(fdt, "F16")) ? 2 : 0;
+  if (!esize) {
+    snprintf(err, cap, "parameter '%s': dtype %s is not supported (BF16, F16, F32)", name, fdt);
+    return -1;
+  }
+  if (strcmp(fdt, st_dtype(dt)) != 0) {
+    snprintf(err, cap, "parameter '%s' is %s in the file but %s in the model", name, fdt, dtype_name(dt));
+    return -1;
+  }
+  bool shape_ok = (int)json_object_array_length(js) == shape->ndim;
+  for (int d = 0; shape_ok && d < shape->ndim; d++)
+    shape_ok = json_object_get_int64(json_object_array_get_idx(js, (size_t)d)) == shape->dim[d];
+  if (!shape_ok) {
+    snprintf(err, cap, "parameter '%s': the file's shape differs from the model's", name);
+    return -1;
+  }
+  uint64_t begin = (uint64_t)json_object_get_int64(json_object_array_get_idx(jo, 0));
+  uint64_t end = (uint64_t)json_object_get_int64(json_object_array_get_idx(jo, 1));
+  if (end < begin || f->data + end > f->size || end - begin != (uint64_t)shape_numel(shape) * esize) {
+    snprintf(err, cap, "parameter '%s': data offsets out of range", name);
+    return -1;
+  }
+  const unsigned char *base = f->map + f->data + begin;
+  /* row-major walk of the box: runs along the last dim */
+  int nd = shape->ndim;
+  int64_t stride[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0};
+  for (int d = nd - 1, s = 1; d >= 0; d--) {
+    stride[d] = s;
+    s *= (int)shape->dim[d];
+  }
+  int64_t run = nd ? box->hi[nd - 1] - box->lo[nd - 1] : 1, k = 0, total = box_volume(box);
+  while (k < total) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off += (box->lo[d] + (d == nd - 1 ? 0 : idx[d])) * stride[d];
+    const unsigned char *src = base + off * (int64_t)esize;
+    for (int64_t i = 0; i < run; i++, k++) {
+      if (esize == 4) memcpy(&out[k], src + 4 * i, 4);
+      else {
+        uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+        if (dt == NTP_BF16) {
+          uint32_t bits = (uint32_t)h << 16;
+          memcpy(&out[k], &bits, 4);
+        } else {
+          out[k] = half_to_float(h);
+        }
+      }
+    }
+    int d = nd - 2;
+    while (d >= 0 && ++idx[d] >= box->hi[d] - box->lo[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+  return 0;
+}
+
+int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, char *err, size_t cap) {
+  json_object *h = json_object_new_object();
+  uint64_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_object *t = json_object_new_object(), *shape = json_object_new_array(), *offs = json_object_new_array();
+    for (int d = 0; d < ts[i].shape.ndim; d++) json_object_array_add(shape, json_object_new_int64(ts[i].shape.dim[d]));
+    uint64_t bytes = (uint64_t)shape_numel(&ts[i].shape) * dtype_bytes(ts[i].dtype);
+    json_object_array_add(offs, json_object_new_int64((int64_t)off));
+    json_object_array_add(offs, json_object_new_int64((int64_t)(off + bytes)));
+    json_object_object_add(t, "dtype", json_object_new_string(st_dtype(ts[i].dtype)));
+    json_object_object_add(t, "shape", shape);
+    json_object_object_add(t, "data_offsets", offs);
+    json_object_object_add(h, ts[i].name, t);
+    off += bytes;
+  }
+  json_object *meta = json_object_new_object();
+  json_object_object_add(meta, "format", json_object_new_string("pt"));
+  json_object_object_add(meta, "producer", json_object_new_string("ntp"));
+  json_object_object_add(h, "__metadata__", meta);
+  const char *text = json_object_to_json_string_ext(h, JSON_C_TO_STRING_PLAIN);
+  size_t len = strlen(text), padded = (len + 7) / 8 * 8; /* the data block starts 8-aligned */
+
+  size_t plen = strlen(path) + 32;
+  char *tmp = malloc(plen);
+  snprintf(tmp, plen, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  int rc = -1;
+  if (!f) {
+    snprintf(err, cap, "cannot write %s: %s", path, strerror(errno));
+    goto done;
+  }
+  unsigned char hl[8];
+  for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  bool ok = fwrite(hl, 1, 8, f) == 8 && fwrite(text, 1, len, f) == len;
+  for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+  for (size_t i = 0; ok && i < n; i++) {
+    int64_t cnt = shape_numel(&ts[i].shape);
+    for (int64_t e = 0; ok && e < cnt; e++) {
+      if (ts[i].dtype == NTP_FP32 || ts[i].dtype == NTP_I32) {
+        ok = fwrite(ts[i].f ? (const void *)&ts[i].f[e] : (const void *)&ts[i].i[e], 4, 1, f) == 1;
+      } else {
+        uint32_t bits;
+        memcpy(&bits, &ts[i].f[e], 4);
+        uint16_t v = ts[i].dtype == NTP_BF16 ? (uint16_t)(bits >> 16) : float_to_half(ts[i].f[e]);
+        unsigned char b2[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
+        ok = fwrite(b2, 1, 2, f) == 2;
+      }
+    }
+  }
+  if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+    remove(tmp);
+    snprintf(err, cap, "cannot write %s", path);
+    goto done;
+  }
+  rc = 0;
+done:
+  free(tmp);
+  json_object_put(h);
+  return rc;
+}
