@@ -105,8 +105,11 @@ typedef struct ir_op {
     struct { int32_t axis; int64_t start, len; } slice;
     struct { double value; } cst;
     struct { float center, scale; int32_t int_range; } init; /* param / input: center + scale * U[-1, 1) */
+    uint64_t raw[4];                                        /* all of the above, for serialising */
   } attr;
 } ir_op;
+
+_Static_assert(sizeof(((ir_op *)0)->attr) == 4 * sizeof(uint64_t), "ir_op attributes must fit raw[4]");
 
 typedef struct ir_dim {
   const char *name;

@@ -1,10 +1,15 @@
 /* main.c — ntpc, a thin command line over libntpc and the CPU runtime.
  * Exit codes: 0 ok, 1 errors in the input, 2 usage (or an environment failure). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include "artifact.h"
 
 #include "ntpc.h"
 #include "ntprt.h"
@@ -15,7 +20,8 @@
 #endif
 
 static const char usage_text[] =
-    "usage: ntpc check FILE [options]          parse and check a model, report diagnostics\n"
+    "usage: ntpc FILE [options] -o model.so    compile a model library (C ABI, see ntp_model.h)\n"
+    "       ntpc check FILE [options]          parse and check a model, report diagnostics\n"
     "       ntpc run FILE [options]            compile and run the forward pass\n"
     "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
     "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda\n"
@@ -29,7 +35,8 @@ static const char usage_text[] =
     "  --world W          shard for W ranks (default: the plan's world, else 1); run then\n"
     "                     simulates all ranks and compares with the unsharded run\n"
     "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels)\n"
-    "  -o FILE            write the emitted text to FILE (written whole or not at all)\n"
+    "  -o FILE            the model library, or the emitted text (written whole or not at all)\n"
+    "  --keep-c           keep the model library's generated C file (FILE.c)\n"
     "  --backend NAME     run on: cpu (the reference; default)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
     "  --dump DIR         (run) write inputs, params and outputs as raw files + manifest.tsv\n"
@@ -45,6 +52,7 @@ typedef struct options {
   unsigned long long seed;
   long world; /* -1: not given */
   bool plan;  /* --plan or --plan-name given */
+  bool keep_c;
 } options;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -100,6 +108,103 @@ static int emit_to(ntpc_session *s, const char *kind, const char *path) {
   }
   free(tmp);
   return 0;
+}
+
+/* Where the runtime's headers and library are: $NTP_INCLUDE_DIR / $NTP_LIB_DIR, an install
+ * prefix beside this executable (bin/../include/ntp), or the build tree ntpc was built in. */
+static void runtime_dirs(char inc[static 2 * PATH_MAX], char lib[static 2 * PATH_MAX], size_t cap) {
+  const char *ei = getenv("NTP_INCLUDE_DIR"), *el = getenv("NTP_LIB_DIR");
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  snprintf(inc, cap, "%s", NTP_BUILD_INCLUDES);
+  snprintf(lib, cap, "%s", NTP_BUILD_LIBDIR);
+  if (n > 0) {
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = 0;
+      char probe[PATH_MAX + 64];
+      struct stat sb;
+      snprintf(probe, sizeof probe, "%s/../include/ntp/ntp_artifact.h", exe);
+      if (stat(probe, &sb) == 0) { /* installed beside this executable */
+        snprintf(inc, cap, "%s/../include/ntp", exe);
+        snprintf(lib, cap, "%s/../lib", exe);
+      }
+    }
+  }
+  if (ei) snprintf(inc, cap, "%s", ei);
+  if (el) snprintf(lib, cap, "%s", el);
+}
+
+/* The model library: its C file, compiled by the system C compiler against libntprt.
+ * Built beside the target under a temporary name and renamed into place. */
+static int build_library(ntpc_session *s, const char *out, bool keep_c) {
+  const sh_program *p = ntpc_sharded(s);
+  size_t n = strlen(out) + 32;
+  char *csrc = malloc(n), *tmp = malloc(n);
+  snprintf(csrc, n, "%s.c", out);
+  snprintf(tmp, n, "%s.tmp%ld", out, (long)getpid());
+  char err[512];
+  int rc = 2;
+  FILE *f = fopen(csrc, "w");
+  if (!f) {
+    fprintf(stderr, "ntpc: error: cannot write '%s': %s\n", csrc, strerror(errno));
+    goto done;
+  }
+  int w = artifact_write_c(p, f, err, sizeof err);
+  if (fclose(f) != 0 || w != 0) {
+    fprintf(stderr, "ntpc: error: writing %s: %s\n", csrc, w ? err : "write failed");
+    goto done;
+  }
+  char inc[2 * PATH_MAX], lib[2 * PATH_MAX], rpath[2 * PATH_MAX + 16], libflag[2 * PATH_MAX + 8];
+  runtime_dirs(inc, lib, sizeof inc);
+  char *argv[64];
+  int k = 0;
+  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  argv[k++] = (char *)cc;
+  argv[k++] = "-std=c17";
+  argv[k++] = "-O1";
+  argv[k++] = "-shared";
+  argv[k++] = "-fPIC";
+  argv[k++] = "-fvisibility=hidden";
+  char incs[2 * PATH_MAX];
+  snprintf(incs, sizeof incs, "%s", inc);
+  for (char *dir = strtok(incs, ":"); dir && k < 50; dir = strtok(NULL, ":")) {
+    argv[k++] = "-I";
+    argv[k++] = dir;
+  }
+  argv[k++] = csrc;
+  argv[k++] = "-o";
+  argv[k++] = tmp;
+  snprintf(libflag, sizeof libflag, "-L%s", lib);
+  argv[k++] = libflag;
+  argv[k++] = "-lntprt";
+  snprintf(rpath, sizeof rpath, "-Wl,-rpath,%s", lib);
+  argv[k++] = rpath;
+  argv[k] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp(cc, argv);
+    fprintf(stderr, "ntpc: error: cannot run the C compiler '%s': %s\n", cc, strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "ntpc: error: the C compiler failed on %s (set CC to choose another)\n", csrc);
+    remove(tmp);
+    goto done;
+  }
+  if (rename(tmp, out) != 0) {
+    fprintf(stderr, "ntpc: error: cannot write '%s': %s\n", out, strerror(errno));
+    remove(tmp);
+    goto done;
+  }
+  rc = 0;
+done:
+  if (!keep_c || rc) remove(csrc);
+  free(csrc);
+  free(tmp);
+  return rc;
 }
 
 static void print_model_summary(const ir_module *m, FILE *out) {
@@ -221,6 +326,8 @@ int main(int argc, char **argv) {
       char *end;
       o.world = strtol(v, &end, 10);
       if (*end || o.world < 1 || o.world > 4096) { rc = usage_error("--world needs a rank count from 1 to 4096, got '%s'", v); goto out; }
+    } else if (strcmp(a, "--keep-c") == 0) {
+      o.keep_c = true;
     } else if ((v = opt_value(argc, argv, &i, "--params", &missing))) {
       o.params = v;
     } else if ((v = opt_value(argc, argv, &i, "--save-params", &missing))) {
@@ -250,13 +357,11 @@ int main(int argc, char **argv) {
     rc = usage_error("no input file%s", "");
     goto out;
   }
-  if (!o.command && !o.emit) {
-    rc = usage_error(o.out ? "building a model library (-o without --emit) needs the CUDA artifact backend, "
-                             "which this version does not have yet%s"
-                           : "nothing to do: give a command (check, run) or --emit=KIND%s",
-                     "");
+  if (!o.command && !o.emit && !o.out) {
+    rc = usage_error("nothing to do: give a command (check, run, report), --emit=KIND or -o model.so%s", "");
     goto out;
   }
+  bool library = !o.command && !o.emit && o.out;
   if (o.out && o.command && !o.emit && strcmp(o.command, "report") != 0) {
     rc = usage_error("-o applies to --emit and report, not to '%s'", o.command);
     goto out;
@@ -273,7 +378,7 @@ int main(int argc, char **argv) {
                                   strncmp(o.emit, "rank:", 5) == 0 || strncmp(o.emit, "cuda", 4) == 0));
   /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
-  else if (wants_shards || (o.plan && o.command)) ntpc_set_world(s, 0);
+  else if (wants_shards || library || (o.plan && o.command)) ntpc_set_world(s, 0);
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, color_wanted(o.color));
   if (st == NTPC_ERR_USAGE) {
@@ -287,7 +392,9 @@ int main(int argc, char **argv) {
     rc = st == NTPC_ERR_INPUT ? 1 : 3;
     goto out;
   }
-  if (o.emit) {
+  if (library) {
+    rc = build_library(s, o.out, o.keep_c);
+  } else if (o.emit) {
     rc = emit_to(s, o.emit, o.out);
   } else if (strcmp(o.command, "check") == 0) {
     print_model_summary(ntpc_module(s), stdout);

@@ -58,6 +58,12 @@ int ntp_sim_load(ntp_sim *s, const ntp_safetensors *f, char *err, size_t errlen)
 int ntp_sim_forward(ntp_sim *s, uint64_t seed, ntp_cpu_result *res, char *err, size_t errlen);
 void ntp_sim_free(ntp_sim *s);
 
+/* Storage bit patterns of values already rounded to bf16 / fp16 (exact both ways). */
+float ntp_bf16_bits_to_float(uint16_t b);
+uint16_t ntp_float_to_bf16_bits(float x);
+float ntp_f16_bits_to_float(uint16_t h);
+uint16_t ntp_float_to_f16_bits(float x);
+
 /* safetensors.c: parameters in the global layout, read by slices */
 int ntp_safetensors_open(const char *path, ntp_safetensors **out, char *err, size_t errlen);
 void ntp_safetensors_close(ntp_safetensors *f);

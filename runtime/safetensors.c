@@ -77,7 +77,7 @@ int ntp_safetensors_open(const char *path, ntp_safetensors **out, char *err, siz
   return 0;
 }
 
-static float half_to_float(uint16_t h) {
+float ntp_f16_bits_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
   if (exp == 0) {
     if (man == 0) bits = sign;
@@ -100,7 +100,7 @@ static float half_to_float(uint16_t h) {
 }
 
 /* x is already an fp16 value (rounded): its exact bit pattern */
-static uint16_t float_to_half(float x) {
+uint16_t ntp_float_to_f16_bits(float x) {
   uint32_t b;
   memcpy(&b, &x, 4);
   uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
@@ -111,6 +111,19 @@ static uint16_t float_to_half(float x) {
   if (exp >= -14) return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(man >> 13);
   if (exp < -25) return sign;
   return sign | (uint16_t)((man | 0x800000) >> (-exp - 1)); /* subnormal: exact for rounded inputs */
+}
+
+float ntp_bf16_bits_to_float(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float x;
+  memcpy(&x, &bits, 4);
+  return x;
+}
+
+uint16_t ntp_float_to_bf16_bits(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, 4);
+  return (uint16_t)(bits >> 16);
 }
 
 int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dtype dt, const ntp_shape *shape,
@@ -169,7 +182,7 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
           uint32_t bits = (uint32_t)h << 16;
           memcpy(&out[k], &bits, 4);
         } else {
-          out[k] = half_to_float(h);
+          out[k] = ntp_f16_bits_to_float(h);
         }
       }
     }
@@ -223,7 +236,7 @@ int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, 
       } else {
         uint32_t bits;
         memcpy(&bits, &ts[i].f[e], 4);
-        uint16_t v = ts[i].dtype == NTP_BF16 ? (uint16_t)(bits >> 16) : float_to_half(ts[i].f[e]);
+        uint16_t v = ts[i].dtype == NTP_BF16 ? (uint16_t)(bits >> 16) : ntp_float_to_f16_bits(ts[i].f[e]);
         unsigned char b2[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
         ok = fwrite(b2, 1, 2, f) == 2;
       }

@@ -1,0 +1,13 @@
+/* artifact.h — the C source of a model library (see artifact.c). */
+#ifndef NTP_ARTIFACT_GEN_H
+#define NTP_ARTIFACT_GEN_H
+
+#include <stdio.h>
+
+#include "cuda_gen.h"
+#include "shard.h"
+
+/* Writes the C file of the model library for program p. 0, or -1 with a message. */
+int artifact_write_c(const sh_program *p, FILE *f, char *err, size_t cap);
+
+#endif

@@ -1,0 +1,176 @@
+/* model_abi.c — the ntp_model_* ABI over an artifact's tables: the CPU backend runs every
+ * rank in this process (the simulation); the CUDA backend is chosen by options->backend. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ntp_artifact.h"
+#include "ntprt.h"
+
+static _Thread_local char last_error[512];
+
+static int fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+const char *ntprt_model_last_error(void) { return last_error; }
+
+struct ntp_model {
+  const ntp_artifact *a;
+  ntp_sim *sim;
+  uint64_t seed;
+};
+
+int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_model **out) {
+  *out = NULL;
+  if (a->abi_version != NTP_MODEL_ABI_VERSION)
+    return fail(NTP_EINVAL, "model library ABI %d, runtime ABI %d: rebuild the model", a->abi_version,
+                NTP_MODEL_ABI_VERSION);
+  const char *backend = o && o->backend ? o->backend : "cpu";
+  if (strcmp(backend, "cpu") != 0) {
+    if (strcmp(backend, "cuda") == 0)
+      return fail(NTP_EBACKEND, "the CUDA backend is not part of this runtime build yet; use backend \"cpu\"");
+    return fail(NTP_EINVAL, "unknown backend '%s' (expected cpu or cuda)", backend);
+  }
+  ntp_model *m = calloc(1, sizeof *m);
+  if (!m) return fail(NTP_ENOMEM, "out of memory");
+  m->a = a;
+  m->seed = o ? o->seed : 0;
+  char err[512];
+  if (ntp_sim_new(a->program, &m->sim, err, sizeof err) != 0) {
+    free(m);
+    return fail(NTP_ENOMEM, "%s", err);
+  }
+  *out = m;
+  return NTP_OK;
+}
+
+void ntprt_model_destroy(ntp_model *m) {
+  if (!m) return;
+  ntp_sim_free(m->sim);
+  free(m);
+}
+
+int ntprt_model_load(ntp_model *m, const char *path) {
+  char err[512];
+  ntp_safetensors *f;
+  if (ntp_safetensors_open(path, &f, err, sizeof err) != 0) return fail(NTP_EIO, "%s", err);
+  int rc = ntp_sim_load(m->sim, f, err, sizeof err);
+  ntp_safetensors_close(f);
+  return rc == 0 ? NTP_OK : fail(NTP_EIO, "%s", err);
+}
+
+static bool dl_matches(const DLTensor *t, ntp_dtype dt) {
+  switch (dt) {
+  case NTP_BF16: return t->dtype.code == kDLBfloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
+  case NTP_FP16: return t->dtype.code == kDLFloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
+  case NTP_FP32: return t->dtype.code == kDLFloat && t->dtype.bits == 32 && t->dtype.lanes == 1;
+  default: return t->dtype.code == kDLInt && t->dtype.bits == 32 && t->dtype.lanes == 1;
+  }
+}
+
+/* A global DLTensor checked against value v: CPU, dense, the value's shape and dtype. */
+static int check_dl(const ntp_model *m, const DLTensor *t, int32_t v, const char *what) {
+  const ir_value *val = &m->a->module->values[v];
+  if (!t || !t->data) return fail(NTP_EINVAL, "%s '%s': no tensor", what, val->name);
+  if (t->device.device_type != kDLCPU) return fail(NTP_EINVAL, "%s '%s': the cpu backend takes host tensors", what, val->name);
+  if (!dl_matches(t, val->dtype)) return fail(NTP_EINVAL, "%s '%s': dtype must be %s", what, val->name, dtype_name(val->dtype));
+  if (t->ndim != val->shape.ndim) return fail(NTP_EINVAL, "%s '%s': %d dims, expected %d", what, val->name, t->ndim, val->shape.ndim);
+  int64_t stride = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] != val->shape.dim[d])
+      return fail(NTP_EINVAL, "%s '%s': dim %d is %lld, expected %lld", what, val->name, d, (long long)t->shape[d],
+                  (long long)val->shape.dim[d]);
+    if (t->strides && t->strides[d] != stride) return fail(NTP_EINVAL, "%s '%s': must be dense and row-major", what, val->name);
+    stride *= t->shape[d];
+  }
+  return NTP_OK;
+}
+
+/* DLTensor (storage dtype) -> host tensor (fp32 values, or int32) */
+static int to_host(const DLTensor *t, const ir_value *val, ntp_host_tensor *h) {
+  int64_t n = shape_numel(&val->shape);
+  *h = (ntp_host_tensor){.name = val->name, .dtype = val->dtype, .shape = val->shape};
+  const unsigned char *src = (const unsigned char *)t->data + t->byte_offset;
+  if (val->dtype == NTP_I32) {
+    h->i = malloc((size_t)(n ? n : 1) * 4);
+    if (h->i) memcpy(h->i, src, (size_t)n * 4);
+    return h->i ? 0 : -1;
+  }
+  h->f = malloc((size_t)(n ? n : 1) * 4);
+  if (!h->f) return -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (val->dtype == NTP_FP32) memcpy(&h->f[i], src + 4 * i, 4);
+    else {
+      uint16_t b;
+      memcpy(&b, src + 2 * i, 2);
+      h->f[i] = val->dtype == NTP_BF16 ? ntp_bf16_bits_to_float(b) : ntp_f16_bits_to_float(b);
+    }
+  }
+  return 0;
+}
+
+static void from_host(const ntp_host_tensor *h, DLTensor *t) {
+  int64_t n = shape_numel(&h->shape);
+  unsigned char *dst = (unsigned char *)t->data + t->byte_offset;
+  if (h->i) {
+    memcpy(dst, h->i, (size_t)n * 4);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (h->dtype == NTP_FP32) memcpy(dst + 4 * i, &h->f[i], 4);
+    else {
+      uint16_t b = h->dtype == NTP_BF16 ? ntp_float_to_bf16_bits(h->f[i]) : ntp_float_to_f16_bits(h->f[i]);
+      memcpy(dst + 2 * i, &b, 2);
+    }
+  }
+}
+
+static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *what) {
+  int rc = check_dl(m, t, v, what);
+  if (rc) return rc;
+  ntp_host_tensor h;
+  if (to_host(t, &m->a->module->values[v], &h) != 0) return fail(NTP_ENOMEM, "out of memory");
+  char err[512];
+  rc = ntp_sim_set(m->sim, v, &h, err, sizeof err);
+  free(h.f);
+  free(h.i);
+  return rc == 0 ? NTP_OK : fail(NTP_EINVAL, "%s", err);
+}
+
+int ntprt_model_set_param(ntp_model *m, const char *name, const DLTensor *global) {
+  const ir_module *mod = m->a->module;
+  for (size_t i = 0; i < mod->n_ops; i++)
+    if (mod->ops[i].code == IR_PARAM && strcmp(mod->values[mod->ops[i].result].name, name) == 0)
+      return set_value(m, mod->ops[i].result, global, "parameter");
+  return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+}
+
+int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *const *outputs) {
+  const ir_module *mod = m->a->module;
+  int k = 0;
+  for (size_t i = 0; i < mod->n_ops; i++) {
+    if (mod->ops[i].code != IR_INPUT) continue;
+    /* an input not given keeps its last value, or the default initialisation */
+    if (inputs && inputs[k]) {
+      int rc = set_value(m, mod->ops[i].result, inputs[k], "input");
+      if (rc) return rc;
+    }
+    k++;
+  }
+  for (size_t o = 0; o < mod->n_outputs; o++) {
+    int rc = check_dl(m, outputs ? outputs[o] : NULL, mod->outputs[o].value, "output");
+    if (rc) return rc;
+  }
+  ntp_cpu_result res;
+  char err[512];
+  if (ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+  for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
+  ntp_cpu_result_free(&res);
+  return NTP_OK;
+}

@@ -1,0 +1,64 @@
+/* ntp_model.h — the C ABI of a compiled model library (model.so from `ntpc model.ntp -o model.so`).
+ *
+ * Every call returns 0 on success or a negative NTP_E* code; ntp_model_last_error() then says
+ * why (thread-local). Tensors cross the boundary as DLPack DLTensors in the global layout:
+ * the library gives each rank the slices its plan assigns. Inputs and outputs are dense,
+ * row-major, with the model's storage dtype (bf16 = kDLBfloat 16, fp16 = kDLFloat 16,
+ * fp32 = kDLFloat 32, i32 = kDLInt 32).
+ */
+#ifndef NTP_MODEL_H
+#define NTP_MODEL_H
+
+#include <dlpack/dlpack.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NTP_MODEL_ABI_VERSION 1
+
+enum { NTP_OK = 0, NTP_EINVAL = -1, NTP_ENOMEM = -2, NTP_EIO = -3, NTP_EBACKEND = -4, NTP_ERUN = -5 };
+
+typedef struct ntp_model_tensor_info {
+  const char *name;
+  DLDataType dtype;
+  int32_t ndim;
+  const int64_t *shape;
+} ntp_model_tensor_info;
+
+typedef struct ntp_model_info {
+  int32_t abi_version;
+  const char *name;      /* the model's name in its .ntp file */
+  int32_t world;         /* ranks the plan was compiled for */
+  const char *sharding;  /* one line per layer: its placement */
+  int32_t n_inputs, n_outputs, n_params;
+  const ntp_model_tensor_info *inputs, *outputs, *params;
+} ntp_model_info;
+
+typedef struct ntp_model_options {
+  const char *backend; /* "cpu" (all ranks simulated in this process) or "cuda"; NULL = "cpu" */
+  int32_t rank;        /* cuda: this process's rank; -1 = every rank (a thread per GPU, or loopback) */
+  int32_t device;      /* cuda: the GPU of this rank */
+  int32_t loopback;    /* cuda: run every rank on one GPU, collectives as device copies */
+  void *nccl_comm;     /* cuda: an initialised ncclComm_t for the world, or NULL to bootstrap */
+  uint64_t seed;       /* default initialisation of parameters never set or loaded */
+} ntp_model_options;
+
+typedef struct ntp_model ntp_model;
+
+int ntp_model_get_info(const ntp_model_info **info);
+int ntp_model_create(const ntp_model_options *options, ntp_model **model);
+/* Reads every parameter from a safetensors file (global layout); each rank reads its slices. */
+int ntp_model_load(ntp_model *model, const char *safetensors_path);
+/* Sets one parameter from a global tensor. */
+int ntp_model_set_param(ntp_model *model, const char *name, const DLTensor *global);
+/* inputs[i] / outputs[i] in the order of the info's inputs / outputs; outputs are filled. */
+int ntp_model_forward(ntp_model *model, const DLTensor *const *inputs, DLTensor *const *outputs);
+const char *ntp_model_last_error(void);
+void ntp_model_destroy(ntp_model *model);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
