@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "artifact.h"
+#include "cuda_backend.h"
 
 #include "ntpc.h"
 #include "ntprt.h"
@@ -37,7 +38,9 @@ static const char usage_text[] =
     "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels)\n"
     "  -o FILE            the model library, or the emitted text (written whole or not at all)\n"
     "  --keep-c           keep the model library's generated C file (FILE.c)\n"
-    "  --backend NAME     run on: cpu (the reference; default)\n"
+    "  --backend NAME     run on: cpu (the reference; default) or cuda (NVRTC kernels, cuBLASLt)\n"
+    "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
+    "  --iters N          cuda: timed forwards after a warm-up (default 10)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
     "  --dump DIR         (run) write inputs, params and outputs as raw files + manifest.tsv\n"
     "  --params FILE      (run) read parameters from a safetensors file (global layout; each\n"
@@ -52,7 +55,8 @@ typedef struct options {
   unsigned long long seed;
   long world; /* -1: not given */
   bool plan;  /* --plan or --plan-name given */
-  bool keep_c;
+  bool keep_c, loopback;
+  long iters;
 } options;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -221,6 +225,52 @@ static void print_model_summary(const ir_module *m, FILE *out) {
           m->name, m->n_layers, m->n_ops, inputs, params, (double)elems / 1e6, m->n_outputs, dtype_name(m->dtype));
 }
 
+/* The CUDA run: kernels generated for every rank, NVRTC (cached), cuBLASLt; outputs compared
+ * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
+static int run_cuda(const ir_module *m, const sh_program *p, const options *o) {
+  char err[1024] = "";
+  int rc = 1;
+  cg_module *cms = calloc((size_t)p->world, sizeof *cms);
+  ntp_cuda *c = NULL;
+  ntp_safetensors *params = NULL;
+  ntp_cpu_result ref = {0}, res = {0};
+  for (int32_t r = 0; r < p->world; r++)
+    if (cg_generate(p, r, &cms[r], err, sizeof err) != 0) goto done;
+  ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .rank_hi = p->world};
+  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) goto done;
+  if (ntp_cuda_create(p, cms, &co, &c, err, sizeof err) != 0) goto done;
+  if (params && ntp_cuda_load(c, params, err, sizeof err) != 0) goto done;
+  if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done; /* warm-up */
+  double total = 0;
+  for (long i = 0; i < o->iters; i++) {
+    ntp_cpu_result_free(&res);
+    if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done;
+    total += res.seconds;
+  }
+  if (ntp_cpu_run_params(m, o->seed, 0, params, &ref, err, sizeof err) != 0) goto done;
+  print_model_summary(m, stdout);
+  printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n", co.loopback && p->world > 1 ? " loopback" : "",
+         p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
+  rc = 0;
+  for (size_t i = 0; i < res.n_outputs; i++) {
+    fputs("output ", stdout);
+    ntp_print_tensor_summary(&res.outputs[i], stdout);
+    double e = ntp_max_rel_error(&res.outputs[i], &ref.outputs[i]);
+    double tol = res.outputs[i].dtype == NTP_FP32 ? 1e-4 : res.outputs[i].dtype == NTP_BF16 ? 5e-2 : 1e-2;
+    printf("  vs cpu reference: max relative error %.3g (tolerance %.0e) %s\n", e, tol, e <= tol ? "ok" : "MISMATCH");
+    if (e > tol) rc = 1;
+  }
+done:
+  if (rc && err[0]) fprintf(stderr, "ntpc: error: cuda: %s\n", err);
+  ntp_cpu_result_free(&ref);
+  ntp_cpu_result_free(&res);
+  ntp_cuda_free(c);
+  ntp_safetensors_close(params);
+  for (int32_t r = 0; cms && r < p->world; r++) cg_module_free(&cms[r]);
+  free(cms);
+  return rc;
+}
+
 /* The sharded run: all ranks simulated, outputs assembled and compared with the unsharded run. */
 static int run_sharded(const sh_program *p, const ntp_safetensors *params, const ntp_cpu_result *ref, const options *o) {
   ntp_cpu_result res;
@@ -289,7 +339,7 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
 }
 
 int main(int argc, char **argv) {
-  options o = {.world = -1};
+  options o = {.world = -1, .iters = 10};
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
   int rc = 0;
@@ -328,6 +378,10 @@ int main(int argc, char **argv) {
       if (*end || o.world < 1 || o.world > 4096) { rc = usage_error("--world needs a rank count from 1 to 4096, got '%s'", v); goto out; }
     } else if (strcmp(a, "--keep-c") == 0) {
       o.keep_c = true;
+    } else if (strcmp(a, "--loopback") == 0) {
+      o.loopback = true;
+    } else if ((v = opt_value(argc, argv, &i, "--iters", &missing))) {
+      o.iters = atol(v);
     } else if ((v = opt_value(argc, argv, &i, "--params", &missing))) {
       o.params = v;
     } else if ((v = opt_value(argc, argv, &i, "--save-params", &missing))) {
@@ -366,11 +420,18 @@ int main(int argc, char **argv) {
     rc = usage_error("-o applies to --emit and report, not to '%s'", o.command);
     goto out;
   }
-  if (o.backend && strcmp(o.backend, "cpu") != 0) {
-    rc = usage_error(strcmp(o.backend, "cuda") == 0 ? "backend 'cuda' is not available in this version; use --backend cpu%s"
-                                                   : "unknown backend '%s' (expected cpu)",
-                     strcmp(o.backend, "cuda") == 0 ? "" : o.backend);
+  if (o.backend && strcmp(o.backend, "cpu") != 0 && strcmp(o.backend, "cuda") != 0) {
+    rc = usage_error("unknown backend '%s' (expected cpu or cuda)", o.backend);
     goto out;
+  }
+  bool cuda = o.backend && strcmp(o.backend, "cuda") == 0;
+  if (cuda && o.command && strcmp(o.command, "run") == 0) {
+    char why[512];
+    if (ntp_cuda_available(why, sizeof why) != 0) {
+      fprintf(stderr, "ntpc: error: --backend cuda: %s\n", why);
+      rc = 2;
+      goto out;
+    }
   }
 
   bool wants_shards = (o.command && strcmp(o.command, "report") == 0) ||
@@ -378,7 +439,7 @@ int main(int argc, char **argv) {
                                   strncmp(o.emit, "rank:", 5) == 0 || strncmp(o.emit, "cuda", 4) == 0));
   /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
-  else if (wants_shards || library || (o.plan && o.command)) ntpc_set_world(s, 0);
+  else if (wants_shards || library || cuda || (o.plan && o.command)) ntpc_set_world(s, 0);
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, color_wanted(o.color));
   if (st == NTPC_ERR_USAGE) {
@@ -400,6 +461,8 @@ int main(int argc, char **argv) {
     print_model_summary(ntpc_module(s), stdout);
   } else if (strcmp(o.command, "report") == 0) {
     rc = emit_to(s, "report", o.out);
+  } else if (cuda) {
+    rc = run_cuda(ntpc_module(s), ntpc_sharded(s), &o);
   } else {
     rc = run_cpu(ntpc_module(s), ntpc_sharded(s), &o);
   }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "ntp_artifact.h"
 #include "ntprt.h"
 
@@ -22,7 +23,8 @@ const char *ntprt_model_last_error(void) { return last_error; }
 
 struct ntp_model {
   const ntp_artifact *a;
-  ntp_sim *sim;
+  ntp_sim *sim;   /* cpu backend */
+  ntp_cuda *cuda; /* cuda backend */
   uint64_t seed;
 };
 
@@ -32,16 +34,27 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     return fail(NTP_EINVAL, "model library ABI %d, runtime ABI %d: rebuild the model", a->abi_version,
                 NTP_MODEL_ABI_VERSION);
   const char *backend = o && o->backend ? o->backend : "cpu";
-  if (strcmp(backend, "cpu") != 0) {
-    if (strcmp(backend, "cuda") == 0)
-      return fail(NTP_EBACKEND, "the CUDA backend is not part of this runtime build yet; use backend \"cpu\"");
+  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0)
     return fail(NTP_EINVAL, "unknown backend '%s' (expected cpu or cuda)", backend);
-  }
   ntp_model *m = calloc(1, sizeof *m);
   if (!m) return fail(NTP_ENOMEM, "out of memory");
   m->a = a;
   m->seed = o ? o->seed : 0;
-  char err[512];
+  char err[1024];
+  if (backend[1] == 'u') { /* cuda */
+    ntp_cuda_options co = {.loopback = o->loopback || a->program->world == 1, .device = o->device,
+                           .rank_hi = a->program->world, .nccl_comm = o->nccl_comm};
+    if (o->rank >= 0 && a->program->world > 1 && !o->loopback) {
+      free(m);
+      return fail(NTP_EBACKEND, "one rank per process needs NCCL execution, which this runtime does not have yet");
+    }
+    if (ntp_cuda_create(a->program, a->cuda, &co, &m->cuda, err, sizeof err) != 0) {
+      free(m);
+      return fail(NTP_EBACKEND, "%s", err);
+    }
+    *out = m;
+    return NTP_OK;
+  }
   if (ntp_sim_new(a->program, &m->sim, err, sizeof err) != 0) {
     free(m);
     return fail(NTP_ENOMEM, "%s", err);
@@ -53,6 +66,7 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
 void ntprt_model_destroy(ntp_model *m) {
   if (!m) return;
   ntp_sim_free(m->sim);
+  ntp_cuda_free(m->cuda);
   free(m);
 }
 
@@ -60,7 +74,7 @@ int ntprt_model_load(ntp_model *m, const char *path) {
   char err[512];
   ntp_safetensors *f;
   if (ntp_safetensors_open(path, &f, err, sizeof err) != 0) return fail(NTP_EIO, "%s", err);
-  int rc = ntp_sim_load(m->sim, f, err, sizeof err);
+  int rc = m->cuda ? ntp_cuda_load(m->cuda, f, err, sizeof err) : ntp_sim_load(m->sim, f, err, sizeof err);
   ntp_safetensors_close(f);
   return rc == 0 ? NTP_OK : fail(NTP_EIO, "%s", err);
 }
@@ -137,7 +151,7 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
   ntp_host_tensor h;
   if (to_host(t, &m->a->module->values[v], &h) != 0) return fail(NTP_ENOMEM, "out of memory");
   char err[512];
-  rc = ntp_sim_set(m->sim, v, &h, err, sizeof err);
+  rc = m->cuda ? ntp_cuda_set(m->cuda, v, &h, err, sizeof err) : ntp_sim_set(m->sim, v, &h, err, sizeof err);
   free(h.f);
   free(h.i);
   return rc == 0 ? NTP_OK : fail(NTP_EINVAL, "%s", err);
@@ -169,7 +183,9 @@ int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *c
   }
   ntp_cpu_result res;
   char err[512];
-  if (ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+  int rc = m->cuda ? ntp_cuda_forward(m->cuda, m->seed, &res, err, sizeof err)
+                   : ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err);
+  if (rc != 0) return fail(NTP_ERUN, "%s", err);
   for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
   ntp_cpu_result_free(&res);
   return NTP_OK;

@@ -73,7 +73,7 @@ int ntp_nvrtc_compile(const char *src, const char *name, int arch, void **cubin,
   }
   char archopt[32];
   snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
-  const char *opts[] = {archopt, "--std=c++17", "-default-device", "--use_fast_math=false"};
+  const char *opts[] = {archopt, "--std=c++17", "-default-device"}; /* = NTP_NVRTC_OPTIONS */
   r = nv.compile(prog, 3, opts);
   size_t ls = 0;
   nv.log_size(prog, &ls);

@@ -5,6 +5,9 @@
 
 #include <stddef.h>
 
+/* The options every compilation uses besides the architecture (part of the cache key). */
+#define NTP_NVRTC_OPTIONS "--std=c++17 -default-device"
+
 /* Loads libnvrtc ($NTP_NVRTC_LIB, else the usual sonames). 0, or -1 with a message. */
 int ntp_nvrtc_load(char *err, size_t cap);
 /* "13.0" */

@@ -1,0 +1,600 @@
+/* cuda_backend.c — runs a sharded program on GPUs (see cuda_backend.h).
+ *
+ * Loopback mode: every rank's arena lives on one GPU and the steps run in order on one
+ * stream; collectives are device copies and fp32 reductions done by three small kernels
+ * (the same arithmetic as the CPU simulation: sum in participant order, round once), so
+ * sharded GPU execution is checked on a single GPU. GEMMs go to cuBLASLt (fp32
+ * accumulation, the storage dtype in and out); the rest runs the NVRTC-compiled kernels of
+ * codegen/cuda_gen.c. The CUDA libraries are fetched with dlopen; the headers give the
+ * exact prototypes and enum values, so nothing is re-declared by hand.
+ */
+#define _GNU_SOURCE
+#include "cuda_backend.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if NTP_HAVE_CUDA
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#define FN(name) __typeof__(&name) name
+static struct {
+  void *rt, *lt;
+  FN(cudaGetDeviceCount);
+  FN(cudaSetDevice);
+  FN(cudaDeviceGetAttribute);
+  FN(cudaMalloc);
+  FN(cudaFree);
+  FN(cudaMemcpy);
+  FN(cudaMemsetAsync);
+  FN(cudaStreamCreate);
+  FN(cudaStreamDestroy);
+  FN(cudaStreamSynchronize);
+  FN(cudaGetErrorString);
+  FN(cudaLibraryLoadData);
+  FN(cudaLibraryUnload);
+  FN(cudaLibraryGetKernel);
+  FN(cudaLaunchKernel);
+  FN(cudaEventCreate);
+  FN(cudaEventRecord);
+  FN(cudaEventSynchronize);
+  FN(cudaEventElapsedTime);
+  FN(cudaEventDestroy);
+  FN(cublasLtCreate);
+  FN(cublasLtDestroy);
+  FN(cublasLtMatmulDescCreate);
+  FN(cublasLtMatmulDescDestroy);
+  FN(cublasLtMatmulDescSetAttribute);
+  FN(cublasLtMatrixLayoutCreate);
+  FN(cublasLtMatrixLayoutDestroy);
+  FN(cublasLtMatrixLayoutSetAttribute);
+  FN(cublasLtMatmulPreferenceCreate);
+  FN(cublasLtMatmulPreferenceDestroy);
+  FN(cublasLtMatmulPreferenceSetAttribute);
+  FN(cublasLtMatmulAlgoGetHeuristic);
+  FN(cublasLtMatmul);
+  FN(cublasLtGetStatusString);
+} cu;
+#undef FN
+
+static int load_libs(char *err, size_t cap) {
+  if (cu.rt) return 0;
+  const char *rts[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+  const char *lts[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+  for (size_t i = 0; i < 3 && !cu.rt; i++) cu.rt = dlopen(rts[i], RTLD_NOW | RTLD_LOCAL);
+  for (size_t i = 0; i < 3 && !cu.lt; i++) cu.lt = dlopen(lts[i], RTLD_NOW | RTLD_LOCAL);
+  if (!cu.rt || !cu.lt) {
+    snprintf(err, cap, "the CUDA runtime libraries are not installed (libcudart / libcublasLt not found)");
+    return -1;
+  }
+#define GET(lib, name)                                                            \
+  if (!(*(void **)&cu.name = dlsym(cu.lib, #name))) {                             \
+    snprintf(err, cap, "%s lacks %s (CUDA 12 or later is needed)", #lib, #name);  \
+    cu.rt = NULL;                                                                 \
+    return -1;                                                                    \
+  }
+  GET(rt, cudaGetDeviceCount) GET(rt, cudaSetDevice) GET(rt, cudaDeviceGetAttribute) GET(rt, cudaMalloc)
+  GET(rt, cudaFree) GET(rt, cudaMemcpy) GET(rt, cudaMemsetAsync) GET(rt, cudaStreamCreate)
+  GET(rt, cudaStreamDestroy) GET(rt, cudaStreamSynchronize) GET(rt, cudaGetErrorString)
+  GET(rt, cudaLibraryLoadData) GET(rt, cudaLibraryUnload) GET(rt, cudaLibraryGetKernel) GET(rt, cudaLaunchKernel)
+  GET(rt, cudaEventCreate) GET(rt, cudaEventRecord) GET(rt, cudaEventSynchronize) GET(rt, cudaEventElapsedTime)
+  GET(rt, cudaEventDestroy)
+  GET(lt, cublasLtCreate) GET(lt, cublasLtDestroy) GET(lt, cublasLtMatmulDescCreate) GET(lt, cublasLtMatmulDescDestroy)
+  GET(lt, cublasLtMatmulDescSetAttribute) GET(lt, cublasLtMatrixLayoutCreate) GET(lt, cublasLtMatrixLayoutDestroy)
+  GET(lt, cublasLtMatrixLayoutSetAttribute) GET(lt, cublasLtMatmulPreferenceCreate)
+  GET(lt, cublasLtMatmulPreferenceDestroy) GET(lt, cublasLtMatmulPreferenceSetAttribute)
+  GET(lt, cublasLtMatmulAlgoGetHeuristic) GET(lt, cublasLtMatmul) GET(lt, cublasLtGetStatusString)
+#undef GET
+  return 0;
+}
+
+/* CUDA and cuBLAS failures become messages with the call and its place. */
+#define CU(call)                                                                                          \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
+    if (e_ != cudaSuccess) {                                                                              \
+      snprintf(err, cap, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cu.cudaGetErrorString(e_));          \
+      goto fail;                                                                                          \
+    }                                                                                                     \
+  } while (0)
+#define LT(call)                                                                                          \
+  do {                                                                                                    \
+    cublasStatus_t s_ = (call);                                                                           \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                    \
+      snprintf(err, cap, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cu.cublasLtGetStatusString(s_));     \
+      goto fail;                                                                                          \
+    }                                                                                                     \
+  } while (0)
+
+int ntp_cuda_available(char *err, size_t cap) {
+  if (load_libs(err, cap) != 0) return -1;
+  int n = 0;
+  cudaError_t e = cu.cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    snprintf(err, cap, "no CUDA GPU is available (%s)", e != cudaSuccess ? cu.cudaGetErrorString(e) : "0 devices");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- collectives on one GPU: three kernels over boxes ----------------------------------- */
+
+typedef struct box_geom {
+  int64_t n;
+  int32_t nd, esize;
+  int64_t len[NTP_MAX_RANK], sstr[NTP_MAX_RANK], dstr[NTP_MAX_RANK], soff, doff;
+} box_geom;
+
+static const char comm_src[] =
+    "typedef long long i64; typedef unsigned short u16; typedef unsigned int u32;\n"
+    "struct box_geom { i64 n; int nd, esize; i64 len[6], sstr[6], dstr[6], soff, doff; };\n"
+    "__device__ void offsets(const box_geom &g, i64 i, i64 *so, i64 *dd) {\n"
+    "  i64 s = g.soff, d = g.doff;\n"
+    "  for (int k = g.nd - 1; k >= 0; k--) { i64 c = i % g.len[k]; i /= g.len[k]; s += c * g.sstr[k]; d += c * g.dstr[k]; }\n"
+    "  *so = s; *dd = d;\n"
+    "}\n"
+    "__device__ float ldv(const unsigned char *p, int dt, i64 i) {\n"
+    "  if (dt == 0) return __uint_as_float(((u32)((const u16 *)p)[i]) << 16);\n"
+    "  if (dt == 1) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(((const u16 *)p)[i])); return f; }\n"
+    "  return ((const float *)p)[i];\n"
+    "}\n"
+    "extern \"C\" __global__ void ntp_copy_box(const unsigned char *src, unsigned char *dst, box_geom g) {\n"
+    "  i64 i = (i64)blockIdx.x * 256 + threadIdx.x; if (i >= g.n) return;\n"
+    "  i64 s, d; offsets(g, i, &s, &d);\n"
+    "  if (g.esize == 2) ((u16 *)dst)[d] = ((const u16 *)src)[s]; else ((u32 *)dst)[d] = ((const u32 *)src)[s];\n"
+    "}\n"
+    "extern \"C\" __global__ void ntp_acc_box(const unsigned char *src, float *acc, int dt, box_geom g) {\n"
+    "  i64 i = (i64)blockIdx.x * 256 + threadIdx.x; if (i >= g.n) return;\n"
+    "  i64 s, d; offsets(g, i, &s, &d);\n"
+    "  acc[d] += ldv(src, dt, s);\n"
+    "}\n"
+    "extern \"C\" __global__ void ntp_store_acc(const float *acc, unsigned char *dst, int dt, i64 n) {\n"
+    "  i64 i = (i64)blockIdx.x * 256 + threadIdx.x; if (i >= n) return;\n"
+    "  float f = acc[i];\n"
+    "  if (dt == 2) { ((float *)dst)[i] = f; return; }\n"
+    "  if (dt == 1) { u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); ((u16 *)dst)[i] = h; return; }\n"
+    "  u32 u = __float_as_uint(f);\n"
+    "  if ((u & 0x7fffffffu) > 0x7f800000u) { ((u16 *)dst)[i] = (u16)((u >> 16) | 0x40u); return; }\n"
+    "  u += 0x7fffu + ((u >> 16) & 1u); ((u16 *)dst)[i] = (u16)(u >> 16);\n"
+    "}\n";
+
+typedef struct gemm {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulHeuristicResult_t algo;
+} gemm;
+
+struct ntp_cuda {
+  const sh_program *p;
+  const cg_module *cuda;
+  int device;
+  cudaStream_t stream;
+  unsigned char **arena, **persist; /* per rank, device memory */
+  cudaLibrary_t *lib;               /* per rank */
+  cudaKernel_t **kern;              /* per rank, per kernel */
+  cudaLibrary_t comm_lib;
+  cudaKernel_t k_copy, k_acc, k_store;
+  float *scratch;
+  cublasLtHandle_t lt;
+  void *workspace;
+  size_t workspace_bytes;
+  gemm *gemms; /* per step (GEMM steps only) */
+  bool *filled;
+  cudaEvent_t ev0, ev1;
+};
+
+static unsigned char *dev_ptr(const ntp_cuda *c, int32_t t) {
+  const sh_tensor *s = &c->p->tensors[t];
+  return (s->persistent ? c->persist[s->rank] : c->arena[s->rank]) + s->offset;
+}
+
+static cudaDataType_t cuda_type(ntp_dtype dt) {
+  return dt == NTP_BF16 ? CUDA_R_16BF : dt == NTP_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Row-major C[M,N] = A[M,K] B (B: [K,N], or [N,K] with trans_b) as column-major
+ * C^T (N x M) = op(B^T) (N x K) * A^T (K x M); a batched right operand is a strided batch. */
+static int gemm_setup(ntp_cuda *c, const sh_step *st, gemm *g, char *err, size_t cap) {
+  const sh_tensor *ta = &c->p->tensors[st->op.args[0]], *tb = &c->p->tensors[st->op.args[1]];
+  ntp_shape as = box_shape(&ta->box), bs = box_shape(&tb->box);
+  bool tr = st->op.attr.mm.trans_b, bbatch = bs.ndim > 2;
+  int64_t K = as.dim[as.ndim - 1], M = as.ndim >= 2 ? as.dim[as.ndim - 2] : 1;
+  int64_t N = bs.dim[bs.ndim - (tr ? 2 : 1)], batch = shape_numel(&as) / (M * K);
+  int64_t cols = bbatch ? M : M * batch; /* a shared right operand: the batch folds into M */
+  cudaDataType_t t = cuda_type(ta->dtype);
+  cublasOperation_t opa = tr ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
+  LT(cu.cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+  LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  LT(cu.cublasLtMatrixLayoutCreate(&g->a, t, (uint64_t)(tr ? K : N), (uint64_t)(tr ? N : K), tr ? K : N));
+  LT(cu.cublasLtMatrixLayoutCreate(&g->b, t, (uint64_t)K, (uint64_t)cols, K));
+  LT(cu.cublasLtMatrixLayoutCreate(&g->c, t, (uint64_t)N, (uint64_t)cols, N));
+  if (bbatch) {
+    int32_t count = (int32_t)batch;
+    int64_t sa = K * N, sb = M * K, sc = M * N;
+    LT(cu.cublasLtMatrixLayoutSetAttribute(g->a, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    LT(cu.cublasLtMatrixLayoutSetAttribute(g->a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa));
+    LT(cu.cublasLtMatrixLayoutSetAttribute(g->b, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    LT(cu.cublasLtMatrixLayoutSetAttribute(g->b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb));
+    LT(cu.cublasLtMatrixLayoutSetAttribute(g->c, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    LT(cu.cublasLtMatrixLayoutSetAttribute(g->c, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc));
+  }
+  cublasLtMatmulPreference_t pref;
+  LT(cu.cublasLtMatmulPreferenceCreate(&pref));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->workspace_bytes,
+                                             sizeof c->workspace_bytes));
+  int found = 0;
+  cublasStatus_t hs = cu.cublasLtMatmulAlgoGetHeuristic(c->lt, g->op, g->a, g->b, g->c, g->c, pref, 1, &g->algo, &found);
+  cu.cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    snprintf(err, cap, "cuBLASLt has no algorithm for a %lldx%lldx%lld %s GEMM", (long long)cols, (long long)N,
+             (long long)K, dtype_name(ta->dtype));
+    return -1;
+  }
+  return 0;
+fail:
+  return -1;
+}
+
+static box_geom geometry(const ntp_box *x, const ntp_box *src, const ntp_box *dst, int esize) {
+  box_geom g = {.nd = x->ndim, .esize = esize, .n = box_volume(x)};
+  int64_t ss = 1, ds = 1;
+  for (int d = x->ndim - 1; d >= 0; d--) {
+    g.len[d] = x->hi[d] - x->lo[d];
+    g.sstr[d] = ss;
+    g.dstr[d] = ds;
+    g.soff += (x->lo[d] - src->lo[d]) * ss;
+    g.doff += (x->lo[d] - dst->lo[d]) * ds;
+    ss *= src->hi[d] - src->lo[d];
+    ds *= dst->hi[d] - dst->lo[d];
+  }
+  if (x->ndim == 0) {
+    g.nd = 1;
+    g.len[0] = 1;
+  }
+  return g;
+}
+
+static int launch(ntp_cuda *c, cudaKernel_t k, int64_t n, void **args, char *err, size_t cap) {
+  if (n <= 0) return 0;
+  CU(cu.cudaLaunchKernel((const void *)k, (dim3){(unsigned)((n + 255) / 256), 1, 1}, (dim3){256, 1, 1}, args, 0,
+                         c->stream));
+  return 0;
+fail:
+  return -1;
+}
+
+static int run_comm(ntp_cuda *c, const sh_step *st, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  bool reduce = st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER;
+  if (!reduce) {
+    for (size_t i = 0; i < st->nxfers; i++) {
+      const sh_xfer *x = &st->xfers[i];
+      const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+      box_geom g = geometry(&x->box, &s->box, &d->box, (int)dtype_bytes(s->dtype));
+      unsigned char *sp = dev_ptr(c, x->src), *dp = dev_ptr(c, x->dst);
+      void *args[] = {&sp, &dp, &g};
+      if (launch(c, c->k_copy, g.n, args, err, cap)) return -1;
+    }
+    return 0;
+  }
+  for (size_t i = 0; i < st->nxfers; i++) {
+    int32_t dst = st->xfers[i].dst;
+    bool first = true;
+    for (size_t j = 0; j < i; j++) first &= st->xfers[j].dst != dst;
+    if (!first) continue;
+    const sh_tensor *d = &p->tensors[dst];
+    int64_t n = box_volume(&d->box);
+    CU(cu.cudaMemsetAsync(c->scratch, 0, (size_t)n * sizeof(float), c->stream));
+    int dt = (int)d->dtype;
+    for (size_t j = i; j < st->nxfers; j++) {
+      if (st->xfers[j].dst != dst) continue;
+      const sh_tensor *s = &p->tensors[st->xfers[j].src];
+      box_geom g = geometry(&st->xfers[j].box, &s->box, &d->box, 4);
+      unsigned char *sp = dev_ptr(c, st->xfers[j].src);
+      void *args[] = {&sp, &c->scratch, &dt, &g};
+      if (launch(c, c->k_acc, g.n, args, err, cap)) return -1;
+    }
+    unsigned char *dp = dev_ptr(c, dst);
+    void *args[] = {&c->scratch, &dp, &dt, &n};
+    if (launch(c, c->k_store, n, args, err, cap)) return -1;
+  }
+  return 0;
+fail:
+  return -1;
+}
+
+static int compute_capability(int dev, char *err, size_t cap) {
+  int major = 0, minor = 0;
+  CU(cu.cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CU(cu.cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+fail:
+  return -1;
+}
+
+static int load_library(const char *src, const char *name, int arch, cudaLibrary_t *lib, char *err, size_t cap) {
+  void *cubin;
+  size_t size;
+  int hit;
+  if (ntp_jit_cubin(src, name, arch, &cubin, &size, &hit, err, cap) != 0) return -1;
+  cudaError_t e = cu.cudaLibraryLoadData(lib, cubin, NULL, NULL, 0, NULL, NULL, 0);
+  free(cubin);
+  if (e != cudaSuccess) {
+    snprintf(err, cap, "loading %s: %s", name, cu.cudaGetErrorString(e));
+    return -1;
+  }
+  return 0;
+}
+
+int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_options *o, ntp_cuda **out, char *err,
+                    size_t cap) {
+  *out = NULL;
+  if (ntp_cuda_available(err, cap) != 0) return -1;
+  if (p->world > 1 && !o->loopback) {
+    snprintf(err, cap, "%d ranks on separate GPUs need NCCL execution, which this runtime does not have yet; "
+                       "run them on one GPU with loopback",
+             p->world);
+    return -1;
+  }
+  ntp_cuda *c = calloc(1, sizeof *c);
+  if (!c) return -1;
+  c->p = p;
+  c->cuda = cuda;
+  c->device = o->device;
+  int W = p->world;
+  c->arena = calloc((size_t)W, sizeof *c->arena);
+  c->persist = calloc((size_t)W, sizeof *c->persist);
+  c->lib = calloc((size_t)W, sizeof *c->lib);
+  c->kern = calloc((size_t)W, sizeof *c->kern);
+  c->gemms = calloc(p->n_steps + 1, sizeof *c->gemms);
+  c->filled = calloc(p->n_tensors + 1, sizeof *c->filled);
+  if (!c->arena || !c->persist || !c->lib || !c->kern || !c->gemms || !c->filled) goto fail;
+  CU(cu.cudaSetDevice(o->device));
+  int arch = compute_capability(o->device, err, cap);
+  if (arch < 0) goto fail;
+  CU(cu.cudaStreamCreate(&c->stream));
+  CU(cu.cudaEventCreate(&c->ev0));
+  CU(cu.cudaEventCreate(&c->ev1));
+  int64_t scratch = 1;
+  for (int r = 0; r < W; r++) {
+    CU(cu.cudaMalloc((void **)&c->arena[r], (size_t)p->mem[r].arena_bytes + 256));
+    CU(cu.cudaMalloc((void **)&c->persist[r], (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 256));
+    char name[64];
+    snprintf(name, sizeof name, "%s.rank%d.cu", p->global->name, r);
+    if (load_library(cuda[r].source, name, arch, &c->lib[r], err, cap) != 0) goto fail;
+    c->kern[r] = calloc(cuda[r].nkernels + 1, sizeof *c->kern[r]);
+    for (size_t k = 0; k < cuda[r].nkernels; k++) CU(cu.cudaLibraryGetKernel(&c->kern[r][k], c->lib[r], cuda[r].kernels[k].name));
+  }
+  for (size_t t = 0; t < p->n_tensors; t++)
+    if (box_volume(&p->tensors[t].box) > scratch) scratch = box_volume(&p->tensors[t].box);
+  CU(cu.cudaMalloc((void **)&c->scratch, (size_t)scratch * sizeof(float)));
+  if (load_library(comm_src, "ntp_collectives.cu", arch, &c->comm_lib, err, cap) != 0) goto fail;
+  CU(cu.cudaLibraryGetKernel(&c->k_copy, c->comm_lib, "ntp_copy_box"));
+  CU(cu.cudaLibraryGetKernel(&c->k_acc, c->comm_lib, "ntp_acc_box"));
+  CU(cu.cudaLibraryGetKernel(&c->k_store, c->comm_lib, "ntp_store_acc"));
+  LT(cu.cublasLtCreate(&c->lt));
+  c->workspace_bytes = 32u << 20;
+  CU(cu.cudaMalloc(&c->workspace, c->workspace_bytes));
+  for (size_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == SH_COMPUTE && cuda[p->steps[s].rank].steps[s].kind == CG_GEMM &&
+        gemm_setup(c, &p->steps[s], &c->gemms[s], err, cap) != 0)
+      goto fail;
+  *out = c;
+  return 0;
+fail:
+  ntp_cuda_free(c);
+  return -1;
+}
+
+/* Host floats of box `box` (global coordinates of value v) -> the tensor's storage bits on the GPU. */
+static int upload(ntp_cuda *c, int32_t t, const float *vals, char *err, size_t cap) {
+  const sh_tensor *s = &c->p->tensors[t];
+  int64_t n = box_volume(&s->box);
+  size_t es = dtype_bytes(s->dtype);
+  unsigned char *buf = malloc((size_t)n * es + 1);
+  if (!buf) return -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (es == 4) memcpy(buf + 4 * i, &vals[i], 4);
+    else {
+      uint16_t b = s->dtype == NTP_BF16 ? ntp_float_to_bf16_bits(vals[i]) : ntp_float_to_f16_bits(vals[i]);
+      memcpy(buf + 2 * i, &b, 2);
+    }
+  }
+  CU(cu.cudaMemcpy(dev_ptr(c, t), buf, (size_t)n * es, cudaMemcpyHostToDevice));
+  free(buf);
+  c->filled[t] = true;
+  return 0;
+fail:
+  free(buf);
+  return -1;
+}
+
+int ntp_cuda_set(ntp_cuda *c, int32_t v, const ntp_host_tensor *g, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  for (size_t t = 0; t < p->n_tensors; t++) {
+    const sh_tensor *s = &p->tensors[t];
+    if (!s->persistent || s->init_value != v) continue;
+    int64_t n = box_volume(&s->init_box);
+    float *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
+    if (!vals) return -1;
+    /* gather the box from the global tensor, row-major */
+    int nd = s->init_box.ndim;
+    int64_t idx[NTP_MAX_RANK] = {0};
+    for (int64_t k = 0; k < n; k++) {
+      int64_t gi = 0;
+      for (int d = 0; d < nd; d++) gi = gi * g->shape.dim[d] + s->init_box.lo[d] + idx[d];
+      vals[k] = g->f ? g->f[gi] : (float)g->i[gi];
+      for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < s->init_box.hi[d] - s->init_box.lo[d]) break;
+        idx[d] = 0;
+      }
+    }
+    if (s->dtype == NTP_I32) { /* token ids: the integers themselves */
+      int32_t *iv = (int32_t *)vals;
+      for (int64_t k = 0; k < n; k++) iv[k] = (int32_t)vals[k];
+    }
+    int rc = upload(c, (int32_t)t, vals, err, cap);
+    free(vals);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  for (size_t t = 0; t < p->n_tensors; t++) {
+    const sh_tensor *s = &p->tensors[t];
+    if (!s->persistent || p->global->ops[p->global->values[s->init_value].def].code != IR_PARAM) continue;
+    const ir_value *gv = &p->global->values[s->init_value];
+    int64_t n = box_volume(&s->init_box);
+    float *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
+    if (!vals || ntp_safetensors_read_box(f, gv->name, gv->dtype, &gv->shape, &s->init_box, vals, err, cap) != 0 ||
+        upload(c, (int32_t)t, vals, err, cap) != 0) {
+      free(vals);
+      return -1;
+    }
+    free(vals);
+  }
+  return 0;
+}
+
+int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  *res = (ntp_cpu_result){0};
+  const float one = 1.0f, zero = 0.0f;
+  CU(cu.cudaEventRecord(c->ev0, c->stream));
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind == SH_COMM) {
+      if (run_comm(c, st, err, cap)) return -1;
+      continue;
+    }
+    const cg_step *cs = &c->cuda[st->rank].steps[s];
+    if (cs->kind == CG_GEMM) {
+      gemm *g = &c->gemms[s];
+      unsigned char *a = dev_ptr(c, st->op.args[0]), *b = dev_ptr(c, st->op.args[1]), *d = dev_ptr(c, st->op.result);
+      LT(cu.cublasLtMatmul(c->lt, g->op, &one, b, g->a, a, g->b, &zero, d, g->c, d, g->c, &g->algo.algo, c->workspace,
+                           c->workspace_bytes, c->stream));
+      continue;
+    }
+    if (cs->kind != CG_KERNEL) continue;
+    if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
+    const cg_kernel *k = &c->cuda[st->rank].kernels[cs->kernel];
+    unsigned char *a = c->arena[st->rank], *pp = c->persist[st->rank];
+    void *args[] = {&a, &pp, &seed};
+    CU(cu.cudaLaunchKernel((const void *)c->kern[st->rank][cs->kernel], (dim3){(unsigned)k->grid, 1, 1},
+                           (dim3){(unsigned)k->block, 1, 1}, args, (size_t)k->smem, c->stream));
+  }
+  CU(cu.cudaEventRecord(c->ev1, c->stream));
+  CU(cu.cudaStreamSynchronize(c->stream));
+  float ms = 0;
+  CU(cu.cudaEventElapsedTime(&ms, c->ev0, c->ev1));
+  res->seconds = ms / 1e3;
+  /* outputs: every piece back to the host, placed into the global tensor */
+  const ir_module *m = p->global;
+  res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
+  for (size_t o = 0; res->outputs && o < m->n_outputs; o++) {
+    int32_t v = m->outputs[o].value;
+    const ir_value *gv = &m->values[v];
+    ntp_host_tensor *h = &res->outputs[o];
+    *h = (ntp_host_tensor){.name = m->outputs[o].name, .dtype = gv->dtype, .shape = gv->shape};
+    int64_t n = shape_numel(&gv->shape);
+    float *f = calloc((size_t)(n ? n : 1), sizeof(float)); /* int32 outputs share the 4-byte slots */
+    if (gv->dtype == NTP_I32) h->i = (int32_t *)f;
+    else h->f = f;
+    res->n_outputs++;
+    for (size_t k = 0; f && k < p->npieces[v]; k++) {
+      int32_t t = p->pieces[v][k];
+      const sh_tensor *s = &p->tensors[t];
+      int64_t pn = box_volume(&s->box);
+      size_t es = dtype_bytes(s->dtype);
+      unsigned char *buf = malloc((size_t)pn * es + 1);
+      if (!buf) break;
+      CU(cu.cudaMemcpy(buf, dev_ptr(c, t), (size_t)pn * es, cudaMemcpyDeviceToHost));
+      int nd = s->box.ndim;
+      int64_t idx[NTP_MAX_RANK] = {0};
+      for (int64_t e = 0; e < pn; e++) {
+        int64_t gi = 0;
+        for (int d = 0; d < nd; d++) gi = gi * gv->shape.dim[d] + s->box.lo[d] + idx[d];
+        if (es == 4) {
+          memcpy(&f[gi], buf + 4 * e, 4);
+        } else {
+          uint16_t b16;
+          memcpy(&b16, buf + 2 * e, 2);
+          f[gi] = s->dtype == NTP_BF16 ? ntp_bf16_bits_to_float(b16) : ntp_f16_bits_to_float(b16);
+        }
+        for (int d = nd - 1; d >= 0; d--) {
+          if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
+          idx[d] = 0;
+        }
+      }
+      free(buf);
+    }
+  }
+  return 0;
+fail:
+  ntp_cpu_result_free(res);
+  return -1;
+}
+
+void ntp_cuda_free(ntp_cuda *c) {
+  if (!c) return;
+  for (size_t s = 0; c->gemms && s < c->p->n_steps; s++) {
+    gemm *g = &c->gemms[s];
+    if (g->op) cu.cublasLtMatmulDescDestroy(g->op);
+    if (g->a) cu.cublasLtMatrixLayoutDestroy(g->a);
+    if (g->b) cu.cublasLtMatrixLayoutDestroy(g->b);
+    if (g->c) cu.cublasLtMatrixLayoutDestroy(g->c);
+  }
+  for (int r = 0; r < c->p->world; r++) {
+    if (c->arena && c->arena[r]) cu.cudaFree(c->arena[r]);
+    if (c->persist && c->persist[r]) cu.cudaFree(c->persist[r]);
+    if (c->lib && c->lib[r]) cu.cudaLibraryUnload(c->lib[r]);
+    if (c->kern) free(c->kern[r]);
+  }
+  if (c->comm_lib) cu.cudaLibraryUnload(c->comm_lib);
+  if (c->scratch) cu.cudaFree(c->scratch);
+  if (c->workspace) cu.cudaFree(c->workspace);
+  if (c->lt) cu.cublasLtDestroy(c->lt);
+  if (c->ev0) cu.cudaEventDestroy(c->ev0);
+  if (c->ev1) cu.cudaEventDestroy(c->ev1);
+  if (c->stream) cu.cudaStreamDestroy(c->stream);
+  free(c->arena);
+  free(c->persist);
+  free(c->lib);
+  free(c->kern);
+  free(c->gemms);
+  free(c->filled);
+  free(c);
+}
+
+#else /* built without the CUDA headers: every entry point says so */
+
+int ntp_cuda_available(char *err, size_t cap) {
+  snprintf(err, cap, "this runtime was built without the CUDA toolkit headers; the CUDA backend is unavailable");
+  return -1;
+}
+int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_options *o, ntp_cuda **out, char *err,
+                    size_t cap) {
+  (void)p, (void)cuda, (void)o;
+  *out = NULL;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_set(ntp_cuda *c, int32_t v, const ntp_host_tensor *g, char *err, size_t cap) {
+  (void)c, (void)v, (void)g;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) {
+  (void)c, (void)f;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+  (void)c, (void)seed, (void)res;
+  return ntp_cuda_available(err, cap);
+}
+void ntp_cuda_free(ntp_cuda *c) { (void)c; }
+#endif
