@@ -236,6 +236,7 @@ static int run_cuda(const ir_module *m, const sh_program *p, const options *o) {
   ntp_cpu_result ref = {0}, res = {0};
   for (int32_t r = 0; r < p->world; r++)
     if (cg_generate(p, r, &cms[r], err, sizeof err) != 0) goto done;
+  /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
   ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .rank_hi = p->world};
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) goto done;
   if (ntp_cuda_create(p, cms, &co, &c, err, sizeof err) != 0) goto done;
@@ -249,7 +250,8 @@ static int run_cuda(const ir_module *m, const sh_program *p, const options *o) {
   }
   if (ntp_cpu_run_params(m, o->seed, 0, params, &ref, err, sizeof err) != 0) goto done;
   print_model_summary(m, stdout);
-  printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n", co.loopback && p->world > 1 ? " loopback" : "",
+  printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n",
+         co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
          p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
   rc = 0;
   for (size_t i = 0; i < res.n_outputs; i++) {

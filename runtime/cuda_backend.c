@@ -19,6 +19,9 @@
 #if NTP_HAVE_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <time.h>
+#include <unistd.h>
 
 #define FN(name) __typeof__(&name) name
 static struct {
@@ -57,8 +60,42 @@ static struct {
   FN(cublasLtMatmulAlgoGetHeuristic);
   FN(cublasLtMatmul);
   FN(cublasLtGetStatusString);
+  void *nccl;
+  FN(ncclGetUniqueId);
+  FN(ncclCommInitAll);
+  FN(ncclCommInitRank);
+  FN(ncclCommSplit);
+  FN(ncclCommDestroy);
+  FN(ncclAllReduce);
+  FN(ncclSend);
+  FN(ncclRecv);
+  FN(ncclGroupStart);
+  FN(ncclGroupEnd);
+  FN(ncclGetErrorString);
 } cu;
 #undef FN
+
+/* NCCL only when ranks sit on separate GPUs. */
+static int load_nccl(char *err, size_t cap) {
+  if (cu.nccl) return 0;
+  const char *names[] = {getenv("NTP_NCCL_LIB"), "libnccl.so.2", "libnccl.so"};
+  for (size_t i = 0; i < 3 && !cu.nccl; i++)
+    if (names[i] && *names[i]) cu.nccl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!cu.nccl) {
+    snprintf(err, cap, "NCCL is not installed (libnccl.so.2 not found; set NTP_NCCL_LIB)");
+    return -1;
+  }
+#define GETN(name)                                                   \
+  if (!(*(void **)&cu.name = dlsym(cu.nccl, #name))) {              \
+    snprintf(err, cap, "libnccl lacks %s (NCCL 2.18 or later is needed)", #name); \
+    cu.nccl = NULL;                                                  \
+    return -1;                                                       \
+  }
+  GETN(ncclGetUniqueId) GETN(ncclCommInitAll) GETN(ncclCommInitRank) GETN(ncclCommSplit) GETN(ncclCommDestroy)
+  GETN(ncclAllReduce) GETN(ncclSend) GETN(ncclRecv) GETN(ncclGroupStart) GETN(ncclGroupEnd) GETN(ncclGetErrorString)
+#undef GETN
+  return 0;
+}
 
 static int load_libs(char *err, size_t cap) {
   if (cu.rt) return 0;
@@ -97,6 +134,14 @@ static int load_libs(char *err, size_t cap) {
     cudaError_t e_ = (call);                                                                              \
     if (e_ != cudaSuccess) {                                                                              \
       snprintf(err, cap, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cu.cudaGetErrorString(e_));          \
+      goto fail;                                                                                          \
+    }                                                                                                     \
+  } while (0)
+#define NC(call)                                                                                          \
+  do {                                                                                                    \
+    ncclResult_t n_ = (call);                                                                             \
+    if (n_ != ncclSuccess) {                                                                              \
+      snprintf(err, cap, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cu.ncclGetErrorString(n_));          \
       goto fail;                                                                                          \
     }                                                                                                     \
   } while (0)
@@ -170,21 +215,34 @@ typedef struct gemm {
 struct ntp_cuda {
   const sh_program *p;
   const cg_module *cuda;
-  int device;
-  cudaStream_t stream;
-  unsigned char **arena, **persist; /* per rank, device memory */
-  cudaLibrary_t *lib;               /* per rank */
-  cudaKernel_t **kern;              /* per rank, per kernel */
+  bool nccl;              /* ranks on separate GPUs, collectives through NCCL; else loopback */
+  int rank_lo, rank_hi;   /* the ranks this process runs */
+  int *dev;               /* per rank: its GPU */
+  cudaStream_t *stream;   /* per rank (loopback: all the same stream) */
+  cublasLtHandle_t *lt;   /* per rank (loopback: shared) */
+  void **workspace;
+  size_t workspace_bytes;
+  unsigned char **arena, **persist, **staging; /* per rank, device memory */
+  size_t *staging_bytes;
+  cudaLibrary_t *lib;     /* per rank */
+  cudaKernel_t **kern;    /* per rank, per kernel */
   cudaLibrary_t comm_lib;
   cudaKernel_t k_copy, k_acc, k_store;
-  float *scratch;
-  cublasLtHandle_t lt;
-  void *workspace;
-  size_t workspace_bytes;
-  gemm *gemms; /* per step (GEMM steps only) */
+  float *scratch;         /* loopback reductions */
+  gemm *gemms;            /* per step (GEMM steps only) */
   bool *filled;
   cudaEvent_t ev0, ev1;
+  /* nccl */
+  ncclComm_t *world;      /* per rank */
+  int nsets;              /* distinct rank sets of reductions */
+  int32_t **sets;
+  int *set_len;
+  ncclComm_t **group;     /* [rank][set], NULL where the rank is not a member */
+  int *step_set;          /* per step: the set of its reduction */
+  bool own_world;
 };
+
+static bool local_rank(const ntp_cuda *c, int r) { return r >= c->rank_lo && r < c->rank_hi; }
 
 static unsigned char *dev_ptr(const ntp_cuda *c, int32_t t) {
   const sh_tensor *s = &c->p->tensors[t];
@@ -227,7 +285,8 @@ static int gemm_setup(ntp_cuda *c, const sh_step *st, gemm *g, char *err, size_t
   LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->workspace_bytes,
                                              sizeof c->workspace_bytes));
   int found = 0;
-  cublasStatus_t hs = cu.cublasLtMatmulAlgoGetHeuristic(c->lt, g->op, g->a, g->b, g->c, g->c, pref, 1, &g->algo, &found);
+  cublasStatus_t hs =
+      cu.cublasLtMatmulAlgoGetHeuristic(c->lt[st->rank], g->op, g->a, g->b, g->c, g->c, pref, 1, &g->algo, &found);
   cu.cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
     snprintf(err, cap, "cuBLASLt has no algorithm for a %lldx%lldx%lld %s GEMM", (long long)cols, (long long)N,
@@ -258,26 +317,32 @@ static box_geom geometry(const ntp_box *x, const ntp_box *src, const ntp_box *ds
   return g;
 }
 
-static int launch(ntp_cuda *c, cudaKernel_t k, int64_t n, void **args, char *err, size_t cap) {
+static int launch(cudaKernel_t k, int64_t n, void **args, cudaStream_t stream, char *err, size_t cap) {
   if (n <= 0) return 0;
-  CU(cu.cudaLaunchKernel((const void *)k, (dim3){(unsigned)((n + 255) / 256), 1, 1}, (dim3){256, 1, 1}, args, 0,
-                         c->stream));
+  CU(cu.cudaLaunchKernel((const void *)k, (dim3){(unsigned)((n + 255) / 256), 1, 1}, (dim3){256, 1, 1}, args, 0, stream));
   return 0;
 fail:
   return -1;
 }
 
-static int run_comm(ntp_cuda *c, const sh_step *st, char *err, size_t cap) {
+/* copy box x of tensor src (at sp) into tensor dst (at dp), on the given stream */
+static int copy_box(ntp_cuda *c, const ntp_box *x, const ntp_box *sbox, unsigned char *sp, const ntp_box *dbox,
+                    unsigned char *dp, ntp_dtype dt, cudaStream_t stream, char *err, size_t cap) {
+  box_geom g = geometry(x, sbox, dbox, (int)dtype_bytes(dt));
+  void *args[] = {&sp, &dp, &g};
+  return launch(c->k_copy, g.n, args, stream, err, cap);
+}
+
+/* Loopback: every rank on one GPU; copies and fp32 reductions as kernels. */
+static int run_comm_loopback(ntp_cuda *c, const sh_step *st, char *err, size_t cap) {
   const sh_program *p = c->p;
-  bool reduce = st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER;
-  if (!reduce) {
+  cudaStream_t stream = c->stream[0];
+  if (st->comm != COMM_ALL_REDUCE && st->comm != COMM_REDUCE_SCATTER) {
     for (size_t i = 0; i < st->nxfers; i++) {
       const sh_xfer *x = &st->xfers[i];
       const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
-      box_geom g = geometry(&x->box, &s->box, &d->box, (int)dtype_bytes(s->dtype));
-      unsigned char *sp = dev_ptr(c, x->src), *dp = dev_ptr(c, x->dst);
-      void *args[] = {&sp, &dp, &g};
-      if (launch(c, c->k_copy, g.n, args, err, cap)) return -1;
+      if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &d->box, dev_ptr(c, x->dst), s->dtype, stream, err, cap))
+        return -1;
     }
     return 0;
   }
@@ -288,7 +353,7 @@ static int run_comm(ntp_cuda *c, const sh_step *st, char *err, size_t cap) {
     if (!first) continue;
     const sh_tensor *d = &p->tensors[dst];
     int64_t n = box_volume(&d->box);
-    CU(cu.cudaMemsetAsync(c->scratch, 0, (size_t)n * sizeof(float), c->stream));
+    CU(cu.cudaMemsetAsync(c->scratch, 0, (size_t)n * sizeof(float), stream));
     int dt = (int)d->dtype;
     for (size_t j = i; j < st->nxfers; j++) {
       if (st->xfers[j].dst != dst) continue;
@@ -296,14 +361,116 @@ static int run_comm(ntp_cuda *c, const sh_step *st, char *err, size_t cap) {
       box_geom g = geometry(&st->xfers[j].box, &s->box, &d->box, 4);
       unsigned char *sp = dev_ptr(c, st->xfers[j].src);
       void *args[] = {&sp, &c->scratch, &dt, &g};
-      if (launch(c, c->k_acc, g.n, args, err, cap)) return -1;
+      if (launch(c->k_acc, g.n, args, stream, err, cap)) return -1;
     }
     unsigned char *dp = dev_ptr(c, dst);
     void *args[] = {&c->scratch, &dp, &dt, &n};
-    if (launch(c, c->k_store, n, args, err, cap)) return -1;
+    if (launch(c->k_store, n, args, stream, err, cap)) return -1;
   }
   return 0;
 fail:
+  return -1;
+}
+
+static ncclDataType_t nccl_type(ntp_dtype dt) {
+  return dt == NTP_BF16 ? ncclBfloat16 : dt == NTP_FP16 ? ncclFloat16 : dt == NTP_FP32 ? ncclFloat32 : ncclInt32;
+}
+
+/* Separate GPUs: reductions are NCCL all-reduces in the group's communicator (an uneven
+ * reduce-scatter reduces into staging and keeps its slice); moves are grouped send/recv
+ * of packed boxes on the world communicator. */
+static int run_comm_nccl(ntp_cuda *c, int32_t si, const sh_step *st, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  size_t *used = NULL, *at = NULL, *recv_at = NULL;
+  if (st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) {
+    int set = c->step_set[si];
+    NC(cu.ncclGroupStart());
+    for (size_t i = 0; i < st->nxfers; i++) {
+      const sh_xfer *x = &st->xfers[i];
+      const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+      if (s->rank != d->rank || !local_rank(c, s->rank)) continue; /* one call per member: its own part */
+      int r = s->rank;
+      bool whole = box_eq(&d->box, &s->box);
+      CU(cu.cudaSetDevice(c->dev[r]));
+      NC(cu.ncclAllReduce(dev_ptr(c, x->src), whole ? dev_ptr(c, x->dst) : c->staging[r], (size_t)box_volume(&s->box),
+                          nccl_type(s->dtype), ncclSum, c->group[r][set], c->stream[r]));
+    }
+    NC(cu.ncclGroupEnd());
+    for (size_t i = 0; i < st->nxfers; i++) { /* slices of an uneven reduce-scatter */
+      const sh_xfer *x = &st->xfers[i];
+      const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+      if (s->rank != d->rank || !local_rank(c, s->rank) || box_eq(&d->box, &s->box)) continue;
+      CU(cu.cudaSetDevice(c->dev[s->rank]));
+      if (copy_box(c, &d->box, &s->box, c->staging[s->rank], &d->box, dev_ptr(c, x->dst), s->dtype, c->stream[s->rank],
+                   err, cap))
+        return -1;
+    }
+    return 0;
+  }
+  /* pack what leaves, exchange, unpack what arrived; local moves are plain copies */
+  used = calloc((size_t)p->world, sizeof *used);
+  at = calloc(st->nxfers + 1, sizeof *at);
+  recv_at = calloc(st->nxfers + 1, sizeof *recv_at);
+  if (!used || !at || !recv_at) goto fail;
+  for (size_t i = 0; i < st->nxfers; i++) {
+    const sh_xfer *x = &st->xfers[i];
+    const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    size_t bytes = (size_t)box_volume(&x->box) * dtype_bytes(s->dtype);
+    if (s->rank == d->rank) {
+      if (!local_rank(c, s->rank)) continue;
+      CU(cu.cudaSetDevice(c->dev[s->rank]));
+      if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &d->box, dev_ptr(c, x->dst), s->dtype, c->stream[s->rank],
+                   err, cap))
+        goto fail;
+      continue;
+    }
+    if (!local_rank(c, s->rank)) continue; /* received here: its slot is taken below */
+    int r = s->rank;
+    at[i] = used[r];
+    used[r] += (bytes + 255) / 256 * 256;
+    CU(cu.cudaSetDevice(c->dev[r])); /* pack into the sender's staging */
+    ntp_box packed = x->box;
+    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &packed, c->staging[r] + at[i], s->dtype, c->stream[r], err,
+                 cap))
+      goto fail;
+  }
+  NC(cu.ncclGroupStart());
+  for (size_t i = 0; i < st->nxfers; i++) {
+    const sh_xfer *x = &st->xfers[i];
+    const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    if (s->rank == d->rank) continue;
+    size_t n = (size_t)box_volume(&x->box), bytes = n * dtype_bytes(s->dtype);
+    if (local_rank(c, s->rank)) {
+      CU(cu.cudaSetDevice(c->dev[s->rank]));
+      NC(cu.ncclSend(c->staging[s->rank] + at[i], n, nccl_type(s->dtype), d->rank, c->world[s->rank], c->stream[s->rank]));
+    }
+    if (local_rank(c, d->rank)) {
+      int r = d->rank;
+      recv_at[i] = used[r];
+      used[r] += (bytes + 255) / 256 * 256;
+      CU(cu.cudaSetDevice(c->dev[r]));
+      NC(cu.ncclRecv(c->staging[r] + recv_at[i], n, nccl_type(s->dtype), s->rank, c->world[r], c->stream[r]));
+    }
+  }
+  NC(cu.ncclGroupEnd());
+  for (size_t i = 0; i < st->nxfers; i++) {
+    const sh_xfer *x = &st->xfers[i];
+    const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    if (s->rank == d->rank || !local_rank(c, d->rank)) continue;
+    CU(cu.cudaSetDevice(c->dev[d->rank]));
+    ntp_box packed = x->box;
+    if (copy_box(c, &x->box, &packed, c->staging[d->rank] + recv_at[i], &d->box, dev_ptr(c, x->dst), s->dtype,
+                 c->stream[d->rank], err, cap))
+      goto fail;
+  }
+  free(recv_at);
+  free(used);
+  free(at);
+  return 0;
+fail:
+  free(recv_at);
+  free(used);
+  free(at);
   return -1;
 }
 
@@ -330,59 +497,183 @@ static int load_library(const char *src, const char *name, int arch, cudaLibrary
   return 0;
 }
 
+/* The world communicator: given, created for all ranks of this process, or (one rank per
+ * process) joined through a unique id that rank 0 writes to $NTP_NCCL_ID_FILE. */
+static int nccl_world(ntp_cuda *c, const ntp_cuda_options *o, char *err, size_t cap) {
+  int W = c->p->world;
+  if (o->nccl_comm) {
+    c->world[c->rank_lo] = (ncclComm_t)o->nccl_comm;
+    return 0;
+  }
+  c->own_world = true;
+  if (c->rank_lo == 0 && c->rank_hi == W) {
+    NC(cu.ncclCommInitAll(c->world, W, c->dev));
+    return 0;
+  }
+  const char *path = getenv("NTP_NCCL_ID_FILE");
+  if (!path || c->rank_hi - c->rank_lo != 1) {
+    snprintf(err, cap, "one rank per process needs NTP_NCCL_ID_FILE (a path every process can read) or a communicator");
+    return -1;
+  }
+  ncclUniqueId id;
+  int r = c->rank_lo;
+  if (r == 0) {
+    NC(cu.ncclGetUniqueId(&id));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+      snprintf(err, cap, "cannot write the NCCL id to %s", path);
+      return -1;
+    }
+  } else {
+    bool got = false;
+    for (int tries = 0; tries < 1200 && !got; tries++) { /* up to 2 minutes for rank 0 to start */
+      FILE *f = fopen(path, "rb");
+      got = f && fread(&id, sizeof id, 1, f) == 1;
+      if (f) fclose(f);
+      if (!got) nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
+    if (!got) {
+      snprintf(err, cap, "no NCCL id appeared in %s", path);
+      return -1;
+    }
+  }
+  CU(cu.cudaSetDevice(c->dev[r]));
+  NC(cu.ncclCommInitRank(&c->world[r], W, id, r));
+  return 0;
+fail:
+  return -1;
+}
+
+/* One communicator per distinct set of ranks that reduces together (ncclCommSplit). */
+static int nccl_groups(ntp_cuda *c, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  c->step_set = calloc(p->n_steps + 1, sizeof *c->step_set);
+  c->sets = calloc(p->n_steps + 1, sizeof *c->sets);
+  c->set_len = calloc(p->n_steps + 1, sizeof *c->set_len);
+  c->group = calloc((size_t)p->world, sizeof *c->group);
+  if (!c->step_set || !c->sets || !c->set_len || !c->group) return -1;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind != SH_COMM || (st->comm != COMM_ALL_REDUCE && st->comm != COMM_REDUCE_SCATTER)) continue;
+    int k = 0;
+    for (; k < c->nsets; k++)
+      if (c->set_len[k] == st->nranks && !memcmp(c->sets[k], st->ranks, (size_t)st->nranks * sizeof(int32_t))) break;
+    if (k == c->nsets) {
+      c->sets[k] = st->ranks;
+      c->set_len[k] = st->nranks;
+      c->nsets++;
+    }
+    c->step_set[s] = k;
+  }
+  for (int r = c->rank_lo; r < c->rank_hi; r++) c->group[r] = calloc((size_t)c->nsets + 1, sizeof(ncclComm_t));
+  for (int k = 0; k < c->nsets; k++) {
+    NC(cu.ncclGroupStart());
+    for (int r = c->rank_lo; r < c->rank_hi; r++) {
+      bool member = false;
+      for (int i = 0; i < c->set_len[k]; i++) member |= c->sets[k][i] == r;
+      CU(cu.cudaSetDevice(c->dev[r]));
+      NC(cu.ncclCommSplit(c->world[r], member ? k : NCCL_SPLIT_NOCOLOR, r, &c->group[r][k], NULL));
+    }
+    NC(cu.ncclGroupEnd());
+  }
+  return 0;
+fail:
+  return -1;
+}
+
 int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_options *o, ntp_cuda **out, char *err,
                     size_t cap) {
   *out = NULL;
   if (ntp_cuda_available(err, cap) != 0) return -1;
-  if (p->world > 1 && !o->loopback) {
-    snprintf(err, cap, "%d ranks on separate GPUs need NCCL execution, which this runtime does not have yet; "
-                       "run them on one GPU with loopback",
-             p->world);
-    return -1;
-  }
+  int W = p->world;
   ntp_cuda *c = calloc(1, sizeof *c);
   if (!c) return -1;
   c->p = p;
   c->cuda = cuda;
-  c->device = o->device;
-  int W = p->world;
-  c->arena = calloc((size_t)W, sizeof *c->arena);
-  c->persist = calloc((size_t)W, sizeof *c->persist);
-  c->lib = calloc((size_t)W, sizeof *c->lib);
-  c->kern = calloc((size_t)W, sizeof *c->kern);
+  c->nccl = !o->loopback && W > 1;
+  c->rank_lo = c->nccl ? o->rank_lo : 0;
+  c->rank_hi = c->nccl && o->rank_hi > o->rank_lo ? o->rank_hi : W;
+  if (c->nccl && load_nccl(err, cap) != 0) goto fail;
+#define ALLOC(field) c->field = calloc((size_t)W + 1, sizeof *c->field)
+  ALLOC(dev); ALLOC(stream); ALLOC(lt); ALLOC(workspace); ALLOC(arena); ALLOC(persist); ALLOC(staging);
+  ALLOC(staging_bytes); ALLOC(lib); ALLOC(kern); ALLOC(world);
+#undef ALLOC
   c->gemms = calloc(p->n_steps + 1, sizeof *c->gemms);
   c->filled = calloc(p->n_tensors + 1, sizeof *c->filled);
-  if (!c->arena || !c->persist || !c->lib || !c->kern || !c->gemms || !c->filled) goto fail;
-  CU(cu.cudaSetDevice(o->device));
-  int arch = compute_capability(o->device, err, cap);
+  if (!c->dev || !c->stream || !c->lt || !c->workspace || !c->arena || !c->persist || !c->staging ||
+      !c->staging_bytes || !c->lib || !c->kern || !c->world || !c->gemms || !c->filled)
+    goto fail;
+  int ndev = 0;
+  CU(cu.cudaGetDeviceCount(&ndev));
+  for (int r = 0; r < W; r++) c->dev[r] = c->nccl ? o->device + (r - c->rank_lo) : o->device;
+  if (c->nccl && o->device + (c->rank_hi - c->rank_lo) > ndev) {
+    snprintf(err, cap, "%d ranks need %d GPUs from GPU %d, but %d are visible; use loopback to run them on one",
+             c->rank_hi - c->rank_lo, c->rank_hi - c->rank_lo, o->device, ndev);
+    goto fail;
+  }
+  c->workspace_bytes = 32u << 20;
+  /* staging for packed transfers: the most one rank sends plus receives in one step */
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind != SH_COMM) continue;
+    size_t *need = calloc((size_t)W, sizeof *need);
+    for (size_t x = 0; need && x < st->nxfers; x++) {
+      const sh_tensor *src = &p->tensors[st->xfers[x].src], *dst = &p->tensors[st->xfers[x].dst];
+      size_t b = ((size_t)box_volume(&st->xfers[x].box) * dtype_bytes(src->dtype) + 255) / 256 * 256;
+      if (st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) b = (size_t)box_volume(&src->box) * 4 + 256;
+      need[src->rank] += b;
+      need[dst->rank] += b;
+    }
+    for (int r = 0; need && r < W; r++)
+      if (need[r] > c->staging_bytes[r]) c->staging_bytes[r] = need[r];
+    free(need);
+  }
+  int arch = compute_capability(c->dev[c->rank_lo], err, cap);
   if (arch < 0) goto fail;
-  CU(cu.cudaStreamCreate(&c->stream));
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventCreate(&c->ev0));
   CU(cu.cudaEventCreate(&c->ev1));
-  int64_t scratch = 1;
-  for (int r = 0; r < W; r++) {
+  for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    CU(cu.cudaSetDevice(c->dev[r]));
+    if (c->nccl || r == c->rank_lo) {
+      CU(cu.cudaStreamCreate(&c->stream[r]));
+      LT(cu.cublasLtCreate(&c->lt[r]));
+      CU(cu.cudaMalloc(&c->workspace[r], c->workspace_bytes));
+    } else { /* loopback: one stream, one handle */
+      c->stream[r] = c->stream[c->rank_lo];
+      c->lt[r] = c->lt[c->rank_lo];
+      c->workspace[r] = c->workspace[c->rank_lo];
+    }
     CU(cu.cudaMalloc((void **)&c->arena[r], (size_t)p->mem[r].arena_bytes + 256));
     CU(cu.cudaMalloc((void **)&c->persist[r], (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 256));
+    if (c->nccl) CU(cu.cudaMalloc((void **)&c->staging[r], c->staging_bytes[r] + 256));
     char name[64];
     snprintf(name, sizeof name, "%s.rank%d.cu", p->global->name, r);
     if (load_library(cuda[r].source, name, arch, &c->lib[r], err, cap) != 0) goto fail;
     c->kern[r] = calloc(cuda[r].nkernels + 1, sizeof *c->kern[r]);
-    for (size_t k = 0; k < cuda[r].nkernels; k++) CU(cu.cudaLibraryGetKernel(&c->kern[r][k], c->lib[r], cuda[r].kernels[k].name));
+    for (size_t k = 0; k < cuda[r].nkernels; k++)
+      CU(cu.cudaLibraryGetKernel(&c->kern[r][k], c->lib[r], cuda[r].kernels[k].name));
   }
-  for (size_t t = 0; t < p->n_tensors; t++)
-    if (box_volume(&p->tensors[t].box) > scratch) scratch = box_volume(&p->tensors[t].box);
-  CU(cu.cudaMalloc((void **)&c->scratch, (size_t)scratch * sizeof(float)));
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  if (!c->nccl) {
+    int64_t scratch = 1;
+    for (size_t t = 0; t < p->n_tensors; t++)
+      if (box_volume(&p->tensors[t].box) > scratch) scratch = box_volume(&p->tensors[t].box);
+    CU(cu.cudaMalloc((void **)&c->scratch, (size_t)scratch * sizeof(float)));
+  }
   if (load_library(comm_src, "ntp_collectives.cu", arch, &c->comm_lib, err, cap) != 0) goto fail;
   CU(cu.cudaLibraryGetKernel(&c->k_copy, c->comm_lib, "ntp_copy_box"));
   CU(cu.cudaLibraryGetKernel(&c->k_acc, c->comm_lib, "ntp_acc_box"));
   CU(cu.cudaLibraryGetKernel(&c->k_store, c->comm_lib, "ntp_store_acc"));
-  LT(cu.cublasLtCreate(&c->lt));
-  c->workspace_bytes = 32u << 20;
-  CU(cu.cudaMalloc(&c->workspace, c->workspace_bytes));
-  for (size_t s = 0; s < p->n_steps; s++)
-    if (p->steps[s].kind == SH_COMPUTE && cuda[p->steps[s].rank].steps[s].kind == CG_GEMM &&
-        gemm_setup(c, &p->steps[s], &c->gemms[s], err, cap) != 0)
-      goto fail;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind != SH_COMPUTE || !local_rank(c, st->rank) || cuda[st->rank].steps[s].kind != CG_GEMM) continue;
+    CU(cu.cudaSetDevice(c->dev[st->rank]));
+    if (gemm_setup(c, st, &c->gemms[s], err, cap) != 0) goto fail;
+  }
+  if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
   *out = c;
   return 0;
 fail:
@@ -390,7 +681,7 @@ fail:
   return -1;
 }
 
-/* Host floats of box `box` (global coordinates of value v) -> the tensor's storage bits on the GPU. */
+/* Host floats of a tensor's box -> its storage bits on its GPU. */
 static int upload(ntp_cuda *c, int32_t t, const float *vals, char *err, size_t cap) {
   const sh_tensor *s = &c->p->tensors[t];
   int64_t n = box_volume(&s->box);
@@ -404,6 +695,7 @@ static int upload(ntp_cuda *c, int32_t t, const float *vals, char *err, size_t c
       memcpy(buf + 2 * i, &b, 2);
     }
   }
+  CU(cu.cudaSetDevice(c->dev[s->rank]));
   CU(cu.cudaMemcpy(dev_ptr(c, t), buf, (size_t)n * es, cudaMemcpyHostToDevice));
   free(buf);
   c->filled[t] = true;
@@ -417,25 +709,22 @@ int ntp_cuda_set(ntp_cuda *c, int32_t v, const ntp_host_tensor *g, char *err, si
   const sh_program *p = c->p;
   for (size_t t = 0; t < p->n_tensors; t++) {
     const sh_tensor *s = &p->tensors[t];
-    if (!s->persistent || s->init_value != v) continue;
+    if (!s->persistent || s->init_value != v || !local_rank(c, s->rank)) continue;
     int64_t n = box_volume(&s->init_box);
     float *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
     if (!vals) return -1;
-    /* gather the box from the global tensor, row-major */
+    /* gather the box from the global tensor, row-major; int32 values keep their bits */
     int nd = s->init_box.ndim;
     int64_t idx[NTP_MAX_RANK] = {0};
     for (int64_t k = 0; k < n; k++) {
       int64_t gi = 0;
       for (int d = 0; d < nd; d++) gi = gi * g->shape.dim[d] + s->init_box.lo[d] + idx[d];
-      vals[k] = g->f ? g->f[gi] : (float)g->i[gi];
+      if (g->f) vals[k] = g->f[gi];
+      else memcpy(&vals[k], &g->i[gi], 4);
       for (int d = nd - 1; d >= 0; d--) {
         if (++idx[d] < s->init_box.hi[d] - s->init_box.lo[d]) break;
         idx[d] = 0;
       }
-    }
-    if (s->dtype == NTP_I32) { /* token ids: the integers themselves */
-      int32_t *iv = (int32_t *)vals;
-      for (int64_t k = 0; k < n; k++) iv[k] = (int32_t)vals[k];
     }
     int rc = upload(c, (int32_t)t, vals, err, cap);
     free(vals);
@@ -448,7 +737,9 @@ int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) 
   const sh_program *p = c->p;
   for (size_t t = 0; t < p->n_tensors; t++) {
     const sh_tensor *s = &p->tensors[t];
-    if (!s->persistent || p->global->ops[p->global->values[s->init_value].def].code != IR_PARAM) continue;
+    if (!s->persistent || !local_rank(c, s->rank) ||
+        p->global->ops[p->global->values[s->init_value].def].code != IR_PARAM)
+      continue;
     const ir_value *gv = &p->global->values[s->init_value];
     int64_t n = box_volume(&s->init_box);
     float *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
@@ -466,35 +757,44 @@ int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err,
   const sh_program *p = c->p;
   *res = (ntp_cpu_result){0};
   const float one = 1.0f, zero = 0.0f;
-  CU(cu.cudaEventRecord(c->ev0, c->stream));
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  CU(cu.cudaEventRecord(c->ev0, c->stream[c->rank_lo]));
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
     if (st->kind == SH_COMM) {
-      if (run_comm(c, st, err, cap)) return -1;
+      if (c->nccl ? run_comm_nccl(c, (int32_t)s, st, err, cap) : run_comm_loopback(c, st, err, cap)) return -1;
       continue;
     }
-    const cg_step *cs = &c->cuda[st->rank].steps[s];
+    int r = st->rank;
+    if (!local_rank(c, r)) continue;
+    const cg_step *cs = &c->cuda[r].steps[s];
+    if (c->nccl) CU(cu.cudaSetDevice(c->dev[r]));
     if (cs->kind == CG_GEMM) {
       gemm *g = &c->gemms[s];
       unsigned char *a = dev_ptr(c, st->op.args[0]), *b = dev_ptr(c, st->op.args[1]), *d = dev_ptr(c, st->op.result);
-      LT(cu.cublasLtMatmul(c->lt, g->op, &one, b, g->a, a, g->b, &zero, d, g->c, d, g->c, &g->algo.algo, c->workspace,
-                           c->workspace_bytes, c->stream));
+      LT(cu.cublasLtMatmul(c->lt[r], g->op, &one, b, g->a, a, g->b, &zero, d, g->c, d, g->c, &g->algo.algo,
+                           c->workspace[r], c->workspace_bytes, c->stream[r]));
       continue;
     }
     if (cs->kind != CG_KERNEL) continue;
     if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
-    const cg_kernel *k = &c->cuda[st->rank].kernels[cs->kernel];
-    unsigned char *a = c->arena[st->rank], *pp = c->persist[st->rank];
+    const cg_kernel *k = &c->cuda[r].kernels[cs->kernel];
+    unsigned char *a = c->arena[r], *pp = c->persist[r];
     void *args[] = {&a, &pp, &seed};
-    CU(cu.cudaLaunchKernel((const void *)c->kern[st->rank][cs->kernel], (dim3){(unsigned)k->grid, 1, 1},
-                           (dim3){(unsigned)k->block, 1, 1}, args, (size_t)k->smem, c->stream));
+    CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)k->grid, 1, 1},
+                           (dim3){(unsigned)k->block, 1, 1}, args, (size_t)k->smem, c->stream[r]));
   }
-  CU(cu.cudaEventRecord(c->ev1, c->stream));
-  CU(cu.cudaStreamSynchronize(c->stream));
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  CU(cu.cudaEventRecord(c->ev1, c->stream[c->rank_lo]));
+  for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    CU(cu.cudaSetDevice(c->dev[r]));
+    CU(cu.cudaStreamSynchronize(c->stream[r]));
+  }
   float ms = 0;
   CU(cu.cudaEventElapsedTime(&ms, c->ev0, c->ev1));
   res->seconds = ms / 1e3;
-  /* outputs: every piece back to the host, placed into the global tensor */
+  /* outputs: the pieces held here back to the host, placed into the global tensor (one
+   * rank per process fills only the elements its rank holds) */
   const ir_module *m = p->global;
   res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
   for (size_t o = 0; res->outputs && o < m->n_outputs; o++) {
@@ -510,10 +810,12 @@ int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err,
     for (size_t k = 0; f && k < p->npieces[v]; k++) {
       int32_t t = p->pieces[v][k];
       const sh_tensor *s = &p->tensors[t];
+      if (!local_rank(c, s->rank)) continue;
       int64_t pn = box_volume(&s->box);
       size_t es = dtype_bytes(s->dtype);
       unsigned char *buf = malloc((size_t)pn * es + 1);
       if (!buf) break;
+      CU(cu.cudaSetDevice(c->dev[s->rank]));
       CU(cu.cudaMemcpy(buf, dev_ptr(c, t), (size_t)pn * es, cudaMemcpyDeviceToHost));
       int nd = s->box.ndim;
       int64_t idx[NTP_MAX_RANK] = {0};
@@ -550,23 +852,43 @@ void ntp_cuda_free(ntp_cuda *c) {
     if (g->b) cu.cublasLtMatrixLayoutDestroy(g->b);
     if (g->c) cu.cublasLtMatrixLayoutDestroy(g->c);
   }
-  for (int r = 0; r < c->p->world; r++) {
+  for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    if (c->dev) cu.cudaSetDevice(c->dev[r]);
+    if (c->group && c->group[r]) {
+      for (int k = 0; k < c->nsets; k++)
+        if (c->group[r][k]) cu.ncclCommDestroy(c->group[r][k]);
+      free(c->group[r]);
+    }
+    if (c->world && c->world[r] && c->own_world) cu.ncclCommDestroy(c->world[r]);
     if (c->arena && c->arena[r]) cu.cudaFree(c->arena[r]);
     if (c->persist && c->persist[r]) cu.cudaFree(c->persist[r]);
+    if (c->staging && c->staging[r]) cu.cudaFree(c->staging[r]);
     if (c->lib && c->lib[r]) cu.cudaLibraryUnload(c->lib[r]);
     if (c->kern) free(c->kern[r]);
+    bool owner = c->nccl || r == c->rank_lo; /* loopback shares the first rank's stream and handle */
+    if (owner && c->workspace && c->workspace[r]) cu.cudaFree(c->workspace[r]);
+    if (owner && c->lt && c->lt[r]) cu.cublasLtDestroy(c->lt[r]);
+    if (owner && c->stream && c->stream[r]) cu.cudaStreamDestroy(c->stream[r]);
   }
   if (c->comm_lib) cu.cudaLibraryUnload(c->comm_lib);
   if (c->scratch) cu.cudaFree(c->scratch);
-  if (c->workspace) cu.cudaFree(c->workspace);
-  if (c->lt) cu.cublasLtDestroy(c->lt);
   if (c->ev0) cu.cudaEventDestroy(c->ev0);
   if (c->ev1) cu.cudaEventDestroy(c->ev1);
-  if (c->stream) cu.cudaStreamDestroy(c->stream);
+  free(c->dev);
+  free(c->stream);
+  free(c->lt);
+  free(c->workspace);
   free(c->arena);
   free(c->persist);
+  free(c->staging);
+  free(c->staging_bytes);
   free(c->lib);
   free(c->kern);
+  free(c->world);
+  free(c->group);
+  free(c->step_set);
+  free(c->sets);
+  free(c->set_len);
   free(c->gemms);
   free(c->filled);
   free(c);

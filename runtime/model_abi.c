@@ -28,6 +28,21 @@ struct ntp_model {
   uint64_t seed;
 };
 
+/* torchrun, Slurm and Open MPI name the rank (and the local rank: the GPU) in the environment. */
+static int launcher_rank(int *rank, int *device) {
+  static const char *ranks[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+  static const char *locals[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
+  for (int i = 0; i < 3; i++) {
+    const char *r = getenv(ranks[i]);
+    if (!r) continue;
+    *rank = atoi(r);
+    const char *l = getenv(locals[i]);
+    *device = l ? atoi(l) : 0;
+    return 0;
+  }
+  return -1;
+}
+
 int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_model **out) {
   *out = NULL;
   if (a->abi_version != NTP_MODEL_ABI_VERSION)
@@ -44,9 +59,19 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
   if (backend[1] == 'u') { /* cuda */
     ntp_cuda_options co = {.loopback = o->loopback || a->program->world == 1, .device = o->device,
                            .rank_hi = a->program->world, .nccl_comm = o->nccl_comm};
-    if (o->rank >= 0 && a->program->world > 1 && !o->loopback) {
+    int rank = o->rank, device = o->device;
+    if (rank == NTP_RANK_FROM_ENV && launcher_rank(&rank, &device) != 0) {
       free(m);
-      return fail(NTP_EBACKEND, "one rank per process needs NCCL execution, which this runtime does not have yet");
+      return fail(NTP_EINVAL, "no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)");
+    }
+    if (rank >= 0) { /* one rank in this process, on its own GPU */
+      if (rank >= a->program->world) {
+        free(m);
+        return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", rank, a->program->world);
+      }
+      co.rank_lo = rank;
+      co.rank_hi = rank + 1;
+      co.device = device;
     }
     if (ntp_cuda_create(a->program, a->cuda, &co, &m->cuda, err, sizeof err) != 0) {
       free(m);

@@ -18,6 +18,8 @@ extern "C" {
 
 #define NTP_MODEL_ABI_VERSION 1
 
+#define NTP_RANK_FROM_ENV (-2)
+
 enum { NTP_OK = 0, NTP_EINVAL = -1, NTP_ENOMEM = -2, NTP_EIO = -3, NTP_EBACKEND = -4, NTP_ERUN = -5 };
 
 typedef struct ntp_model_tensor_info {
@@ -38,10 +40,14 @@ typedef struct ntp_model_info {
 
 typedef struct ntp_model_options {
   const char *backend; /* "cpu" (all ranks simulated in this process) or "cuda"; NULL = "cpu" */
-  int32_t rank;        /* cuda: this process's rank; -1 = every rank (a thread per GPU, or loopback) */
-  int32_t device;      /* cuda: the GPU of this rank */
+  int32_t rank;        /* cuda: this process's rank (one GPU, NCCL); -1 = every rank in this process
+                          (GPUs device, device+1, ...; or all on one GPU with loopback);
+                          NTP_RANK_FROM_ENV = from torchrun / Slurm / Open MPI variables */
+  int32_t device;      /* cuda: the GPU of this rank (of the first rank when rank is -1) */
   int32_t loopback;    /* cuda: run every rank on one GPU, collectives as device copies */
-  void *nccl_comm;     /* cuda: an initialised ncclComm_t for the world, or NULL to bootstrap */
+  void *nccl_comm;     /* cuda: an initialised ncclComm_t for the world (one rank per process), or
+                          NULL: created here (all ranks), or joined through the unique id that
+                          rank 0 writes to $NTP_NCCL_ID_FILE */
   uint64_t seed;       /* default initialisation of parameters never set or loaded */
 } ntp_model_options;
 
