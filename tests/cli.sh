@@ -25,7 +25,7 @@ check bad-define-value 2 "$ntpc" check examples/gpt2.ntp -D S=x; expect_text bad
 check missing-file 2 "$ntpc" check /nonexistent.ntp;  expect_text missing-file "cannot open '/nonexistent.ntp'"
 check no-command 2 "$ntpc" examples/gpt2.ntp;         expect_text no-command "nothing to do"
 check bad-emit 2 "$ntpc" examples/gpt2.ntp --emit=bogus; expect_text bad-emit "unknown --emit kind 'bogus'"
-check cuda-backend 2 "$ntpc" run examples/gpt2.ntp --backend cuda $toy; expect_text cuda-backend "not available"
+check cuda-backend-unknown 2 "$ntpc" run examples/gpt2.ntp --backend tpu $toy; expect_text cuda-backend-unknown "unknown backend 'tpu'"
 check check-ok 0 "$ntpc" check examples/gpt2.ntp;    expect_text check-ok "model gpt2: 51 layers"
 check unknown-define 1 "$ntpc" check examples/gpt2.ntp -D SS=4; expect_text unknown-define "did you mean 'S'?"
 check define-applies 0 "$ntpc" examples/gpt2.ntp --emit=ir -D S=128 -D L=1; expect_text define-applies "input tokens : i32[8, 128]"
