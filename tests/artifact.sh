@@ -11,7 +11,8 @@ same() { # same NAME FILE_A FILE_B
 }
 toy="-D B=8 -D S=16 -D D=64 -D H=8 -D V=250 -D L=2"
 
-cc -std=c17 -Wall -Wextra -Werror examples/run_model.c -Iruntime -ldl -lm -o "$tmp/run_model" || exit 1
+# NTP_TEST_CFLAGS: the sanitizer flags of a sanitized build (its runtime must come first)
+cc -std=c17 -Wall -Wextra -Werror ${NTP_TEST_CFLAGS:-} examples/run_model.c -Iruntime -ldl -lm -o "$tmp/run_model" || exit 1
 
 # gpt2 with the mixed plan (degrees 8, 4, 2 and a (5, 3) split)
 "$ntpc" examples/gpt2.ntp $toy --plan examples/plans/gpt2_mixed8.ntp -o "$tmp/gpt2.so" || { echo "[FAIL] build"; exit 1; }
@@ -43,7 +44,7 @@ if cmake --install "$build" --prefix "$tmp/prefix" >/dev/null; then
   pc="$tmp/prefix/lib/pkgconfig"
   [ -d "$pc" ] || pc=$(dirname "$(find "$tmp/prefix" -name ntprt.pc | head -1)")
   flags=$(PKG_CONFIG_PATH="$pc" pkg-config --cflags ntprt)
-  cc -std=c17 examples/run_model.c $flags -ldl -lm -o "$tmp/run_model2" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "[FAIL] build against the installed headers"; }
+  cc -std=c17 ${NTP_TEST_CFLAGS:-} examples/run_model.c $flags -ldl -lm -o "$tmp/run_model2" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "[FAIL] build against the installed headers"; }
   "$tmp/prefix/bin/ntpc" examples/gpt2.ntp $toy --plan examples/plans/gpt2_mixed8.ntp -o "$tmp/gpt2i.so" &&
     "$tmp/run_model2" "$tmp/gpt2i.so" --seed 3 | grep '^output' >"$tmp/inst.out"
   same "installed toolchain gives the same outputs" "$tmp/inst.out" "$tmp/ntpc.out"
