@@ -1,6 +1,7 @@
 /* ir.c — IR tables, op table lookups and construction. */
 #include "ir.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -110,4 +111,12 @@ bool ir_glob_match(const char *p, const char *s) {
   }
   while (*p == '*') p++;
   return *p == 0;
+}
+
+bool ir_fail(char *err, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, cap, fmt, ap);
+  va_end(ap);
+  return false;
 }

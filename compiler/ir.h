@@ -202,6 +202,8 @@ int32_t ir_emit(ir_module *m, ir_opcode code, const int32_t *args, int32_t nargs
                 int32_t layer, ntp_loc loc);
 static inline ir_op *ir_def(const ir_module *m, int32_t value) { return &m->ops[m->values[value].def]; }
 bool ir_glob_match(const char *pattern, const char *name);
+/* Formats a rule violation into err and returns false (for the checks below). */
+bool ir_fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ir_shape.c: the result shape and dtype of an op from its operands; false + message if illegal. */
 bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *dt, char *err, size_t errlen);

@@ -1,17 +1,8 @@
 /* ir_shape.c — shape and dtype rules of every op, shared by lowering (which reports
  * errors at the source) and the verifier (which re-derives every result). */
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "ir.h"
-
-static bool fail(char *err, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, cap, fmt, ap);
-  va_end(ap);
-  return false;
-}
 
 /* NumPy broadcasting of two shapes. */
 static bool broadcast(const ntp_shape *a, const ntp_shape *b, ntp_shape *out) {
@@ -39,9 +30,9 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
     return true;
 
   case IR_GATHER:
-    if (b->dtype != NTP_I32) return fail(err, cap, "embedding indices must be i32, got %s", dtype_name(b->dtype));
-    if (a->shape.ndim != 2) return fail(err, cap, "embedding table must be 2-D, got %s", shape_str(&a->shape, sa, 96));
-    if (b->shape.ndim + 1 > NTP_MAX_RANK) return fail(err, cap, "too many dims");
+    if (b->dtype != NTP_I32) return ir_fail(err, cap, "embedding indices must be i32, got %s", dtype_name(b->dtype));
+    if (a->shape.ndim != 2) return ir_fail(err, cap, "embedding table must be 2-D, got %s", shape_str(&a->shape, sa, 96));
+    if (b->shape.ndim + 1 > NTP_MAX_RANK) return ir_fail(err, cap, "too many dims");
     *shape = b->shape;
     shape->dim[shape->ndim++] = a->shape.dim[1];
     *dt = a->dtype;
@@ -49,10 +40,10 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
 
   case IR_SLICE: {
     int ax = op->attr.slice.axis;
-    if (ax < 0 || ax >= a->shape.ndim) return fail(err, cap, "slice axis %d out of range", ax);
+    if (ax < 0 || ax >= a->shape.ndim) return ir_fail(err, cap, "slice axis %d out of range", ax);
     if (op->attr.slice.start < 0 || op->attr.slice.len < 1 ||
         op->attr.slice.start + op->attr.slice.len > a->shape.dim[ax])
-      return fail(err, cap, "slice [%lld, %lld) outside dim of size %lld", (long long)op->attr.slice.start,
+      return ir_fail(err, cap, "slice [%lld, %lld) outside dim of size %lld", (long long)op->attr.slice.start,
                   (long long)(op->attr.slice.start + op->attr.slice.len), (long long)a->shape.dim[ax]);
     *shape = a->shape;
     shape->dim[ax] = op->attr.slice.len;
@@ -63,23 +54,23 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
   case IR_RESHAPE:
     *shape = m->values[op->result].shape;
     if (shape_numel(shape) != shape_numel(&a->shape))
-      return fail(err, cap, "cannot reshape %s to %s", shape_str(&a->shape, sa, 96), shape_str(shape, sb, 96));
+      return ir_fail(err, cap, "cannot reshape %s to %s", shape_str(&a->shape, sa, 96), shape_str(shape, sb, 96));
     *dt = a->dtype;
     return true;
 
   case IR_MATMUL: {
     if (a->dtype != b->dtype || !dtype_is_float(a->dtype))
-      return fail(err, cap, "matmul operands must share a float dtype, got %s and %s", dtype_name(a->dtype),
+      return ir_fail(err, cap, "matmul operands must share a float dtype, got %s and %s", dtype_name(a->dtype),
                   dtype_name(b->dtype));
     if (a->shape.ndim < 1)
-      return fail(err, cap, "matmul needs a left operand with at least 1 dim");
-    if (b->shape.ndim < 2) return fail(err, cap, "matmul right operand must have at least 2 dims, got %s",
+      return ir_fail(err, cap, "matmul needs a left operand with at least 1 dim");
+    if (b->shape.ndim < 2) return ir_fail(err, cap, "matmul right operand must have at least 2 dims, got %s",
                                        shape_str(&b->shape, sb, 96));
     int64_t bk = b->shape.dim[b->shape.ndim - (op->attr.mm.trans_b ? 1 : 2)];
     int64_t bn = b->shape.dim[b->shape.ndim - (op->attr.mm.trans_b ? 2 : 1)];
     int64_t ak = a->shape.dim[a->shape.ndim - 1];
     if (ak != bk)
-      return fail(err, cap, "matmul inner dims differ: %s @ %s%s (%lld vs %lld)", shape_str(&a->shape, sa, 96),
+      return ir_fail(err, cap, "matmul inner dims differ: %s @ %s%s (%lld vs %lld)", shape_str(&a->shape, sa, 96),
                   shape_str(&b->shape, sb, 96), op->attr.mm.trans_b ? " transposed" : "", (long long)ak,
                   (long long)bk);
     if (b->shape.ndim > 2) {
@@ -87,7 +78,7 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
       bool ok = a->shape.ndim == b->shape.ndim;
       for (int i = 0; ok && i < a->shape.ndim - 2; i++) ok = a->shape.dim[i] == b->shape.dim[i];
       if (!ok)
-        return fail(err, cap, "matmul batch dims differ: %s @ %s", shape_str(&a->shape, sa, 96),
+        return ir_fail(err, cap, "matmul batch dims differ: %s @ %s", shape_str(&a->shape, sa, 96),
                     shape_str(&b->shape, sb, 96));
     }
     *shape = a->shape;
@@ -101,12 +92,12 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
   case IR_MUL:
   case IR_DIV:
     if (a->dtype != b->dtype)
-      return fail(err, cap, "operands of '%s' have different dtypes: %s%s and %s%s", ir_op_name(op->code),
+      return ir_fail(err, cap, "operands of '%s' have different dtypes: %s%s and %s%s", ir_op_name(op->code),
                   dtype_name(a->dtype), shape_str(&a->shape, sa, 96), dtype_name(b->dtype),
                   shape_str(&b->shape, sb, 96));
-    if (!dtype_is_float(a->dtype)) return fail(err, cap, "'%s' needs float operands", ir_op_name(op->code));
+    if (!dtype_is_float(a->dtype)) return ir_fail(err, cap, "'%s' needs float operands", ir_op_name(op->code));
     if (!broadcast(&a->shape, &b->shape, shape))
-      return fail(err, cap, "shapes do not broadcast in '%s': %s%s vs %s%s", ir_op_name(op->code),
+      return ir_fail(err, cap, "shapes do not broadcast in '%s': %s%s vs %s%s", ir_op_name(op->code),
                   dtype_name(a->dtype), shape_str(&a->shape, sa, 96), dtype_name(b->dtype),
                   shape_str(&b->shape, sb, 96));
     *dt = a->dtype;
@@ -114,18 +105,18 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
 
   case IR_NEG: case IR_GELU: case IR_RELU: case IR_SILU: case IR_SIGMOID: case IR_TANH: case IR_EXP:
   case IR_SOFTMAX: case IR_LAYERNORM: case IR_RMSNORM:
-    if (!dtype_is_float(a->dtype)) return fail(err, cap, "'%s' needs a float operand, got %s", ir_op_name(op->code),
+    if (!dtype_is_float(a->dtype)) return ir_fail(err, cap, "'%s' needs a float operand, got %s", ir_op_name(op->code),
                                                dtype_name(a->dtype));
     if ((op->code == IR_SOFTMAX || op->code == IR_LAYERNORM || op->code == IR_RMSNORM) && a->shape.ndim < 1)
-      return fail(err, cap, "'%s' needs at least one dim", ir_op_name(op->code));
+      return ir_fail(err, cap, "'%s' needs at least one dim", ir_op_name(op->code));
     *shape = a->shape;
     *dt = a->dtype;
     return true;
 
   case IR_ROPE:
-    if (a->shape.ndim != 4) return fail(err, cap, "rope needs [B, S, H, HD], got %s", shape_str(&a->shape, sa, 96));
+    if (a->shape.ndim != 4) return ir_fail(err, cap, "rope needs [B, S, H, HD], got %s", shape_str(&a->shape, sa, 96));
     if (a->shape.dim[3] % 2)
-      return fail(err, cap, "rope needs an even head dim, got %lld", (long long)a->shape.dim[3]);
+      return ir_fail(err, cap, "rope needs an even head dim, got %lld", (long long)a->shape.dim[3]);
     *shape = a->shape;
     *dt = a->dtype;
     return true;
@@ -133,20 +124,20 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
   case IR_ATTENTION: {
     const ir_value *v = &m->values[op->args[2]];
     if (a->shape.ndim != 4 || b->shape.ndim != 4 || !shape_eq(&b->shape, &v->shape))
-      return fail(err, cap, "attention needs q [B, S, H, HD] and k, v [B, S, KV, HD] of one shape");
+      return ir_fail(err, cap, "attention needs q [B, S, H, HD] and k, v [B, S, KV, HD] of one shape");
     if (a->shape.dim[0] != b->shape.dim[0] || a->shape.dim[1] != b->shape.dim[1] || a->shape.dim[3] != b->shape.dim[3])
-      return fail(err, cap, "attention q %s and k %s disagree", shape_str(&a->shape, sa, 96),
+      return ir_fail(err, cap, "attention q %s and k %s disagree", shape_str(&a->shape, sa, 96),
                   shape_str(&b->shape, sb, 96));
     if (op->attr.attn.group > 0) {
       /* a head-sharded slice: every query head's kv head must be held */
       const int64_t g = op->attr.attn.group, q0 = op->attr.attn.q_off, k0 = op->attr.attn.kv_off;
       if (g < 1 || q0 / g < k0 || (q0 + a->shape.dim[2] - 1) / g - k0 >= b->shape.dim[2])
-        return fail(err, cap, "query heads %lld.. need kv heads this shard does not hold", (long long)q0);
+        return ir_fail(err, cap, "query heads %lld.. need kv heads this shard does not hold", (long long)q0);
     } else if (a->shape.dim[2] % b->shape.dim[2]) {
-      return fail(err, cap, "heads (%lld) must be a multiple of kv heads (%lld)", (long long)a->shape.dim[2],
+      return ir_fail(err, cap, "heads (%lld) must be a multiple of kv heads (%lld)", (long long)a->shape.dim[2],
                   (long long)b->shape.dim[2]);
     }
-    if (a->dtype != b->dtype || a->dtype != v->dtype) return fail(err, cap, "attention operands differ in dtype");
+    if (a->dtype != b->dtype || a->dtype != v->dtype) return ir_fail(err, cap, "attention operands differ in dtype");
     *shape = a->shape;
     *dt = a->dtype;
     return true;
@@ -154,5 +145,5 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
   case IR_OP_COUNT:
     break;
   }
-  return fail(err, cap, "unknown op %d", (int)op->code);
+  return ir_fail(err, cap, "unknown op %d", (int)op->code);
 }

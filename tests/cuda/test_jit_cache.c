@@ -10,14 +10,7 @@
 #include "cuda_backend.h"
 #include "nvrtc_dl.h"
 
-static int failures;
-#define CHECK(c)                                                               \
-  do {                                                                         \
-    if (!(c)) {                                                                \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);   \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
+#include "check.h"
 
 static const char src[] = "extern \"C\" __global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n";
 
@@ -75,10 +68,5 @@ int main(void) {
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  puts("jit cache: all checks passed");
-  return 0;
+  return check_report("jit cache");
 }

@@ -8,14 +8,7 @@
 #include "ntpc.h"
 #include "ntprt.h"
 
-static int failures;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                     \
-    }                                                                 \
-  } while (0)
+#include "check.h"
 
 static const char good[] =
     "model tiny {\n"
@@ -108,10 +101,5 @@ int main(void) {
   test_compile_and_walk();
   test_diagnostics_as_data();
   test_usage_errors();
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  puts("api: all checks passed");
-  return 0;
+  return check_report("api");
 }

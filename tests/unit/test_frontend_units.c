@@ -6,14 +6,7 @@
 #include "compiler.h"
 #include "ir.h"
 
-static int failures;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                     \
-    }                                                                 \
-  } while (0)
+#include "check.h"
 
 static void test_glob(void) {
   CHECK(ir_glob_match("*", "blk.3.attn"));
@@ -83,10 +76,5 @@ int main(void) {
   test_nearest();
   test_strmap();
   test_shapes();
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  puts("frontend units: all checks passed");
-  return 0;
+  return check_report("frontend units");
 }
