@@ -214,9 +214,12 @@ static void unary_expr(gen *g, ir_opcode c, const char *x) {
 }
 
 /* The next step of this rank, or -1. */
+/* Parameter and input initialisation steps run before everything else (the runtime hoists
+ * them: they read nothing), so fusion looks past them. */
 static int32_t next_step(gen *g, int32_t s) {
   for (size_t k = (size_t)s + 1; k < g->p->n_steps; k++) {
     const sh_step *st = &g->p->steps[k];
+    if (st->kind == SH_COMPUTE && st->rank == g->rank && (st->op.code == IR_PARAM || st->op.code == IR_INPUT)) continue;
     if (st->kind == SH_COMPUTE && st->rank == g->rank) return (int32_t)k;
     if (st->kind == SH_COMM) {
       for (int i = 0; i < st->nranks; i++)
@@ -240,8 +243,14 @@ static bool fusable(gen *g, int32_t prev_result, int32_t nx) {
   return reads;
 }
 
-/* Emits the elementwise ops of steps chain[0..n) on value v (float "vK" variables). */
-static void ew_body(gen *g, const int32_t *chain, int n, ntp_shape os) {
+/* The tensor whose value step chain[k] finds in a register: the previous step's result,
+ * or `reg` (a value computed before the chain, e.g. a norm's) for the first step. */
+static int32_t in_register(gen *g, const int32_t *chain, int k, int32_t reg) {
+  return k > 0 ? g->p->steps[chain[k - 1]].op.result : reg;
+}
+
+/* Emits the elementwise ops of steps chain[0..n) (float "vK" variables). */
+static void ew_body(gen *g, const int32_t *chain, int n, ntp_shape os, int32_t reg) {
   char idx[512];
   for (int k = 0; k < n; k++) {
     const sh_step *st = &g->p->steps[chain[k]];
@@ -249,7 +258,7 @@ static void ew_body(gen *g, const int32_t *chain, int n, ntp_shape os) {
     char operand[2][600];
     for (int a = 0; a < st->op.nargs; a++) {
       int32_t t = st->op.args[a];
-      if (k > 0 && t == g->p->steps[chain[k - 1]].op.result) {
+      if (t == in_register(g, chain, k, reg)) {
         snprintf(operand[a], sizeof operand[a], "v%d", t);
       } else {
         bcast_index(g, t, os, idx, sizeof idx);
@@ -268,11 +277,12 @@ static void ew_body(gen *g, const int32_t *chain, int n, ntp_shape os) {
 }
 
 /* The output dims that broadcast operands of the chain index by. */
-static unsigned coord_mask(gen *g, const int32_t *chain, int n, ntp_shape os) {
+static unsigned coord_mask(gen *g, const int32_t *chain, int n, ntp_shape os, int32_t reg) {
   unsigned mask = 0;
   for (int k = 0; k < n; k++) {
     const sh_step *st = &g->p->steps[chain[k]];
     for (int a = 0; a < st->op.nargs; a++) {
+      if (st->op.args[a] == in_register(g, chain, k, reg)) continue;
       ntp_shape s = tshape(g, st->op.args[a]);
       if (shape_eq(&s, &os)) continue;
       for (int d = 0; d < s.ndim; d++)
@@ -282,7 +292,7 @@ static unsigned coord_mask(gen *g, const int32_t *chain, int n, ntp_shape os) {
   return mask;
 }
 
-static void declare_chain(gen *g, const int32_t *chain, int n) {
+static void declare_chain(gen *g, const int32_t *chain, int n, int32_t reg) {
   int32_t done[64];
   int nd = 0;
   for (int k = 0; k <= n; k++) {
@@ -290,7 +300,7 @@ static void declare_chain(gen *g, const int32_t *chain, int n) {
     int nargs = k < n ? st->op.nargs : 1;
     for (int a = 0; a < nargs; a++) {
       int32_t t = k < n ? st->op.args[a] : st->op.result;
-      if (k > 0 && k < n && t == g->p->steps[chain[k - 1]].op.result) continue; /* a register, not memory */
+      if (k < n && t == in_register(g, chain, k, reg)) continue; /* a register, not memory */
       bool seen = false;
       for (int j = 0; j < nd; j++) seen |= done[j] == t;
       if (seen || nd == 64) continue;
@@ -320,9 +330,9 @@ static void gen_ew(gen *g, int32_t s) {
   int64_t N = shape_numel(&os);
   kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
   out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
-  declare_chain(g, chain, n);
-  coords(g, os, coord_mask(g, chain, n, os));
-  ew_body(g, chain, n, os);
+  declare_chain(g, chain, n, -1);
+  coords(g, os, coord_mask(g, chain, n, os, -1));
+  ew_body(g, chain, n, os, -1);
   char v[32];
   snprintf(v, sizeof v, "v%d", last);
   store(g, last, "i", v);
@@ -350,7 +360,7 @@ static void gen_row(gen *g, int32_t s) {
   kernel_head(g, s, rows, ROW_BLOCK, 0);
   out(g->m, "  __shared__ float sh[32];\n  i64 row = blockIdx.x;\n");
   decl(g, x);
-  if (n > 1) declare_chain(g, chain + 1, n - 1);
+  if (n > 1) declare_chain(g, chain + 1, n - 1, y);
   else decl(g, y);
   out(g->m, "  const i64 D = %lldll, base = row * D;\n", (long long)D);
   char xi[64];
@@ -377,7 +387,7 @@ static void gen_row(gen *g, int32_t s) {
         flit(st->op.attr.norm.eps, fb, sizeof fb));
   }
   out(g->m, "  for (i64 j = threadIdx.x; j < D; j += blockDim.x) {\n    i64 i = base + j;\n");
-  if (n > 1) coords(g, ys, coord_mask(g, chain + 1, n - 1, ys));
+  if (n > 1) coords(g, ys, coord_mask(g, chain + 1, n - 1, ys, y));
   out(g->m, "    float v%d = rt_%s(", y, dsuffix(g->p->tensors[y].dtype));
   if (st->op.code == IR_SOFTMAX) {
     out(g->m, "expf(");
@@ -392,7 +402,7 @@ static void gen_row(gen *g, int32_t s) {
     out(g->m, " * inv");
   }
   out(g->m, ");\n");
-  if (n > 1) ew_body(g, chain + 1, n - 1, ys);
+  if (n > 1) ew_body(g, chain + 1, n - 1, ys, y);
   char v[32];
   snprintf(v, sizeof v, "v%d", last);
   store(g, last, "i", v);

@@ -8,6 +8,10 @@
  * to storage is round-to-nearest-even exactly as in the CPU reference. The source needs
  * no headers (NVRTC compiles it as it is) and carries #line directives, so a compile error
  * points at the .ntp line the op came from.
+ *
+ * Contract with the runtime: the kernels of parameter and input initialisation steps run
+ * before all other steps (fusion may move a consumer of a parameter ahead of the step
+ * that initialises it in the list).
  */
 #ifndef NTP_CUDA_GEN_H
 #define NTP_CUDA_GEN_H

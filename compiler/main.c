@@ -229,7 +229,7 @@ static void print_model_summary(const ir_module *m, FILE *out) {
  * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
 static int run_cuda(const ir_module *m, const sh_program *p, const options *o) {
   char err[1024] = "";
-  int rc = 1;
+  int rc = 2; /* until the forwards ran: an environment failure (no GPU, no library, too few GPUs) */
   cg_module *cms = calloc((size_t)p->world, sizeof *cms);
   ntp_cuda *c = NULL;
   ntp_safetensors *params = NULL;
@@ -248,6 +248,7 @@ static int run_cuda(const ir_module *m, const sh_program *p, const options *o) {
     if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done;
     total += res.seconds;
   }
+  rc = 1;
   if (ntp_cpu_run_params(m, o->seed, 0, params, &ref, err, sizeof err) != 0) goto done;
   print_model_summary(m, stdout);
   printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n",
@@ -306,7 +307,7 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
   ntp_safetensors *params = NULL;
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
-    return 1;
+    return 2;
   }
   if (ntp_cpu_run_params(m, o->seed, o->dump != NULL || o->save_params != NULL, params, &res, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
@@ -383,7 +384,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--loopback") == 0) {
       o.loopback = true;
     } else if ((v = opt_value(argc, argv, &i, "--iters", &missing))) {
-      o.iters = atol(v);
+      char *end;
+      o.iters = strtol(v, &end, 10);
+      if (*end || !*v || o.iters < 0) { rc = usage_error("--iters needs a count of 0 or more, got '%s'", v); goto out; }
     } else if ((v = opt_value(argc, argv, &i, "--params", &missing))) {
       o.params = v;
     } else if ((v = opt_value(argc, argv, &i, "--save-params", &missing))) {
@@ -427,6 +430,10 @@ int main(int argc, char **argv) {
     goto out;
   }
   bool cuda = o.backend && strcmp(o.backend, "cuda") == 0;
+  if (cuda && (o.dump || o.save_params)) {
+    rc = usage_error("%s is a cpu-backend option (it writes the reference run's tensors)", o.dump ? "--dump" : "--save-params");
+    goto out;
+  }
   if (cuda && o.command && strcmp(o.command, "run") == 0) {
     char why[512];
     if (ntp_cuda_available(why, sizeof why) != 0) {

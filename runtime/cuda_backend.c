@@ -759,8 +759,13 @@ int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err,
   const float one = 1.0f, zero = 0.0f;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev0, c->stream[c->rank_lo]));
+  /* two passes: initialisation first (fused kernels may read a parameter earlier in the
+   * list than its initialisation step), then everything else in order */
+  for (int pass = 0; pass < 2; pass++)
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
+    bool init = st->kind == SH_COMPUTE && (st->op.code == IR_PARAM || st->op.code == IR_INPUT);
+    if (init != (pass == 0)) continue;
     if (st->kind == SH_COMM) {
       if (c->nccl ? run_comm_nccl(c, (int32_t)s, st, err, cap) : run_comm_loopback(c, st, err, cap)) return -1;
       continue;

@@ -1,0 +1,228 @@
+/* planner.h — the planner: a cost model of a model's forward pass on a device profile, and
+ * an exact search for the TP placement of every layer (docs/planner.md).
+ *
+ * Three layers of API:
+ *  - device profiles (profiles.c): peak rates, GEMM and attention efficiency, memory, links
+ *    and collectives, built in or read from a text file;
+ *  - the cost model: primitive costs (GEMM, streaming, collectives) and, for a compiled model,
+ *    per-layer tables of time and memory for every candidate placement and transition tables
+ *    between consecutive layers (the same slice-overlap rules as the sharding pass);
+ *  - the search: a dynamic program over layers with memory as an exact (quantised, conservative)
+ *    constraint, the exhaustive search it is tested against, failure re-planning, and writers
+ *    for the plan file, the report and the picture.
+ */
+#ifndef NTP_PLANNER_H
+#define NTP_PLANNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir.h"
+
+/* ================================ device profiles ================================ */
+
+#define PLAN_CURVE_MAX 16
+/* y as a function of x (a size), piecewise linear in log2(x), constant beyond the ends. */
+typedef struct plan_curve {
+  int32_t n;
+  double x[PLAN_CURVE_MAX], y[PLAN_CURVE_MAX];
+} plan_curve;
+double plan_curve_at(const plan_curve *c, double x); /* n == 0: 1 */
+
+typedef enum { PLAN_INTRA, PLAN_INTER, PLAN_NLEVELS } plan_level;
+
+#define PLAN_COLLS(X)                      \
+  X(ALL_REDUCE, "all-reduce")              \
+  X(REDUCE_SCATTER, "reduce-scatter")      \
+  X(ALL_GATHER, "all-gather")              \
+  X(ALL_TO_ALL, "all-to-all")              \
+  X(SEND_RECV, "send-recv")
+typedef enum {
+#define X(e, s) PLAN_##e,
+  PLAN_COLLS(X)
+#undef X
+  PLAN_NCOLLS
+} plan_coll;
+const char *plan_coll_name(plan_coll c);
+
+typedef struct plan_profile {
+  char name[32];
+  char device[96];
+  double flops[NTP_DTYPE_COUNT];          /* dense peak FLOP/s by storage dtype; 0 = not given */
+  plan_curve gemm_eff;                     /* fraction of peak reached by a GEMM, by its smallest dim */
+  double attn_eff;                         /* fraction of peak reached by the attention core */
+  double mem_bw, mem_eff, mem_capacity;    /* bytes/s, fraction reached, bytes */
+  double launch;                           /* seconds added per kernel */
+  double link_bw[PLAN_NLEVELS];            /* bytes/s per GPU and direction */
+  double lat[PLAN_NLEVELS][PLAN_NCOLLS];   /* seconds per collective call */
+  plan_curve eff[PLAN_NLEVELS][PLAN_NCOLLS]; /* fraction of link_bw reached, by message bytes */
+} plan_profile;
+
+/* Built-in profiles: "h100", "h200", "a100", "b200" (also "h100-sxm", ...); NULL-terminated list. */
+const char *const *plan_profile_names(void);
+bool plan_profile_builtin(const char *name, plan_profile *out);
+/* The text of a built-in profile (what profiles/NAME.prof holds), or NULL. */
+const char *plan_profile_text(const char *name);
+/* Parses profile text; false + "FILE:LINE: message" in err. */
+bool plan_profile_parse(const char *text, const char *file, plan_profile *out, char *err, size_t cap);
+bool plan_profile_load(const char *path, plan_profile *out, char *err, size_t cap);
+
+/* ================================ primitive costs ================================ */
+
+/* C[M,N] = A[M,K] B[K,N]: max(compute at the shape's efficiency, memory traffic) + launch. */
+double plan_gemm_time(const plan_profile *p, ntp_dtype dt, double M, double N, double K);
+/* a kernel that streams `bytes` through memory once */
+double plan_stream_time(const plan_profile *p, double bytes);
+/* attention core: b rows, hq query heads (hk KV heads), S positions, head size HD */
+double plan_attention_time(const plan_profile *p, ntp_dtype dt, double b, double hq, double hk, double S, double HD,
+                           bool causal);
+/* latency + bytes_per_rank / (link bandwidth x efficiency at msg_bytes) */
+double plan_coll_time(const plan_profile *p, plan_level lv, plan_coll c, double msg_bytes, double bytes_per_rank);
+/* ring all-reduce of `bytes` over n ranks: each rank sends 2(n-1)/n of it; 0 when n == 1 */
+double plan_allreduce_time(const plan_profile *p, plan_level lv, int n, double bytes);
+
+/* ================================ placements ================================ */
+
+/* A layer's placement: groups of consecutive ranks, batch shares, sequence parallelism. */
+typedef struct plan_place {
+  int32_t ngroups;
+  int32_t size[NTP_MAX_GROUPS];
+  int64_t share[NTP_MAX_GROUPS]; /* batch shares; share[0] == 0: in proportion to the sizes */
+  bool sp;
+} plan_place;
+
+/* "tp 4", "tp (3, 3, 2)", with ", batch (...)" and ", sequence_parallel" as a plan writes them */
+const char *plan_place_str(const plan_place *pl, char *buf, size_t cap);
+/* k balanced groups over w ranks (sizes differ by at most one, larger first) */
+plan_place plan_place_balanced(int32_t w, int32_t k, bool sp);
+
+/* ================================ the model, analysed ================================ */
+
+typedef struct plan_model plan_model;
+
+/* Reads the layer chain of a compiled module. NULL + message (FILE:LINE:COL: ...) when the
+ * model cannot be planned (no layer with a degree, explicit layouts, a layer reading an output
+ * older than the previous layer's). */
+plan_model *plan_model_new(const ir_module *m, char *err, size_t cap);
+void plan_model_free(plan_model *pm);
+int32_t plan_model_layers(const plan_model *pm);                 /* sharded layers (the chain) */
+const ir_layer *plan_model_layer(const plan_model *pm, int32_t i); /* i-th in the chain */
+int32_t plan_model_ir_layer(const plan_model *pm, int32_t i);      /* its index in the module */
+
+/* ================================ the search ================================ */
+
+/* The pure search problem: per layer and state a time, memory units and legality; per layer
+ * (from 1) a transition table [prev state][state]; a budget of memory units. Times are summed
+ * in layer order: t = time[0][s0]; t = (t + trans[l][s_{l-1}][s_l]) + time[l][s_l]. */
+typedef struct plan_problem {
+  int32_t nlayers, nstates;
+  const uint8_t *legal;        /* [nlayers * nstates] */
+  const double *time;          /* [nlayers * nstates] */
+  const int64_t *units;        /* [nlayers * nstates], >= 0 */
+  const double *const *trans;  /* [nlayers]: NULL for layer 0, else [nstates * nstates] */
+  int64_t budget;              /* units; < 0: infeasible */
+} plan_problem;
+
+/* Exact optimum by dynamic programming over (layer, state, memory units used). Returns false
+ * when no legal assignment fits. choice[nlayers] receives the states. */
+bool plan_dp_solve(const plan_problem *pb, int32_t *choice, double *time, int64_t *units);
+/* The same by enumerating every assignment (tests; nstates^nlayers must be small). */
+bool plan_exhaustive_solve(const plan_problem *pb, int32_t *choice, double *time, int64_t *units);
+/* Time and units of one assignment, summed exactly as the solvers do. */
+double plan_problem_eval(const plan_problem *pb, const int32_t *choice, int64_t *units);
+
+/* What to plan for. */
+typedef struct plan_request {
+  int32_t world;              /* healthy world */
+  const plan_profile *prof;
+  double mem_cap;             /* bytes per GPU; 0 = the profile's capacity */
+  int32_t nodes_of;           /* GPUs per node (intra- vs inter-node links); 0 = 8 */
+  int32_t quanta;             /* memory resolution of the DP; 0 = 2048 */
+  const int32_t *failed;      /* failed physical ranks (re-planning), or NULL */
+  int32_t nfailed;
+} plan_request;
+
+/* One layer of a solved plan. */
+typedef struct plan_layer_out {
+  plan_place place;
+  bool pinned;                /* fixed by the input plan or annotation */
+  double compute_s;           /* the layer's kernels and the ops that follow it, slowest group */
+  double comm_s;              /* its reductions (and moves within its own placement) */
+  double redist_s;            /* moving the previous layer's outputs to this layer */
+  double param_bytes;         /* parameters this layer holds on its most-loaded rank */
+  double act_bytes;           /* activation working set on its most-loaded rank */
+  double reduce_bytes;        /* bytes each rank of its largest group sends in its reductions */
+  double redist_bytes;        /* bytes received by the most-loaded rank in the redistribution */
+} plan_layer_out;
+
+/* A plan for one set of ranks. */
+typedef struct plan_solution {
+  bool feasible;
+  int32_t world;              /* ranks used */
+  int32_t *phys;              /* [world]: physical rank of each new rank */
+  int32_t nlayers;
+  plan_layer_out *layers;     /* [nlayers] (chain order) */
+  double step_s, compute_s, comm_s;
+  double const_s;             /* model-level work outside every layer */
+  double *rank_params;        /* [world]: parameter + input bytes per rank */
+  double *rank_act;           /* [world]: predicted activation peak per rank */
+  double act_reserve;         /* activation bytes reserved for every plan */
+  double mem_cap, mem_peak;   /* per GPU */
+  double quantum;             /* bytes per memory unit of the DP (0: memory never bound) */
+  bool exact;                 /* optimal for the byte-exact memory constraint (certified) */
+  double lower_bound_s;       /* no plan within the memory cap is faster than this */
+  int32_t states;             /* placements searched per layer */
+  double search_ms;           /* DP time */
+  double tables_ms;           /* cost tables */
+  char why[256];              /* when infeasible */
+} plan_solution;
+
+/* Healthy planning (request->nfailed == 0). `m` is the module pm was built from; a plan active
+ * in it (ntpc --plan) pins its non-auto rules. Returns false + err on errors of the request. */
+bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, char *err,
+                size_t cap);
+void plan_solution_free(plan_solution *s);
+
+/* Failure re-planning: the healthy plan, the survivors' plan (degraded groups, batch by
+ * throughput) and the alternatives that drop degraded replicas. */
+typedef struct plan_failover {
+  plan_solution healthy, survivors;
+  int32_t replica_size;       /* ranks per replica of the healthy structure */
+  int32_t nreplicas;
+  int32_t replica_start[NTP_MAX_GROUPS + 1]; /* physical ranks of replica i */
+  int32_t ndegraded;
+  int32_t degraded[NTP_MAX_GROUPS];          /* replicas that lost a GPU */
+  plan_solution drop[NTP_MAX_GROUPS + 1];    /* [i]: replica degraded[i] dropped; [ndegraded]: all of them */
+} plan_failover;
+bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out,
+                         char *err, size_t cap);
+void plan_failover_free(plan_failover *f);
+
+/* ================================ output ================================ */
+
+/* The plan file: `plan NAME for MODEL { world W; rules }` (rules compressed into patterns
+ * where a family of layers agrees). `header` is written as comment lines first. */
+void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const plan_solution *s, const char *name,
+                     const char *header);
+/* The per-layer table and totals. */
+void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof);
+/* A self-contained SVG: degree per layer, compute vs communication per layer, memory per rank. */
+void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof,
+                    const char *title);
+
+/* ================================ tests ================================ */
+
+/* The tables of one world for tests: states = every balanced placement with and without
+ * sequence parallelism (what plan_solve searches without pins or failures). */
+typedef struct plan_tables plan_tables;
+plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, char *err, size_t cap);
+void plan_tables_free(plan_tables *t);
+/* The problem at a memory cap (bytes); ceil: conservative rounding (else the relaxation). */
+plan_problem plan_tables_problem(plan_tables *t, double mem_cap, int32_t quanta, bool ceil);
+const plan_place *plan_tables_state(const plan_tables *t, int32_t s);
+/* Predicted bytes received per rank over a whole forward pass for an assignment of states
+ * (compared with the compiler's sharded program in the tests). */
+void plan_tables_bytes_in(plan_tables *t, const int32_t *choice, double *per_rank);
+
+#endif
