@@ -4,7 +4,7 @@
 #   bench/bench_gpt2_cuda.sh              about a minute on an H100/H200-class machine
 #
 # What it measures (none of it runs the CPU reference, which `ntpc run --backend cuda` always
-# does — about 20 minutes for this model at this size on one core):
+# does — 2.3 TFLOP at ~2.5 GFLOP/s, some 15 minutes for this model at this size):
 #   1. the model library: `ntpc examples/gpt2.ntp -o gpt2.so` (codegen + the C compiler);
 #   2. model creation through the library's C ABI (bench/bench_model.c, dlopen), with an empty
 #      NVRTC cache (NTP_CACHE_DIR = a new temporary directory: every rank's kernels compiled),
@@ -26,20 +26,23 @@
 # the usual convention, e.g. nanoGPT's estimate_mfu (6N + 12*L*D*S per token for training =
 # 3 x this forward). GPT-2 124M at B=8, S=1024: 2.024e12 + 0.309e12 = 2.333e12 FLOPs.
 #
-# Environment: NTP_BENCH_ITERS (timed forwards, default 5); NTP_BENCH_B, _S, _D, _H, _L, _V (the
-# dims, default 8, 1024, 768, 12, 12, 50257); NTP_BUILD_DIR (default build); NTP_NO_BUILD=1;
-# NTP_BENCH_TIMEOUT (seconds per step, default 300); NTP_BENCH_BACKEND=cpu runs the same steps on
-# the CPU backend (a check of this script at toy dims; no GPU needed, nothing measured).
+# Environment: NTP_BENCH_ITERS (timed forwards for the device time, default 5);
+# NTP_BENCH_E2E_ITERS (timed forwards through the C ABI, default 3: each one moves the logits to
+# the host, seconds at this size); NTP_BENCH_B, _S, _D, _H, _L, _V (the dims, default 8, 1024, 768,
+# 12, 12, 50257); NTP_BUILD_DIR (default build); NTP_NO_BUILD=1; NTP_BENCH_TIMEOUT (seconds per
+# step, default 300); NTP_BENCH_BACKEND=cpu runs the same steps on the CPU backend (a check of
+# this script at toy dims; no GPU needed, nothing measured).
 # Exit status: 0 measured, 1 a step failed, 2 build failure, 77 no usable GPU.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 ITERS=${NTP_BENCH_ITERS:-5}
+E2E_ITERS=${NTP_BENCH_E2E_ITERS:-3}
 B=${NTP_BENCH_B:-8}
 S=${NTP_BENCH_S:-1024}
 D=${NTP_BENCH_D:-768} L=${NTP_BENCH_L:-12} V=${NTP_BENCH_V:-50257} H=${NTP_BENCH_H:-12}
 BACKEND=${NTP_BENCH_BACKEND:-cuda}
-DEFS="-D B=$B -D S=$S -D D=$D -D H=$H -D L=$L -D V=$V"
+DEFS=(-D "B=$B" -D "S=$S" -D "D=$D" -D "H=$H" -D "L=$L" -D "V=$V")
 STEP_TIMEOUT=${NTP_BENCH_TIMEOUT:-300}
 T_START=$(date +%s.%N)
 
@@ -98,11 +101,11 @@ echo "== FLOPs per forward (GEMMs, attention dense): $FLOPS"
 
 # 1. the model library and the drivers
 t=$(date +%s.%N)
-timeout "$STEP_TIMEOUT" "$NTPC" examples/gpt2.ntp $DEFS -o "$W/gpt2.so" >"$W/lib.log" 2>&1 ||
+timeout "$STEP_TIMEOUT" "$NTPC" examples/gpt2.ntp "${DEFS[@]}" -o "$W/gpt2.so" >"$W/lib.log" 2>&1 ||
   { cat "$W/lib.log" >&2; fail "ntpc -o gpt2.so"; }
 lib_s=$(elapsed "$t")
-nk=$("$NTPC" examples/gpt2.ntp $DEFS --emit=cuda | grep -c '__global__')
-src_kb=$("$NTPC" examples/gpt2.ntp $DEFS --emit=cuda | wc -c | awk '{ printf "%.0f", $1 / 1024 }')
+nk=$("$NTPC" examples/gpt2.ntp "${DEFS[@]}" --emit=cuda | grep -c '__global__')
+src_kb=$("$NTPC" examples/gpt2.ntp "${DEFS[@]}" --emit=cuda | wc -c | awk '{ printf "%.0f", $1 / 1024 }')
 echo "model library: ${lib_s}s ($nk kernels, ${src_kb} KiB of CUDA C for NVRTC)"
 
 CC=${CC:-cc}
@@ -129,7 +132,7 @@ warm=$(kv create_ms "$W/warm.log")
 echo "create (NVRTC cache cold): ${cold} ms; warm: ${warm} ms ($ncubin CUBINs, ${cubin_kb} KiB in the cache)"
 
 # 3. forwards through the C ABI (end to end)
-timeout "$STEP_TIMEOUT" "$W/bench_model" "$W/gpt2.so" --backend "$BACKEND" --iters "$ITERS" --flops "$FLOPS" >"$W/abi.log" 2>&1 ||
+timeout "$STEP_TIMEOUT" "$W/bench_model" "$W/gpt2.so" --backend "$BACKEND" --iters "$E2E_ITERS" --flops "$FLOPS" >"$W/abi.log" 2>&1 ||
   { cat "$W/abi.log" >&2; fail "forwards through the C ABI"; }
 grep '^summary' "$W/abi.log" | sed 's/^summary/C ABI/'
 e2e=$(kv forward_e2e_ms_mean "$W/abi.log")
@@ -141,7 +144,7 @@ bad_abi=$(kv nonfinite_outputs "$W/abi.log")
 # 4. device time (direct)
 dev="" dev_min="" tf="" tf_best="" call=""
 if [ $direct = 1 ]; then
-  timeout "$STEP_TIMEOUT" "$W/bench_model_direct" --ntp examples/gpt2.ntp $DEFS --backend "$BACKEND" --iters "$ITERS" \
+  timeout "$STEP_TIMEOUT" "$W/bench_model_direct" --ntp examples/gpt2.ntp "${DEFS[@]}" --backend "$BACKEND" --iters "$ITERS" \
     --flops "$FLOPS" >"$W/direct.log" 2>&1 || { cat "$W/direct.log" >&2; fail "forwards through the runtime (direct)"; }
   grep '^summary' "$W/direct.log" | sed 's/^summary/direct/'
   dev=$(kv forward_ms_mean "$W/direct.log")
@@ -167,7 +170,7 @@ echo
   else
     echo "forward, device time|not measured|the direct driver did not build"
   fi
-  echo "forward, C ABI end to end|${e2e} ms (min ${e2e_min})|ntp_model_forward on the host clock, logits copied out"
+  echo "forward, C ABI end to end|${e2e} ms (min ${e2e_min})|ntp_model_forward on the host clock, logits copied out, mean of $E2E_ITERS"
   echo "throughput, end to end|${tf_e2e} TFLOP/s|$FLOPS FLOPs / end-to-end time"
 } | awk -F'|' '
   { for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n = NR }

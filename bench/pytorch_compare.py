@@ -31,8 +31,9 @@ What it does
   depths; the tolerance is 5e-2 (the one ntpc uses for bf16 CUDA against the CPU reference).
 
   Default dims: -D B=2 -D S=16 -D L=2 without a GPU (full width and vocabulary: the CPU reference
-  takes about a second), -D B=2 -D S=128 -D L=2 with one (about 10 s of CPU reference); any -D
-  given replaces the default for that dim.
+  takes about a second), -D B=2 -D S=128 -D L=2 with one (about 10 s of CPU reference); for
+  --selfcheck the tests' toy GPT-2, -D B=2 -D S=16 -D D=64 -D H=4 -D V=256 -D L=2. Any -D given
+  replaces the default for that dim.
   --synthetic skips the CPU reference: weights (with ntp's initialisation scales) and tokens are
   made here and written as safetensors, and only ntp's model library (normally CUDA) is compared
   with PyTorch — so the full model (-D L=12, even B=8 S=1024) can be checked on a GPU.
@@ -40,7 +41,10 @@ What it does
 --selfcheck (NumPy only) proves the file parsing and the weight naming and layout without
   torch: it recomputes ntp's logits in NumPy float64 from the parsed weights and dumped tokens,
   once with float64 intermediates (what the PyTorch float32 path does) and once rounding every
-  intermediate to bf16 where ntp does (which must agree almost exactly), runs the model
+  intermediate to bf16 where ntp does (bit for bit at the toy dims — at D <= 128 at least 95% of
+  the logits must be bit-exact, which a wrong eps or a missing bias breaks; at full width float32
+  accumulation in ntp against float64 here flips a bf16 rounding now and then, and the flips
+  cascade, so there only about half the logits are bit-exact), runs the model
   library's CPU backend through ctypes on the parsed tokens, and round-trips a synthetic
   safetensors file written here through the model library.
 
@@ -196,7 +200,7 @@ def gpt2_param_names(L):
 
 
 def check_shapes(P, dims):
-    B, S, D, V, L = dims["B"], dims["S"], dims["D"], dims["V"], dims["L"]
+    S, D, V, L = dims["S"], dims["D"], dims["V"], dims["L"]
     F = dims.get("F", 4 * D)
     want = set(gpt2_param_names(L))
     if set(P) != want:
@@ -390,7 +394,7 @@ def torch_gpt2(torch, P, tokens, H, L, eps, dtype, device):
     B, S = tok.shape
     D = t["embed.wte"].shape[1]
     hd = D // H
-    mask = torch.ones(S, S, dtype=torch.bool, device=device).triu(1)
+    mask = torch.triu(torch.ones(S, S, device=device), 1).bool()  # True above the diagonal: masked
 
     def heads(x):
         return x.view(B, S, H, hd).transpose(1, 2)
@@ -403,9 +407,11 @@ def torch_gpt2(torch, P, tokens, H, L, eps, dtype, device):
             q = heads(F.linear(h, t[p + "attn.wq"], t[p + "attn.bq"]))
             k = heads(F.linear(h, t[p + "attn.wk"], t[p + "attn.bk"]))
             v = heads(F.linear(h, t[p + "attn.wv"], t[p + "attn.bv"]))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-            att = torch.softmax(att.masked_fill(mask, float("-inf")).float(), dim=-1).to(dtype)
-            y = (att @ v).transpose(1, 2).reshape(B, S, D)
+            # the attention core in float32 (scores, mask, softmax, weighted sum), rounded once,
+            # as ntp (and flash attention) do; a no-op for the float32 model
+            att = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+            att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+            y = (att @ v.float()).to(dtype).transpose(1, 2).reshape(B, S, D)
             x = x + F.linear(y, t[p + "attn.wo"], t[p + "attn.bo"])
             h = F.layer_norm(x, (D,), t[p + "ln2.g"], t[p + "ln2.b"], eps)
             u = F.gelu(F.linear(h, t[p + "mlp.w_up"], t[p + "mlp.b_up"]), approximate="tanh")
@@ -527,7 +533,10 @@ def main():
         die("--synthetic compares PyTorch with ntp's model library only; it needs --ntp-backend cuda or cpu", 2)
 
     gpu = device == "cuda" or ntp_gpu
-    defaults = ["B=2", "S=128", "L=2"] if gpu and not a.selfcheck else ["B=2", "S=16", "L=2"]
+    if a.selfcheck:  # the tests' toy GPT-2: small enough for bf16 emulation to be bit-exact
+        defaults = ["B=2", "S=16", "D=64", "H=4", "V=256", "L=2"]
+    else:
+        defaults = ["B=2", "S=128", "L=2"] if gpu else ["B=2", "S=16", "L=2"]
     given = {d.split("=")[0] for d in a.defines}
     defines = []
     for d in [d for d in defaults if d.split("=")[0] not in given] + a.defines:
@@ -619,8 +628,12 @@ def main():
             rows.append(("%s vs numpy float64" % name, "numpy f64", e, a.tol, status(e, a.tol), "%.0f ms (numpy)" % ms64))
             e = rel_err(against, refbf)
             exact = float(np.mean(against.astype(np.float32) == refbf.astype(np.float32)))
+            # at small widths the emulation is exact: demand it (a wrong eps, bias or rounding point
+            # stays under the error tolerance but breaks bit-exactness)
+            need = 0.95 if dims["D"] <= 128 else 0.0
+            st_ = status(e, TOL_EMULATED) if exact >= need else "MISMATCH (bit-exact < %.0f%%)" % (100 * need)
             rows.append(("%s vs numpy, bf16 rounding as ntp (%.1f%% bit-exact)" % (name, 100 * exact), "numpy bf16", e,
-                         TOL_EMULATED, status(e, TOL_EMULATED), "%.0f ms (numpy)" % msbf))
+                         TOL_EMULATED, st_, "%.0f ms (numpy)" % msbf))
             if ntp_ref is not None and ref_ms is not None:
                 rows.append(("(ntp cpu reference forward)", "-", "-", "-", "-", "%.1f ms" % ref_ms))
             if not a.synthetic:
@@ -647,7 +660,7 @@ def main():
             variants = [("float32", t32, ms32)]
             if device == "cuda" and not a.no_bf16:
                 outbf, msbf = time_torch(torch, fwd(torch.bfloat16), device, a.iters)
-                variants.append(("bf16", outbf.float().cpu().numpy(), msbf))
+                variants.append(("bf16", outbf.float().cpu().numpy(), msbf))  # fp32 attention core
             for tag, tout, ms in variants:
                 label = "torch %s %s" % (tag, device)
                 if ntp_ref is not None:

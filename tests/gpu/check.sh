@@ -17,7 +17,7 @@
 # Exit status: 0 every case passed, 1 a case failed, 2 usage or build failure,
 # 77 no usable GPU (ntpc run --backend cuda exits 2 and nvidia-smi lists no GPU).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
 
 mode=run
@@ -26,7 +26,7 @@ for a in "$@"; do
   case $a in
     --list) mode=list ;;
     --validate) mode=validate ;;
-    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "check.sh: unknown option '$a'" >&2; exit 2 ;;
     *) pattern=$a ;;
   esac
@@ -85,20 +85,23 @@ plan llama3_w4 for llama3_8b {
 EOF
 
 # --- the cases ----------------------------------------------------------------------------------
-# name | world | expect (ok: every output ok; refuse: exit 1 naming NCCL) | ntpc run arguments | what it covers
+# name | world | expect | ntpc run arguments | what it covers
+# expect: ok — every output ok; nccl — ranks on separate GPUs: with at least `world` GPUs visible
+# it must pass like an ok case, with fewer it must be refused cleanly (exit 1 or 2, a message
+# naming the GPUs or NCCL)
 # The CPU reference (single-threaded, ~2 GFLOP/s) recomputes the unsharded model for every case,
 # so the dims are chosen to keep it at a few seconds per case (about 80 s in all).
 CASES=(
   "gpt2.full|1|ok|examples/gpt2.ntp -D B=2 -D S=64 -D L=12|GPT-2 124M: full width, 12 blocks, vocabulary 50257 (odd GEMM N)"
   "gpt2.s1024|1|ok|examples/gpt2.ntp -D B=1 -D S=1024 -D L=1 -D V=4096|1024-token causal attention (the benchmark's sequence)"
-  "gpt2.world1|1|ok|examples/gpt2.ntp --world 1 -D B=2 -D S=32 -D L=2 -D V=8191|single rank (NCCL world 1 is not exercised: NCCL execution is not implemented yet)"
+  "gpt2.world1|1|ok|examples/gpt2.ntp --world 1 -D B=2 -D S=32 -D L=2 -D V=8191|single rank (NCCL world 1 is not exercised: one rank never uses NCCL, and NCCL mode needs a GPU per rank)"
   "llama3_8b.L2|1|ok|examples/llama3_8b.ntp -D B=1 -D S=16 -D L=2 -D V=8192|Llama-3-8B width: D 4096, GQA 32/8, RoPE 5e5, SwiGLU 14336; 2 blocks"
   "llama_block|1|ok|examples/llama_block.ntp -D B=2 -D S=128 -D D=1024 -D H=8 -D F=2816|Llama block: RMSNorm, GQA 8/2 (head 128), RoPE, SwiGLU"
   "gpt3.L1|1|ok|examples/gpt3_175b.ntp -D B=2 -D S=64 -D D=1536 -D H=12 -D L=1 -D V=4096|GPT-3 block shape, head size 128, D reduced to 1536"
   "sharded_matmul|1|ok|examples/sharded_matmul.ntp -D M=256 -D K=512 -D N=384|explicit-layout matmul chain, unsharded"
   "elementwise|1|ok|examples/elementwise.ntp|fp32: every elementwise function, broadcasting, batched matmul, softmax"
   "gpt2.w2|2|ok|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp --loopback -D B=2 -D S=32 -D L=2|tp 2 everywhere; vocabulary 50257 split 25129 + 25128"
-  "gpt2.w2.nccl|2|refuse|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp -D B=2 -D S=32 -D L=2|2 ranks without --loopback: refused cleanly (NCCL execution not implemented yet)"
+  "gpt2.w2.nccl|2|nccl|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp -D B=2 -D S=32 -D L=2|2 ranks without --loopback (NCCL mode, a GPU per rank): with fewer GPUs, refused cleanly"
   "llama_block.w3|3|ok|examples/llama_block.ntp --plan tests/plans/llama_block_w3_uneven.ntp --loopback -D B=6 -D S=32 -D D=1024 -D H=8 -D F=2816|tp 3, uneven: 8 heads 3/3/2 over 2 KV heads, hidden 2816 = 960+960+896"
   "elementwise.w3|3|ok|examples/elementwise.ntp --world 3 --loopback|fp32 model on 3 ranks"
   "llama3_8b.w4|4|ok|examples/llama3_8b.ntp --plan \$WORK/llama3_w4.ntp --loopback -D B=4 -D S=32 -D D=1024 -D H=16 -D L=2 -D V=8191|tp 4 everywhere, GQA 16/4, vocabulary 8191 uneven"
@@ -169,8 +172,15 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
   echo "== GPU: ${gpu:-unknown}"
 fi
+# GPUs visible to CUDA (NCCL mode runs rank r on GPU r)
+NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ "$NGPUS" -ge 1 ] 2>/dev/null || NGPUS=1
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  nv=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+  [ "$nv" -lt "$NGPUS" ] && NGPUS=$nv
+fi
 echo "== ntpc: $NTPC ($("$NTPC" --version)); NVRTC cache: ${NTP_CACHE_DIR:-~/.cache/ntp}; logs: $LOGS"
-echo "== ${#selected[@]} cases, $ITERS timed forwards each"
+echo "== ${#selected[@]} cases, $ITERS timed forwards each; $NGPUS GPU(s) visible"
 
 # --- run ------------------------------------------------------------------------------------------
 rows=()
@@ -185,7 +195,7 @@ for c in "${selected[@]}"; do
   printf '%-18s ... ' "$name"
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086
-  timeout "$CASE_TIMEOUT" "$NTPC" run $args --backend cuda --iters "$ITERS" >"$log" 2>&1
+  timeout -k 10 "$CASE_TIMEOUT" "$NTPC" run $args --backend cuda --iters "$ITERS" >"$log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
@@ -198,9 +208,9 @@ for c in "${selected[@]}"; do
   logged=$(sed -n 's/^backend \(cuda[a-z ]*\), \([0-9]*\) ranks.*/\1|\2/p' "$log" | head -1)
   if [ -n "$logged" ]; then backend=${logged%|*} world=${logged#*|}; fi
   status=ok
-  if [ "$expect" = refuse ]; then
-    if [ $rc -eq 1 ] && grep -q "NCCL" "$log"; then
-      status="refused (expected)"
+  if [ "$expect" = nccl ] && [ "$NGPUS" -lt "$world" ]; then
+    if { [ $rc -eq 1 ] || [ $rc -eq 2 ]; } && grep -Eq "GPUs|NCCL|nccl" "$log" && ! grep -q "vs cpu reference" "$log"; then
+      status="refused (expected: $NGPUS GPU)"
     else
       status="FAIL (expected a refusal, exit $rc)"
     fi
@@ -214,7 +224,7 @@ for c in "${selected[@]}"; do
   elif ! grep -q "vs cpu reference:" "$log"; then
     status="ERROR (no comparison printed)"
   fi
-  case $status in ok | "refused (expected)") ;; *) failed+=("$name") ;; esac
+  case $status in ok | "refused (expected"*) ;; *) failed+=("$name") ;; esac
   echo "$status (${wall}s)"
   rows+=("$name|$world|$backend|$err|${tol:--}|$status|${fwd:+$fwd ms}|${wall}s")
   case $name in gpt2.world1) notes+=("$name: $what") ;; esac
