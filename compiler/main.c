@@ -25,6 +25,7 @@ static const char usage_text[] =
     "       ntpc check FILE [options]          parse and check a model, report diagnostics\n"
     "       ntpc run FILE [options]            compile and run the forward pass\n"
     "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
+    "       ntpc plan FILE --world W [--gpu h200] [--fail R,..]  choose per-layer degrees (see 'ntpc plan --help')\n"
     "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda\n"
     "       ntpc --help | --version\n"
     "\n"
@@ -341,7 +342,10 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
   return rc;
 }
 
+int ntpc_plan_command(int argc, char **argv); /* plan_cmd.c */
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
   options o = {.world = -1, .iters = 10};
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;

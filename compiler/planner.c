@@ -101,12 +101,6 @@ plan_place plan_place_balanced(int32_t w, int32_t k, bool sp) {
   return pl;
 }
 
-static int32_t place_world(const plan_place *pl) {
-  int32_t w = 0;
-  for (int g = 0; g < pl->ngroups; g++) w += pl->size[g];
-  return w;
-}
-
 static int32_t place_max(const plan_place *pl) {
   int32_t t = 0;
   for (int g = 0; g < pl->ngroups; g++)
@@ -130,7 +124,7 @@ static bool place_same_groups(const plan_place *a, const plan_place *b) {
 
 /* rows of each group for a batch of `rows`: shares, else group sizes (shard_split_rows) */
 static void place_rows(const plan_place *pl, int64_t rows, int64_t *row_start) {
-  int64_t shares[NTP_MAX_GROUPS];
+  int64_t shares[NTP_MAX_GROUPS] = {0};
   for (int g = 0; g < pl->ngroups; g++) shares[g] = pl->share[0] ? pl->share[g] : pl->size[g];
   shard_split_rows(rows, shares, pl->ngroups, row_start);
 }
@@ -211,7 +205,12 @@ typedef struct move { /* a computed value needed at another home */
   ntp_shape vs, rs;
   int8_t xf;
   ntp_dtype dt;
-  int32_t op; /* the reading op, or -1: a layer's input */
+  int32_t op;    /* the reading op, or -1: a layer's input */
+  int32_t value; /* the value moved */
+  /* earlier moves of the same value within the layers this one depends on: their copies are
+   * sources too (the compiler reuses them) */
+  int32_t prior[4];
+  int32_t nprior;
 } move;
 
 typedef struct sread { /* an input or parameter slice read at a home */
@@ -239,6 +238,7 @@ typedef struct chain_layer {
   int64_t F;
   bool gated, up_bias;
   bool reduces;
+  int32_t wval; /* embedding: its table; linear: its weight (a tied head: the same value) */
 } chain_layer;
 
 struct plan_model {
@@ -252,6 +252,8 @@ struct plan_model {
   sread *reads;
   size_t nreads, creads;
   int64_t samples, tokens; /* per step: rows and tokens entering the first layer */
+  /* indexes by layer (slot n: what no layer places): [off[i], off[i+1]) of ix */
+  int32_t *fop_off, *fop_ix, *read_off, *read_ix, *umove_off, *umove_ix, *pmove_off, *pmove_ix;
 };
 
 int32_t plan_model_layers(const plan_model *pm) { return pm->n; }
@@ -264,6 +266,14 @@ void plan_model_free(plan_model *pm) {
   free(pm->fops);
   free(pm->moves);
   free(pm->reads);
+  free(pm->fop_off);
+  free(pm->fop_ix);
+  free(pm->read_off);
+  free(pm->read_ix);
+  free(pm->umove_off);
+  free(pm->umove_ix);
+  free(pm->pmove_off);
+  free(pm->pmove_ix);
   free(pm);
 }
 
@@ -341,6 +351,7 @@ static bool read_chain_layer(const ir_module *m, int32_t l, chain_layer *c, char
   case LAYER_EMBEDDING: {
     int32_t w = find_param(m, ly, "wte");
     if (w < 0) return model_error(m, ly->loc, err, cap, "embedding without its table");
+    c->wval = w;
     c->V = m->values[w].shape.dim[0];
     c->Dm = m->values[w].shape.dim[1];
     c->wdt = m->values[w].dtype;
@@ -350,6 +361,7 @@ static bool read_chain_layer(const ir_module *m, int32_t l, chain_layer *c, char
   }
   case LAYER_LINEAR: {
     int32_t w = m->ops[end].args[1];
+    c->wval = w;
     c->N = m->values[w].shape.dim[0];
     c->K = m->values[w].shape.dim[1];
     c->wdt = m->values[w].dtype;
@@ -436,10 +448,10 @@ static bool check_pair(builder *B, home src, home at, int32_t op, ntp_loc loc) {
 }
 
 static void add_move(builder *B, home src, home at, ntp_shape vs, ntp_shape rs, int8_t xf, ntp_dtype dt, int32_t op,
-                     ntp_loc loc) {
+                     int32_t value, ntp_loc loc) {
   if (!check_pair(B, src, at, op, loc)) return;
   if (home_eq(src, at) && xf == XF_SAME && shape_eq(&vs, &rs)) return; /* already where it is needed */
-  move mv = {src, at, vs, rs, xf, dt, op};
+  move mv = {src, at, vs, rs, xf, dt, op, value, {0}, 0};
   VEC_PUSH(B->pm->moves, B->pm->nmoves, B->pm->cmoves, mv);
 }
 
@@ -475,10 +487,85 @@ static void follow_op(builder *B, const ir_op *op) {
     f.cst[i] = m->ops[m->values[v].def].code == IR_CONST;
     int8_t xf = op->code == IR_MATMUL ? (i == 0 ? XF_MM_A : XF_MM_B) : XF_SAME;
     if (is_source(m, v)) add_read(B, at, m->values[v].shape, rs, xf, m->values[v].dtype, v);
-    else add_move(B, B->home_of[v], at, m->values[v].shape, rs, xf, m->values[v].dtype, (int32_t)(op - m->ops), op->loc);
+    else
+      add_move(B, B->home_of[v], at, m->values[v].shape, rs, xf, m->values[v].dtype, (int32_t)(op - m->ops), v, op->loc);
   }
   VEC_PUSH(B->pm->fops, B->pm->nfops, B->pm->cfops, f);
   B->home_of[r] = at;
+}
+
+static int32_t slot_of_home(const plan_model *pm, home h) { return h.kind == H_LAYER ? h.layer : pm->n; }
+
+/* slot of a move: unary for a layer (both ends in that layer or unplaced), the pair slot of
+ * the later of two consecutive layers (pair = true), or n when neither end is placed */
+static int32_t slot_of_move(const plan_model *pm, const move *mv, bool *pair) {
+  *pair = false;
+  if (mv->src.kind == H_LAYER && mv->at.kind == H_LAYER && mv->src.layer != mv->at.layer) {
+    *pair = true;
+    return mv->src.layer > mv->at.layer ? mv->src.layer : mv->at.layer;
+  }
+  if (mv->src.kind == H_LAYER) return mv->src.layer;
+  if (mv->at.kind == H_LAYER) return mv->at.layer;
+  return pm->n;
+}
+
+static bool csr(int32_t nslots, size_t nitems, const int32_t *slot, int32_t **off_out, int32_t **ix_out) {
+  int32_t *off = calloc((size_t)nslots + 2, sizeof *off), *ix = malloc((nitems + 1) * sizeof *ix);
+  if (!off || !ix) {
+    free(off);
+    free(ix);
+    return false;
+  }
+  for (size_t k = 0; k < nitems; k++)
+    if (slot[k] >= 0) off[slot[k] + 1]++;
+  for (int32_t i = 0; i <= nslots; i++) off[i + 1] += off[i];
+  int32_t *fill = calloc((size_t)nslots + 1, sizeof *fill);
+  if (!fill) {
+    free(off);
+    free(ix);
+    return false;
+  }
+  for (size_t k = 0; k < nitems; k++)
+    if (slot[k] >= 0) ix[off[slot[k]] + fill[slot[k]]++] = (int32_t)k;
+  free(fill);
+  *off_out = off;
+  *ix_out = ix;
+  return true;
+}
+
+static bool build_index(plan_model *pm) {
+  size_t most = pm->nfops > pm->nreads ? pm->nfops : pm->nreads;
+  if (pm->nmoves > most) most = pm->nmoves;
+  int32_t *slot = malloc((most + 1) * sizeof *slot), *slot2 = malloc((most + 1) * sizeof *slot2);
+  bool ok = slot && slot2;
+  for (size_t k = 0; ok && k < pm->nfops; k++) slot[k] = slot_of_home(pm, pm->fops[k].at);
+  ok = ok && csr(pm->n + 1, pm->nfops, slot, &pm->fop_off, &pm->fop_ix);
+  for (size_t k = 0; ok && k < pm->nreads; k++) slot[k] = slot_of_home(pm, pm->reads[k].at);
+  ok = ok && csr(pm->n + 1, pm->nreads, slot, &pm->read_off, &pm->read_ix);
+  for (size_t k = 0; ok && k < pm->nmoves; k++) {
+    bool pair;
+    int32_t sl = slot_of_move(pm, &pm->moves[k], &pair);
+    slot[k] = pair ? -1 : sl;
+    slot2[k] = pair ? sl : -1;
+  }
+  ok = ok && csr(pm->n + 1, pm->nmoves, slot, &pm->umove_off, &pm->umove_ix);
+  ok = ok && csr(pm->n + 1, pm->nmoves, slot2, &pm->pmove_off, &pm->pmove_ix);
+  /* priors: earlier copies of the same value at homes this move's cost already depends on */
+  for (size_t k = 0; ok && k < pm->nmoves; k++) {
+    move *mv = &pm->moves[k];
+    bool pair;
+    int32_t sl = slot_of_move(pm, mv, &pair);
+    for (size_t j = 0; j < k && mv->nprior < 4; j++) {
+      const move *p = &pm->moves[j];
+      if (p->value != mv->value) continue;
+      bool in = p->at.kind == H_DEFAULT ||
+                (p->at.kind == H_LAYER && (p->at.layer == sl || (pair && p->at.layer == sl - 1)));
+      if (in) mv->prior[mv->nprior++] = (int32_t)j;
+    }
+  }
+  free(slot);
+  free(slot2);
+  return ok;
 }
 
 plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
@@ -502,6 +589,19 @@ plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
       plan_model_free(pm);
       return NULL;
     }
+  /* every box and byte count below stays far from int64 overflow: at most 1 TiB per tensor */
+  for (size_t v = 0; v < m->n_values; v++) {
+    double bytes = (double)dtype_bytes(m->values[v].dtype);
+    for (int d = 0; d < m->values[v].shape.ndim; d++) bytes *= (double)m->values[v].shape.dim[d];
+    if (bytes > 1099511627776.0) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "a tensor of %.3g bytes: the planner plans tensors of at most 1 TiB",
+               bytes);
+      model_error(m, m->ops[m->values[v].def].loc, err, cap, msg);
+      plan_model_free(pm);
+      return NULL;
+    }
+  }
   builder B = {.pm = pm, .m = m, .err = err, .cap = cap};
   B.home_of = calloc(m->n_values + 1, sizeof *B.home_of);
   B.chain_of = malloc((m->n_layers + 1) * sizeof *B.chain_of);
@@ -531,7 +631,7 @@ plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
       const ir_layer *ly = &m->layers[c->ir];
       home at = {.kind = H_LAYER, .layer = ci};
       if (is_source(m, c->x)) add_read(&B, at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, c->x);
-      else add_move(&B, B.home_of[c->x], at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, -1, ly->loc);
+      else add_move(&B, B.home_of[c->x], at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, -1, c->x, ly->loc);
       int32_t end = last_op(m, ly, ly->kind == LAYER_EMBEDDING ? IR_GATHER : IR_MATMUL);
       B.home_of[m->ops[end].result] = (home){.kind = H_LAYER, .layer = ci, .cols = ly->kind == LAYER_LINEAR,
                                              .seq = ly->kind != LAYER_LINEAR};
@@ -559,6 +659,10 @@ plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
     const chain_layer *c0 = &pm->L[0];
     pm->samples = c0->rows;
     pm->tokens = c0->rows * c0->T;
+    if (!build_index(pm)) {
+      snprintf(err, cap, "out of memory");
+      B.failed = true;
+    }
   }
   free(B.home_of);
   free(B.chain_of);
@@ -567,4 +671,2500 @@ plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
     return NULL;
   }
   return pm;
+}
+
+/* ======================================================================================
+ * cost tables of one world
+ * ====================================================================================== */
+
+typedef struct trans_entry {
+  char *key;
+  size_t keylen;
+  double *time, *bytes; /* [S*S] */
+  float *ftime;         /* the search's copy */
+} trans_entry;
+
+struct plan_tables {
+  const plan_model *pm;
+  const plan_profile *prof;
+  int32_t W;
+  int32_t *node; /* [W]: node of each rank (intra- vs inter-node links) */
+  int32_t S;
+  plan_place *st;
+  int32_t *pin;   /* [n]: the one state a layer may take, or -1 */
+  uint8_t *legal; /* [n*S] */
+  double *tcomp, *tcomm, *pmax, *amax, *rbytes, *ubytes; /* [n*S] */
+  const double **trans, **tbytes;                        /* [n] */
+  const float **ftrans;                                  /* [n] */
+  trans_entry *cache;
+  size_t ncache, ccache;
+  double const_time, const_mem;
+  double act_reserve;
+  double act_extra; /* added to every layer's working set */
+  /* the problem's buffers */
+  float *ptime;
+  int64_t *punits;
+  double quantum;
+};
+
+const plan_place *plan_tables_state(const plan_tables *t, int32_t s) { return &t->st[s]; }
+int32_t plan_tables_nstates(const plan_tables *t) { return t->S; }
+double plan_tables_param_bytes(const plan_tables *t, int32_t layer, int32_t s) { return t->pmax[(size_t)layer * t->S + s]; }
+double plan_tables_fixed_bytes(const plan_tables *t) { return t->act_reserve + t->const_mem; }
+double plan_tables_act_bytes(const plan_tables *t, int32_t layer, int32_t s) { return t->amax[(size_t)layer * t->S + s]; }
+double plan_tables_const_bytes(const plan_tables *t) { return t->const_mem; }
+
+typedef struct rbox {
+  int32_t rank;
+  ntp_box box;
+} rbox;
+
+static void group_starts(const plan_place *pl, int32_t *gs) {
+  gs[0] = 0;
+  for (int g = 0; g < pl->ngroups; g++) gs[g + 1] = gs[g] + pl->size[g];
+}
+
+/* The pieces of a value of shape s that lives at home h (state `state` of h's layer). */
+static int home_pieces(const plan_tables *T, home h, int32_t state, ntp_shape s, rbox *out) {
+  int n = 0;
+  if (h.kind == H_DEFAULT) {
+    if (s.ndim == 0) {
+      out[n++] = (rbox){0, box_full(&s)};
+      return n;
+    }
+    for (int32_t r = 0; r < T->W; r++) {
+      ntp_box b = box_full(&s);
+      split_range(s.dim[0], T->W, r, &b.lo[0], &b.hi[0]);
+      if (b.hi[0] > b.lo[0]) out[n++] = (rbox){r, b};
+    }
+    return n;
+  }
+  const plan_place *pl = &T->st[state];
+  const chain_layer *c = &T->pm->L[h.layer];
+  int64_t rows[NTP_MAX_GROUPS + 1];
+  int32_t gs[NTP_MAX_GROUPS + 1];
+  place_rows(pl, c->rows, rows);
+  group_starts(pl, gs);
+  for (int g = 0; g < pl->ngroups; g++) {
+    if (rows[g + 1] == rows[g]) continue;
+    int t = pl->size[g];
+    for (int i = 0; i < t; i++) {
+      ntp_box b = box_full(&s);
+      if (s.ndim >= 1) {
+        b.lo[0] = rows[g];
+        b.hi[0] = rows[g + 1] < s.dim[0] ? rows[g + 1] : s.dim[0];
+      }
+      if (h.seq && pl->sp && t > 1 && s.ndim >= 2) split_range(s.dim[1], t, i, &b.lo[1], &b.hi[1]);
+      if (h.cols && t > 1 && s.ndim >= 1) split_range(s.dim[s.ndim - 1], t, i, &b.lo[s.ndim - 1], &b.hi[s.ndim - 1]);
+      out[n++] = (rbox){gs[g] + i, b};
+    }
+  }
+  return n;
+}
+
+/* What an operand of shape vs must hold for a result piece rb. */
+static ntp_box need_box(ntp_box rb, ntp_shape vs, int8_t xf) {
+  if (xf == XF_MM_A) {
+    ntp_box b = rb;
+    b.lo[vs.ndim - 1] = 0;
+    b.hi[vs.ndim - 1] = vs.dim[vs.ndim - 1];
+    return b;
+  }
+  if (xf == XF_MM_B) {
+    ntp_box b = box_full(&vs);
+    for (int d = 0; d + 2 < vs.ndim && d < rb.ndim; d++) {
+      b.lo[d] = rb.lo[d];
+      b.hi[d] = rb.hi[d];
+    }
+    return b;
+  }
+  return project(rb, vs);
+}
+
+static int need_pieces(const plan_tables *T, home at, int32_t state, ntp_shape rs, ntp_shape vs, int8_t xf, rbox *out) {
+  int n = home_pieces(T, at, state, rs, out), u = 0;
+  for (int i = 0; i < n; i++) {
+    rbox nb = {out[i].rank, need_box(out[i].box, vs, xf)};
+    bool dup = false;
+    for (int j = 0; j < u && !dup; j++) dup = out[j].rank == nb.rank && box_eq(&out[j].box, &nb.box);
+    if (!dup) out[u++] = nb;
+  }
+  return u;
+}
+
+static int level_of_pair(const plan_tables *T, int32_t a, int32_t b) { return T->node[a] == T->node[b] ? PLAN_INTRA : PLAN_INTER; }
+
+/* Bytes each rank receives and sends, by link level, when every need is served from the
+ * pieces: a need is cut along every piece boundary and each cell comes from the rank itself
+ * if it holds it, else from the nearest rank that does (the compiler's `ensure`). */
+static void traffic(const plan_tables *T, const rbox *src, int nsrc, const rbox *need, int nneed, double eb, double *in,
+                    double *out) {
+  int *hit = malloc((size_t)(nsrc + 1) * sizeof *hit);
+  int64_t *bounds = malloc((size_t)(2 * nsrc + 2) * NTP_MAX_RANK * sizeof *bounds);
+  for (int k = 0; hit && bounds && k < nneed; k++) {
+    const ntp_box *nb = &need[k].box;
+    int32_t r = need[k].rank;
+    if (box_volume(nb) == 0) continue;
+    int nh = 0;
+    bool local = false;
+    for (int p = 0; p < nsrc && !local; p++) {
+      ntp_box x;
+      if (!box_intersect(&src[p].box, nb, &x)) continue;
+      local = src[p].rank == r && box_eq(&x, nb);
+      hit[nh++] = p;
+    }
+    if (local) continue;
+    int nd = nb->ndim, cnt[NTP_MAX_RANK];
+    int64_t *bd[NTP_MAX_RANK];
+    for (int d = 0; d < nd; d++) {
+      bd[d] = bounds + (size_t)d * (size_t)(2 * nsrc + 2);
+      int c = 0;
+      bd[d][c++] = nb->lo[d];
+      bd[d][c++] = nb->hi[d];
+      for (int h = 0; h < nh; h++) {
+        const ntp_box *b = &src[hit[h]].box;
+        if (b->lo[d] > nb->lo[d] && b->lo[d] < nb->hi[d]) bd[d][c++] = b->lo[d];
+        if (b->hi[d] > nb->lo[d] && b->hi[d] < nb->hi[d]) bd[d][c++] = b->hi[d];
+      }
+      for (int i = 1; i < c; i++) /* insertion sort: a few entries */
+        for (int j = i; j > 0 && bd[d][j - 1] > bd[d][j]; j--) {
+          int64_t t = bd[d][j];
+          bd[d][j] = bd[d][j - 1];
+          bd[d][j - 1] = t;
+        }
+      int u = 0;
+      for (int i = 0; i < c; i++)
+        if (u == 0 || bd[d][i] != bd[d][u - 1]) bd[d][u++] = bd[d][i];
+      cnt[d] = u;
+    }
+    int idx[NTP_MAX_RANK] = {0};
+    for (;;) {
+      ntp_box cell = {.ndim = nd};
+      for (int d = 0; d < nd; d++) {
+        cell.lo[d] = bd[d][idx[d]];
+        cell.hi[d] = bd[d][idx[d] + 1];
+      }
+      int best = -1, bestd = 0;
+      for (int h = 0; h < nh; h++) {
+        const rbox *sp = &src[hit[h]];
+        if (!box_contains(&sp->box, &cell)) continue;
+        int dist = abs(sp->rank - r);
+        if (best < 0 || dist < bestd) {
+          best = hit[h];
+          bestd = dist;
+        }
+      }
+      if (best >= 0 && src[best].rank != r) {
+        double b = (double)box_volume(&cell) * eb;
+        int lv = level_of_pair(T, src[best].rank, r);
+        in[lv * T->W + r] += b;
+        out[lv * T->W + src[best].rank] += b;
+      }
+      int d = nd - 1;
+      while (d >= 0 && ++idx[d] >= cnt[d] - 1) idx[d--] = 0;
+      if (d < 0) break;
+    }
+  }
+  free(hit);
+  free(bounds);
+}
+
+/* A redistribution step: every rank's links run in parallel; the slowest rank sets the time. */
+static double traffic_time(const plan_tables *T, const double *in, const double *out, plan_coll kind, double *max_in) {
+  const plan_profile *p = T->prof;
+  double msg[PLAN_NLEVELS] = {0}, worst = 0, mi = 0;
+  bool used[PLAN_NLEVELS] = {0};
+  for (int lv = 0; lv < PLAN_NLEVELS; lv++)
+    for (int32_t r = 0; r < T->W; r++) {
+      double b = in[lv * T->W + r] > out[lv * T->W + r] ? in[lv * T->W + r] : out[lv * T->W + r];
+      if (b > msg[lv]) msg[lv] = b;
+      if (b > 0) used[lv] = true;
+    }
+  for (int32_t r = 0; r < T->W; r++) {
+    double tr = 0, rin = 0;
+    for (int lv = 0; lv < PLAN_NLEVELS; lv++) {
+      double b = in[lv * T->W + r] > out[lv * T->W + r] ? in[lv * T->W + r] : out[lv * T->W + r];
+      rin += in[lv * T->W + r];
+      if (b > 0) {
+        double t = b / (p->link_bw[lv] * plan_curve_at(&p->eff[lv][kind], msg[lv]));
+        if (t > tr) tr = t;
+      }
+    }
+    if (tr > worst) worst = tr;
+    if (rin > mi) mi = rin;
+  }
+  if (max_in) *max_in = mi;
+  if (worst == 0) return 0;
+  double lat = 0;
+  for (int lv = 0; lv < PLAN_NLEVELS; lv++)
+    if (used[lv] && p->lat[lv][kind] > lat) lat = p->lat[lv][kind];
+  return lat + worst;
+}
+
+static int state_of(home h, int32_t s_lo, int32_t s_hi, int32_t lo) {
+  return h.kind == H_LAYER && h.layer != lo ? s_hi : s_lo;
+}
+
+/* One move's time (and bytes into its most-loaded rank); s_lo/s_hi: states of layers lo, lo+1
+ * (for a move inside one layer both are that layer's state). per_rank_in: optional [W]. */
+static double move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_t s_lo, int32_t s_hi, double *bytes,
+                        double *per_rank_in) {
+  int32_t W = T->W;
+  size_t cap = (size_t)(mv->nprior + 1) * ((size_t)W * 4 + 8);
+  rbox *src = malloc(cap * sizeof *src), *need = malloc(cap * sizeof *need);
+  double *buf = calloc((size_t)4 * PLAN_NLEVELS * (size_t)W, sizeof *buf);
+  double t = 0, mi = 0;
+  if (src && need && buf) {
+    int32_t ss = state_of(mv->src, s_lo, s_hi, lo), sa = state_of(mv->at, s_lo, s_hi, lo);
+    int ns = home_pieces(T, mv->src, ss, mv->vs, src);
+    for (int32_t k = 0; k < mv->nprior; k++) { /* copies made by earlier moves of the value */
+      const move *p = &T->pm->moves[mv->prior[k]];
+      ns += need_pieces(T, p->at, state_of(p->at, s_lo, s_hi, lo), p->rs, p->vs, p->xf, src + ns);
+    }
+    int nn = need_pieces(T, mv->at, sa, mv->rs, mv->vs, mv->xf, need);
+    double *in = buf, *out = buf + PLAN_NLEVELS * W;
+    traffic(T, src, ns, need, nn, (double)dtype_bytes(mv->dt), in, out);
+    bool gather = mv->src.kind == H_LAYER && mv->at.kind == H_LAYER && place_same_groups(&T->st[ss], &T->st[sa]) &&
+                  T->pm->L[mv->src.layer].rows == T->pm->L[mv->at.layer].rows;
+    t = traffic_time(T, in, out, gather ? PLAN_ALL_GATHER : PLAN_SEND_RECV, &mi);
+    if (per_rank_in)
+      for (int32_t r = 0; r < W; r++) per_rank_in[r] += in[r] + in[W + r];
+  }
+  free(src);
+  free(need);
+  free(buf);
+  if (bytes) *bytes = mi;
+  return t;
+}
+
+/* query and KV heads on rank i of a group of t */
+static void attn_heads(const chain_layer *c, int t, int i, int64_t *hq, int64_t *hk) {
+  int64_t grp = c->H / c->KV, qlo, qhi, klo, khi;
+  if (t <= c->KV) {
+    split_range(c->KV, t, i, &klo, &khi);
+    qlo = klo * grp;
+    qhi = khi * grp;
+  } else {
+    split_range(c->H, t, i, &qlo, &qhi);
+    klo = qlo / grp;
+    khi = (qhi - 1) / grp + 1;
+  }
+  *hq = qhi - qlo;
+  *hk = khi - klo;
+}
+
+/* bytes of a tensor in the compiler's memory plan: every tensor starts 256-byte aligned */
+static double al(double bytes) { return ceil(bytes / 256.0) * 256.0; }
+
+/* Rank i of a group of t with b rows: kernel time, parameter bytes, activation bytes. */
+static void core_rank(const plan_tables *T, const chain_layer *c, int t, int i, int64_t b, bool sp, double *time,
+                      double *params, double *act) {
+  const plan_profile *p = T->prof;
+  double eb = (double)dtype_bytes(c->dt), wb = (double)dtype_bytes(c->wdt), M = (double)b * (double)c->T;
+  double out_div = sp && t > 1 ? t : 1;
+  double tm = 0, pa = 0, ac = 0;
+  switch (c->kind) {
+  case LAYER_EMBEDDING: {
+    int64_t lo, hi;
+    split_range(c->V, t, i, &lo, &hi);
+    double D = (double)c->Dm;
+    tm = plan_stream_time(p, 2 * M * D * eb + M * 4);
+    pa = al((double)(hi - lo) * D * wb);
+    ac = M * D * eb + (t > 1 ? M * D * eb / out_div : 0);
+    break;
+  }
+  case LAYER_LINEAR: {
+    int64_t lo, hi;
+    split_range(c->N, t, i, &lo, &hi);
+    double n = (double)(hi - lo);
+    tm = plan_gemm_time(p, c->dt, M, n, (double)c->K);
+    pa = al(n * (double)c->K * wb);
+    ac = M * (double)c->K * eb + M * n * eb;
+    break;
+  }
+  case LAYER_ATTENTION: {
+    int64_t hq, hk;
+    attn_heads(c, t, i, &hq, &hk);
+    double q = (double)(hq * c->HD), k = (double)(hk * c->HD), Din = (double)c->Din, Dout = (double)c->Dout;
+    tm = plan_gemm_time(p, c->dt, M, q, Din) + 2 * plan_gemm_time(p, c->dt, M, k, Din);
+    if (c->qkv_bias) tm += 3 * plan_stream_time(p, 2 * M * (q + 2 * k) / 3 * eb);
+    if (c->rope) tm += 2 * plan_stream_time(p, M * (q + k) * eb);
+    tm += plan_attention_time(p, c->dt, (double)b, (double)hq, (double)hk, (double)c->S, (double)c->HD, c->causal);
+    tm += plan_gemm_time(p, c->dt, M, Dout, q);
+    pa = al(q * Din * wb) + 2 * al(k * Din * wb) + al(Dout * q * wb) + (c->qkv_bias ? al(q * wb) + 2 * al(k * wb) : 0);
+    ac = M * Din * eb + M * (q + 2 * k) * eb * (c->qkv_bias ? 2 : 1) + (c->rope ? M * (q + k) * eb : 0) +
+         M * (2 * q + 2 * k) * eb + M * q * eb + M * Dout * eb + (t > 1 ? M * Dout * eb / out_div : 0);
+    break;
+  }
+  case LAYER_MLP: {
+    int64_t unit = c->F >= 64 * t ? 64 : 1, lo, hi;
+    split_units(c->F, unit, t, i, &lo, &hi);
+    double f = (double)(hi - lo), Din = (double)c->Din, Dout = (double)c->Dout, ups = c->gated ? 2 : 1;
+    tm = ups * plan_gemm_time(p, c->dt, M, f, Din);
+    if (c->up_bias) tm += ups * plan_stream_time(p, 2 * M * f * eb);
+    tm += plan_stream_time(p, 2 * M * f * eb);
+    if (c->gated) tm += plan_stream_time(p, 3 * M * f * eb);
+    tm += plan_gemm_time(p, c->dt, M, Dout, f);
+    pa = ups * al(f * Din * wb) + al(Dout * f * wb) + (c->up_bias ? ups * al(f * wb) : 0);
+    ac = M * Din * eb + M * f * eb * (ups * (c->up_bias ? 2 : 1) + 1 + (c->gated ? 1 : 0)) + M * Dout * eb +
+         (t > 1 ? M * Dout * eb / out_div : 0);
+    break;
+  }
+  default: break;
+  }
+  if (b == 0) tm = pa = ac = 0;
+  if (time) *time = tm;
+  if (params) *params = pa;
+  if (act) *act = ac;
+}
+
+/* The ring reduction of a group: per-rank bytes as the compiler counts them, and its time. */
+static double group_reduce(const plan_tables *T, const chain_layer *c, const plan_place *pl, int32_t r0, int t, int64_t b,
+                           double *bytes) {
+  *bytes = 0;
+  if (!c->reduces || t <= 1 || b == 0) return 0;
+  int64_t elems = b;
+  for (int d = 1; d < c->out.ndim; d++) elems *= c->out.dim[d];
+  bool scatter = pl->sp && c->out.ndim >= 2;
+  int64_t eb = (int64_t)dtype_bytes(c->dt);
+  int64_t per = elems * eb * (t - 1) / t * (scatter ? 1 : 2);
+  int lv = PLAN_INTRA;
+  for (int i = 1; i < t; i++)
+    if (T->node[r0 + i] != T->node[r0]) lv = PLAN_INTER;
+  *bytes = (double)per;
+  return plan_coll_time(T->prof, (plan_level)lv, scatter ? PLAN_REDUCE_SCATTER : PLAN_ALL_REDUCE, (double)(elems * eb),
+                        (double)per);
+}
+
+/* the time of an op that follows, on one piece */
+static double fop_piece_time(const plan_profile *p, const fop *f, const ntp_box *rb) {
+  ntp_shape ps = box_shape(rb);
+  if (f->code == IR_MATMUL) {
+    double M = 1;
+    for (int d = 0; d + 1 < ps.ndim; d++) M *= (double)ps.dim[d];
+    double K = (double)f->as[0].dim[f->as[0].ndim - 1], N = ps.ndim ? (double)ps.dim[ps.ndim - 1] : 1;
+    return plan_gemm_time(p, f->dt, M, N, K);
+  }
+  double eb = (double)dtype_bytes(f->dt), bytes = (double)box_volume(rb) * eb;
+  for (int i = 0; i < f->nargs; i++)
+    if (!f->cst[i]) {
+      ntp_box nb = need_box(*rb, f->as[i], XF_SAME);
+      bytes += (double)box_volume(&nb) * eb;
+    }
+  return plan_stream_time(p, bytes);
+}
+
+
+/* Source slices read at a home, per rank (each distinct box once). */
+static void add_reads(const plan_tables *T, home h, int32_t state, double *per_rank) {
+  const plan_model *pm = T->pm;
+  size_t cap = (size_t)T->W * 4 + 8;
+  rbox *nb = malloc(cap * sizeof *nb);
+  typedef struct seen {
+    int32_t value, rank;
+    ntp_box box;
+  } seen;
+  seen *done = NULL;
+  size_t nd = 0, cd = 0;
+  int32_t slot = h.kind == H_LAYER ? h.layer : pm->n;
+  for (int32_t e = pm->read_off[slot]; nb && e < pm->read_off[slot + 1]; e++) {
+    const sread *rd = &pm->reads[pm->read_ix[e]];
+    int n = need_pieces(T, rd->at, state, rd->rs, rd->vs, rd->xf, nb);
+    for (int i = 0; i < n; i++) {
+      bool dup = false;
+      for (size_t j = 0; j < nd && !dup; j++)
+        dup = done[j].value == rd->value && done[j].rank == nb[i].rank && box_eq(&done[j].box, &nb[i].box);
+      if (dup) continue;
+      seen s = {rd->value, nb[i].rank, nb[i].box};
+      VEC_PUSH(done, nd, cd, s);
+      per_rank[nb[i].rank] += al((double)box_volume(&nb[i].box) * (double)dtype_bytes(rd->dt));
+    }
+  }
+  free(done);
+  free(nb);
+}
+
+/* Source slices read anywhere in a plan, per rank, each distinct (value, box) once across all
+ * layers (the compiler materialises a slice once per rank). */
+static void add_reads_plan(const plan_tables *T, const int32_t *choice, double *per_rank) {
+  const plan_model *pm = T->pm;
+  size_t cap = (size_t)T->W * 4 + 8;
+  rbox *nb = malloc(cap * sizeof *nb);
+  typedef struct seen {
+    int32_t value, rank;
+    ntp_box box;
+  } seen;
+  seen *done = NULL;
+  size_t nd = 0, cd = 0;
+  for (size_t k = 0; nb && k < pm->nreads; k++) {
+    const sread *rd = &pm->reads[k];
+    int32_t state = rd->at.kind == H_LAYER ? choice[rd->at.layer] : 0;
+    int n = need_pieces(T, rd->at, state, rd->rs, rd->vs, rd->xf, nb);
+    for (int i = 0; i < n; i++) {
+      bool dup = false;
+      for (size_t j = 0; j < nd && !dup; j++)
+        dup = done[j].value == rd->value && done[j].rank == nb[i].rank && box_eq(&done[j].box, &nb[i].box);
+      if (dup) continue;
+      seen s = {rd->value, nb[i].rank, nb[i].box};
+      VEC_PUSH(done, nd, cd, s);
+      per_rank[nb[i].rank] += al((double)box_volume(&nb[i].box) * (double)dtype_bytes(rd->dt));
+    }
+  }
+  free(done);
+  free(nb);
+}
+
+/* Fops at a home: time of the slowest piece of each, summed; the largest piece bytes. */
+static double fops_at(const plan_tables *T, home h, int32_t state, double *act) {
+  const plan_model *pm = T->pm;
+  size_t cap = (size_t)T->W * 4 + 8;
+  rbox *pc = malloc(cap * sizeof *pc);
+  double total = 0, ac = 0;
+  int32_t slot = h.kind == H_LAYER ? h.layer : pm->n;
+  for (int32_t e = pm->fop_off[slot]; pc && e < pm->fop_off[slot + 1]; e++) {
+    const fop *f = &pm->fops[pm->fop_ix[e]];
+    int n = home_pieces(T, f->at, state, f->rs, pc);
+    double worst = 0, big = 0;
+    for (int i = 0; i < n; i++) {
+      double t = fop_piece_time(T->prof, f, &pc[i].box), b = (double)box_volume(&pc[i].box) * (double)dtype_bytes(f->dt);
+      if (t > worst) worst = t;
+      if (b > big) big = b;
+    }
+    total += worst;
+    ac += big;
+  }
+  free(pc);
+  if (act) *act = ac;
+  return total;
+}
+
+typedef struct unary_out {
+  double comp, comm, pmax, amax, rbytes, ubytes;
+} unary_out;
+
+/* Everything that depends on layer i's state alone. per_rank: optional [W] parameter bytes. */
+static void unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, double *per_rank) {
+  const chain_layer *c = &T->pm->L[i];
+  const plan_place *pl = &T->st[s];
+  int64_t rows[NTP_MAX_GROUPS + 1];
+  int32_t gs[NTP_MAX_GROUPS + 1];
+  place_rows(pl, c->rows, rows);
+  group_starts(pl, gs);
+  double *prm = calloc((size_t)T->W, sizeof *prm);
+  *u = (unary_out){0};
+  for (int g = 0; g < pl->ngroups && prm; g++) {
+    int64_t b = rows[g + 1] - rows[g];
+    if (b == 0) continue;
+    int t = pl->size[g];
+    double tg = 0, ag = 0, rb;
+    for (int k = 0; k < t; k++) {
+      double tm, pa, ac;
+      core_rank(T, c, t, k, b, pl->sp, &tm, &pa, &ac);
+      prm[gs[g] + k] += pa;
+      if (tm > tg) tg = tm;
+      if (ac > ag) ag = ac;
+    }
+    double tr = group_reduce(T, c, pl, gs[g], t, b, &rb);
+    if (tg > u->comp) u->comp = tg;
+    if (ag > u->amax) u->amax = ag;
+    if (tr > u->comm) u->comm = tr;
+    if (rb > u->rbytes) u->rbytes = rb;
+  }
+  home h = {.kind = H_LAYER, .layer = i};
+  double fa = 0;
+  u->comp += fops_at(T, h, s, &fa);
+  u->amax += fa;
+  if (prm) add_reads(T, h, s, prm);
+  for (int32_t e = T->pm->umove_off[i]; e < T->pm->umove_off[i + 1]; e++) {
+    const move *mv = &T->pm->moves[T->pm->umove_ix[e]];
+    double mb;
+    u->comm += move_eval(T, mv, i, s, s, &mb, NULL);
+    u->ubytes += mb;
+    u->amax += mb;
+  }
+  /* values alive across the layer at its own placement (the residual stream entering it and its
+   * copy where the layer's output is added to it), 256-byte alignment of every tensor (the
+   * compiler's arena), and what the caller adds (a measured shortfall). Tested: the compiler's
+   * arena never exceeds this (tests/planner). */
+  int64_t bmax = 0;
+  for (int g = 0; g < pl->ngroups; g++)
+    if (rows[g + 1] - rows[g] > bmax) bmax = rows[g + 1] - rows[g];
+  int64_t width = c->kind == LAYER_EMBEDDING ? c->Dm : c->xs.ndim ? c->xs.dim[c->xs.ndim - 1] : 1; /* the stream */
+  double piece = (double)bmax * (double)c->T * (double)width * (double)dtype_bytes(c->dt);
+  u->amax += 2 * piece + 256.0 * (2.0 * T->pm->m->layers[c->ir].nops + 32) + T->act_extra;
+  for (int32_t r = 0; prm && r < T->W; r++)
+    if (prm[r] > u->pmax) u->pmax = prm[r];
+  if (per_rank && prm) memcpy(per_rank, prm, (size_t)T->W * sizeof *prm);
+  free(prm);
+}
+
+static bool legal_state(const plan_tables *T, int32_t i, int32_t s, bool pinned) {
+  const chain_layer *c = &T->pm->L[i];
+  const plan_place *pl = &T->st[s];
+  int64_t rows[NTP_MAX_GROUPS + 1];
+  place_rows(pl, c->rows, rows);
+  bool split = false;
+  for (int g = 0; g < pl->ngroups; g++) {
+    if (rows[g + 1] == rows[g]) continue;
+    if (pl->size[g] > c->units) return false;
+    if (pl->size[g] > 1) {
+      split = true;
+      if (pl->sp && (c->xs.ndim < 2 || c->xs.dim[1] < pl->size[g])) return false;
+    }
+  }
+  if (pl->sp && !pinned && (c->kind == LAYER_LINEAR || !split)) return false; /* no-op: the same as without */
+  return true;
+}
+
+typedef struct keybuf {
+  char *p;
+  size_t n, cap;
+} keybuf;
+
+static void key_add(keybuf *k, const void *data, size_t len) {
+  if (k->n + len > k->cap) {
+    size_t nc = k->cap ? k->cap * 2 : 256;
+    while (nc < k->n + len) nc *= 2;
+    char *np = realloc(k->p, nc);
+    if (!np) return;
+    k->p = np;
+    k->cap = nc;
+  }
+  memcpy(k->p + k->n, data, len);
+  k->n += len;
+}
+
+static void key_home(keybuf *k, home h, int32_t layer) {
+  int8_t f[4] = {h.kind, h.cols, h.seq, (int8_t)(h.kind == H_LAYER ? h.layer - layer : 0)};
+  key_add(k, f, sizeof f);
+}
+
+/* structs have padding: keys are built field by field */
+static void key_i64(keybuf *k, int64_t v) { key_add(k, &v, sizeof v); }
+
+static void key_shape(keybuf *k, const ntp_shape *sh) {
+  key_i64(k, sh->ndim);
+  for (int d = 0; d < sh->ndim; d++) key_i64(k, sh->dim[d]);
+}
+
+static void key_layer(keybuf *k, const chain_layer *c) {
+  int64_t v[] = {c->kind, c->dt, c->wdt, c->rows, c->T, c->units, c->V, c->Dm, c->N, c->K, c->H, c->KV, c->HD,
+                 c->Din, c->Dout, c->S, c->qkv_bias, c->rope, c->causal, c->F, c->gated, c->up_bias, c->reduces};
+  key_add(k, v, sizeof v);
+  key_shape(k, &c->xs);
+  key_shape(k, &c->out);
+}
+
+/* layers that cost the same at every placement (what throughput_shares groups) */
+static bool layers_alike(const chain_layer *a, const chain_layer *b) {
+  keybuf x = {0}, y = {0};
+  key_layer(&x, a);
+  key_layer(&y, b);
+  bool same = x.p && y.p && x.n == y.n && memcmp(x.p, y.p, x.n) == 0;
+  free(x.p);
+  free(y.p);
+  return same;
+}
+
+
+/* a transition table for layer hi (from hi-1), shared by every layer with the same key */
+static void trans_build(plan_tables *T, int32_t hi) {
+  const plan_model *pm = T->pm;
+  int32_t S = T->S;
+  keybuf kb = {0};
+  const chain_layer *a = &pm->L[hi - 1], *b = &pm->L[hi];
+  key_i64(&kb, a->rows);
+  key_i64(&kb, b->rows);
+  key_add(&kb, T->legal + (size_t)(hi - 1) * S, (size_t)S);
+  key_add(&kb, T->legal + (size_t)hi * S, (size_t)S);
+  for (int32_t e = pm->pmove_off[hi]; e < pm->pmove_off[hi + 1]; e++) {
+    const move *mv = &pm->moves[pm->pmove_ix[e]];
+    key_home(&kb, mv->src, hi);
+    key_home(&kb, mv->at, hi);
+    key_shape(&kb, &mv->vs);
+    key_shape(&kb, &mv->rs);
+    key_i64(&kb, mv->xf);
+    key_i64(&kb, mv->dt);
+    for (int32_t j = 0; j < mv->nprior; j++) {
+      const move *p = &pm->moves[mv->prior[j]];
+      key_home(&kb, p->at, hi);
+      key_shape(&kb, &p->rs);
+      key_shape(&kb, &p->vs);
+      key_i64(&kb, p->xf);
+    }
+  }
+  char *key = kb.p;
+  size_t klen = kb.n;
+  for (size_t e = 0; e < T->ncache; e++)
+    if (T->cache[e].keylen == klen && memcmp(T->cache[e].key, key, klen) == 0) {
+      T->trans[hi] = T->cache[e].time;
+      T->tbytes[hi] = T->cache[e].bytes;
+      T->ftrans[hi] = T->cache[e].ftime;
+      free(key);
+      return;
+    }
+  trans_entry te = {key, klen, calloc((size_t)S * S, sizeof(double)), calloc((size_t)S * S, sizeof(double)),
+                    calloc((size_t)S * S, sizeof(float))};
+  for (int32_t s0 = 0; s0 < S && te.time && te.bytes && te.ftime; s0++) {
+    if (!T->legal[(size_t)(hi - 1) * S + s0]) continue;
+    for (int32_t s1 = 0; s1 < S; s1++) {
+      if (!T->legal[(size_t)hi * S + s1]) continue;
+      double t = 0, by = 0;
+      for (int32_t e = pm->pmove_off[hi]; e < pm->pmove_off[hi + 1]; e++) {
+        const move *mv = &pm->moves[pm->pmove_ix[e]];
+        double mb;
+        t += move_eval(T, mv, hi - 1, s0, s1, &mb, NULL);
+        by += mb;
+      }
+      te.time[(size_t)s0 * S + s1] = t;
+      te.ftime[(size_t)s0 * S + s1] = (float)t;
+      te.bytes[(size_t)s0 * S + s1] = by;
+    }
+  }
+  VEC_PUSH(T->cache, T->ncache, T->ccache, te);
+  T->trans[hi] = te.time;
+  T->tbytes[hi] = te.bytes;
+  T->ftrans[hi] = te.ftime;
+}
+
+void plan_tables_free(plan_tables *t) {
+  if (!t) return;
+  for (size_t e = 0; e < t->ncache; e++) {
+    free(t->cache[e].key);
+    free(t->cache[e].time);
+    free(t->cache[e].bytes);
+    free(t->cache[e].ftime);
+  }
+  free(t->cache);
+  free(t->node);
+  free(t->st);
+  free(t->pin);
+  free(t->legal);
+  free(t->tcomp);
+  free(t->tcomm);
+  free(t->pmax);
+  free(t->amax);
+  free(t->rbytes);
+  free(t->ubytes);
+  free(t->trans);
+  free(t->tbytes);
+  free(t->ftrans);
+  free(t->ptime);
+  free(t->punits);
+  free(t);
+}
+
+/* What layer i's unary entries depend on, as bytes (NULL when out of memory). */
+static char *unary_key(const plan_tables *T, int32_t i, size_t *len) {
+  const plan_model *pm = T->pm;
+  keybuf k = {0};
+  key_layer(&k, &pm->L[i]);
+  key_i64(&k, T->pin[i]);
+  for (int32_t e = pm->fop_off[i]; e < pm->fop_off[i + 1]; e++) {
+    const fop *f = &pm->fops[pm->fop_ix[e]];
+    key_home(&k, f->at, i);
+    key_i64(&k, f->code);
+    key_i64(&k, f->dt);
+    key_shape(&k, &f->rs);
+    key_i64(&k, f->nargs);
+    for (int a = 0; a < f->nargs; a++) {
+      key_shape(&k, &f->as[a]);
+      key_i64(&k, f->cst[a]);
+    }
+  }
+  int32_t mark = -1;
+  key_add(&k, &mark, sizeof mark);
+  for (int32_t e = pm->read_off[i]; e < pm->read_off[i + 1]; e++) {
+    const sread *rd = &pm->reads[pm->read_ix[e]];
+    key_home(&k, rd->at, i);
+    key_shape(&k, &rd->vs);
+    key_shape(&k, &rd->rs);
+    key_i64(&k, rd->xf);
+    key_i64(&k, rd->dt);
+    int32_t first = e; /* the value's identity within the layer (what deduplicates) */
+    for (int32_t f = pm->read_off[i]; f < e && first == e; f++)
+      if (pm->reads[pm->read_ix[f]].value == rd->value) first = f;
+    first -= pm->read_off[i];
+    key_add(&k, &first, sizeof first);
+  }
+  key_add(&k, &mark, sizeof mark);
+  for (int32_t e = pm->umove_off[i]; e < pm->umove_off[i + 1]; e++) {
+    const move *mv = &pm->moves[pm->umove_ix[e]];
+    key_home(&k, mv->src, i);
+    key_home(&k, mv->at, i);
+    key_shape(&k, &mv->vs);
+    key_shape(&k, &mv->rs);
+    key_i64(&k, mv->xf);
+    key_i64(&k, mv->dt);
+    for (int32_t j = 0; j < mv->nprior; j++) {
+      const move *p = &pm->moves[mv->prior[j]];
+      key_home(&k, p->at, i);
+      key_shape(&k, &p->rs);
+      key_shape(&k, &p->vs);
+      key_i64(&k, p->xf);
+    }
+  }
+  if (k.n == 0 || !k.p) {
+    free(k.p);
+    return NULL;
+  }
+  *len = k.n;
+  return k.p;
+}
+
+/* Builds every table for W ranks over the given states. pins: [n] pinned state or -1 (NULL: none).
+ * node: [W] node of each rank (NULL: rank / nodes_of). */
+static plan_tables *tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
+                                 int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
+                                 double act_extra, char *err, size_t cap) {
+  plan_tables *T = calloc(1, sizeof *T);
+  int32_t n = pm->n;
+  if (!T) goto oom;
+  T->pm = pm;
+  T->prof = prof;
+  T->W = W;
+  T->S = S;
+  T->act_extra = act_extra;
+  T->node = malloc((size_t)W * sizeof *T->node);
+  T->st = malloc((size_t)S * sizeof *T->st);
+  T->pin = malloc((size_t)n * sizeof *T->pin);
+  size_t ns = (size_t)n * (size_t)S;
+  T->legal = calloc(ns, 1);
+  T->tcomp = calloc(ns, sizeof(double));
+  T->tcomm = calloc(ns, sizeof(double));
+  T->pmax = calloc(ns, sizeof(double));
+  T->amax = calloc(ns, sizeof(double));
+  T->rbytes = calloc(ns, sizeof(double));
+  T->ubytes = calloc(ns, sizeof(double));
+  T->trans = calloc((size_t)n, sizeof *T->trans);
+  T->tbytes = calloc((size_t)n, sizeof *T->tbytes);
+  T->ftrans = calloc((size_t)n, sizeof *T->ftrans);
+  T->ptime = calloc(ns, sizeof(float));
+  T->punits = calloc(ns, sizeof(int64_t));
+  if (!T->node || !T->st || !T->pin || !T->legal || !T->tcomp || !T->tcomm || !T->pmax || !T->amax || !T->rbytes ||
+      !T->ubytes || !T->trans || !T->tbytes || !T->ftrans || !T->ptime || !T->punits)
+    goto oom;
+  for (int32_t r = 0; r < W; r++) T->node[r] = node ? node[r] : r / (nodes_of > 0 ? nodes_of : 8);
+  memcpy(T->st, states, (size_t)S * sizeof *states);
+  for (int32_t i = 0; i < n; i++) T->pin[i] = pins ? pins[i] : -1;
+  /* layers alike (kind, shapes, what follows them, their pin) share their unary entries */
+  char **ukey = calloc((size_t)n, sizeof *ukey);
+  size_t *ulen = calloc((size_t)n, sizeof *ulen);
+  if (!ukey || !ulen) {
+    free(ukey);
+    free(ulen);
+    goto oom;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    bool any = false;
+    ukey[i] = unary_key(T, i, &ulen[i]);
+    int32_t same = -1;
+    for (int32_t j = 0; j < i && same < 0 && ukey[i]; j++)
+      if (ukey[j] && ulen[j] == ulen[i] && memcmp(ukey[j], ukey[i], ulen[i]) == 0) same = j;
+    for (int32_t s = 0; s < S; s++) {
+      size_t k = (size_t)i * S + s;
+      if (same >= 0) {
+        size_t kj = (size_t)same * S + s;
+        T->legal[k] = T->legal[kj];
+        T->tcomp[k] = T->tcomp[kj];
+        T->tcomm[k] = T->tcomm[kj];
+        T->pmax[k] = T->pmax[kj];
+        T->amax[k] = T->amax[kj];
+        T->rbytes[k] = T->rbytes[kj];
+        T->ubytes[k] = T->ubytes[kj];
+        any |= T->legal[k];
+        continue;
+      }
+      if (T->pin[i] >= 0 && s != T->pin[i]) continue;
+      if (!legal_state(T, i, s, T->pin[i] >= 0)) continue;
+      T->legal[k] = 1;
+      any = true;
+      unary_out u;
+      unary_eval(T, i, s, &u, NULL);
+      T->tcomp[k] = u.comp;
+      T->tcomm[k] = u.comm;
+      T->pmax[k] = u.pmax;
+      T->amax[k] = u.amax;
+      T->rbytes[k] = u.rbytes;
+      T->ubytes[k] = u.ubytes;
+      if (u.amax > T->act_reserve) T->act_reserve = u.amax;
+    }
+    if (!any) {
+      const chain_layer *c = &pm->L[i];
+      const ir_layer *ly = &pm->m->layers[c->ir];
+      if (T->pin[i] >= 0) {
+        char pbuf[256], msg[512];
+        snprintf(msg, sizeof msg, "layer '%s' cannot take placement %s: it has %lld %s (a group may not be larger), or "
+                 "sequence parallelism needs as many positions as ranks", ly->name,
+                 plan_place_str(&T->st[T->pin[i]], pbuf, sizeof pbuf), (long long)c->units, c->unit_name);
+        model_error(pm->m, ly->loc, err, cap, msg);
+      } else {
+        char msg[300];
+        snprintf(msg, sizeof msg, "layer '%s' has no placement on %d ranks", ly->name, W);
+        model_error(pm->m, ly->loc, err, cap, msg);
+      }
+      for (int32_t j = 0; j <= i; j++) free(ukey[j]);
+      free(ukey);
+      free(ulen);
+      plan_tables_free(T);
+      return NULL;
+    }
+  }
+  for (int32_t i = 0; i < n; i++) free(ukey[i]);
+  free(ukey);
+  free(ulen);
+  for (int32_t i = 1; i < n; i++) trans_build(T, i);
+  /* what no layer's state changes: ops on values no layer placed */
+  home def = {.kind = H_DEFAULT};
+  double fa = 0;
+  T->const_time = fops_at(T, def, 0, &fa);
+  double *prm = calloc((size_t)W, sizeof *prm);
+  if (prm) {
+    add_reads(T, def, 0, prm);
+    for (int32_t r = 0; r < W; r++)
+      if (prm[r] > T->const_mem) T->const_mem = prm[r];
+  }
+  free(prm);
+  for (int32_t e = pm->umove_off[n]; e < pm->umove_off[n + 1]; e++)
+    T->const_time += move_eval(T, &pm->moves[pm->umove_ix[e]], 0, 0, 0, NULL, NULL);
+  if (fa > T->act_reserve) T->act_reserve = fa;
+  return T;
+oom:
+  snprintf(err, cap, "out of memory");
+  plan_tables_free(T);
+  return NULL;
+}
+
+plan_problem plan_tables_problem(plan_tables *T, double mem_cap, int32_t quanta, bool ceil_units) {
+  int32_t n = T->pm->n, S = T->S;
+  plan_problem pb = {.nlayers = n, .nstates = S, .legal = T->legal, .time = T->ptime, .units = T->punits,
+                     .trans = (const float *const *)T->ftrans};
+  if (quanta <= 0) quanta = 1024;
+  double floor_sum = 0;
+  for (int32_t i = 0; i < n; i++) {
+    double pmin = INFINITY;
+    for (int32_t s = 0; s < S; s++) {
+      size_t k = (size_t)i * S + s;
+      T->ptime[k] = (float)(T->tcomp[k] + T->tcomm[k]);
+      if (T->legal[k] && T->pmax[k] < pmin) pmin = T->pmax[k];
+    }
+    floor_sum += pmin;
+  }
+  double slack = mem_cap - T->act_reserve - T->const_mem - floor_sum;
+  T->quantum = slack > 0 ? slack / quanta : 0;
+  pb.budget = slack >= 0 ? quanta : -1;
+  for (int32_t i = 0; i < n; i++) {
+    double pmin = INFINITY;
+    for (int32_t s = 0; s < S; s++)
+      if (T->legal[(size_t)i * S + s] && T->pmax[(size_t)i * S + s] < pmin) pmin = T->pmax[(size_t)i * S + s];
+    for (int32_t s = 0; s < S; s++) {
+      size_t k = (size_t)i * S + s;
+      double x = T->pmax[k] - pmin;
+      int64_t u;
+      if (!T->legal[k] || x <= 0) u = 0;
+      else if (T->quantum <= 0) u = (int64_t)quanta + 1;
+      else {
+        double q = x / T->quantum;
+        q = ceil_units ? ceil(q * (1 + 1e-12)) : floor(q);
+        u = q > (double)quanta + 1 ? (int64_t)quanta + 1 : (int64_t)q;
+      }
+      T->punits[k] = u;
+    }
+  }
+  return pb;
+}
+
+/* ======================================================================================
+ * the search
+ * ====================================================================================== */
+
+double plan_problem_eval(const plan_problem *pb, const int32_t *choice, int64_t *units) {
+  int32_t S = pb->nstates;
+  float t = pb->time[choice[0]];
+  int64_t u = pb->units[choice[0]];
+  for (int32_t l = 1; l < pb->nlayers; l++) {
+    size_t k = (size_t)l * S + choice[l];
+    t = (t + pb->trans[l][(size_t)choice[l - 1] * S + choice[l]]) + pb->time[k];
+    u += pb->units[k];
+  }
+  if (units) *units = u;
+  return t;
+}
+
+/* The DP's inner loops: vectorised at O3, and on x86-64 also built for AVX2 and AVX-512,
+ * chosen when the program loads (GCC function multiversioning). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define PLAN_HOT __attribute__((optimize("O3"), target_clones("avx512f", "avx2", "default")))
+#elif defined(__GNUC__) && !defined(__clang__)
+#define PLAN_HOT __attribute__((optimize("O3")))
+#else
+#define PLAN_HOT
+#endif
+
+/* row[m] = min(row[m], p[m - u] + r) for m in [u, Q] (vectorises: no branch, no index) */
+static PLAN_HOT void relax(const float *restrict p, float r, int64_t u, int64_t Q, float *restrict row) {
+  const float *q = p - u;
+  for (int64_t m = u; m <= Q; m++) {
+    float v = q[m] + r;
+    row[m] = v < row[m] ? v : row[m];
+  }
+}
+
+static PLAN_HOT void add_time(float *restrict row, int64_t lo, int64_t Q, float t) {
+  for (int64_t m = lo; m <= Q; m++) row[m] += t;
+}
+
+static PLAN_HOT void fill(float *restrict row, int64_t lo, int64_t hi, float v) {
+  for (int64_t m = lo; m <= hi; m++) row[m] = v;
+}
+
+/* a DP table reused by the searches of one plan (its pages are touched once) */
+typedef struct dp_ws {
+  float *D;
+  size_t cap;
+} dp_ws;
+
+/* The largest DP table the search builds, in bytes (every layer's is kept to trace back). */
+#define PLAN_DP_BYTES ((size_t)192 << 20)
+
+/* D[l][s][m] = least time of layers 0..l ending in state s with at most m units; the memory
+ * axis is [0, Q] (Q = 0 and use_units = false: the unconstrained problem). Layer l's rows stop
+ * at hi[l], the most units layers 0..l can use (beyond, every row is constant). Every layer's
+ * table is kept; the plan is traced back by finding, at each layer, a predecessor whose value
+ * reproduces the entry exactly (the same float operations). */
+static bool dp_core(const plan_problem *pb, int64_t Q, bool use_units, int32_t *choice, dp_ws *ws) {
+  int32_t L = pb->nlayers, S = pb->nstates;
+  int64_t *hi = malloc((size_t)L * sizeof *hi);
+  size_t *off = malloc((size_t)L * sizeof *off);
+  if (!hi || !off) {
+    free(hi);
+    free(off);
+    return false;
+  }
+  size_t total = 0;
+  for (int32_t l = 0; l < L; l++) {
+    int64_t top = 0;
+    for (int32_t s = 0; s < S && use_units; s++) {
+      size_t k = (size_t)l * S + s;
+      if (pb->legal[k] && pb->units[k] <= Q && pb->units[k] > top) top = pb->units[k];
+    }
+    hi[l] = (l ? hi[l - 1] : 0) + top < Q ? (l ? hi[l - 1] : 0) + top : Q;
+    off[l] = total;
+    total += (size_t)S * (size_t)(hi[l] + 1);
+  }
+  if ((double)total * sizeof(float) > (double)PLAN_DP_BYTES) {
+    free(hi);
+    free(off);
+    return false;
+  }
+  if (ws->cap < total) {
+    free(ws->D);
+    ws->D = malloc(total * sizeof *ws->D);
+    ws->cap = ws->D ? total : 0;
+  }
+  float *D = ws->D;
+  if (!D) {
+    free(hi);
+    free(off);
+    return false;
+  }
+  const float inf = INFINITY;
+  for (int32_t s = 0; s < S; s++) {
+    float *row = D + (size_t)s * (size_t)(hi[0] + 1);
+    int64_t u = use_units ? pb->units[s] : 0;
+    if (pb->legal[s] && u <= hi[0]) {
+      fill(row, 0, u - 1, inf);
+      fill(row, u, hi[0], pb->time[s]);
+    } else {
+      fill(row, 0, hi[0], inf);
+    }
+  }
+  for (int32_t l = 1; l < L; l++) {
+    const float *tr = pb->trans[l], *prev = D + off[l - 1];
+    size_t ps = (size_t)(hi[l - 1] + 1), cs = (size_t)(hi[l] + 1);
+    for (int32_t s = 0; s < S; s++) {
+      float *row = D + off[l] + (size_t)s * cs;
+      size_t k = (size_t)l * S + s;
+      int64_t u = use_units ? pb->units[k] : 0;
+      if (!pb->legal[k] || u > Q) {
+        fill(row, 0, (int64_t)cs - 1, inf);
+        continue;
+      }
+      int64_t end = hi[l - 1] + u < hi[l] ? hi[l - 1] + u : hi[l];
+      fill(row, 0, end, inf);
+      for (int32_t s2 = 0; s2 < S; s2++)
+        if (pb->legal[(size_t)(l - 1) * S + s2]) relax(prev + (size_t)s2 * ps, tr[(size_t)s2 * S + s], u, end, row);
+      add_time(row, u, end, pb->time[k]);
+      fill(row, end + 1, hi[l], row[end]);
+    }
+  }
+  size_t ls = (size_t)(hi[L - 1] + 1);
+  const float *last = D + off[L - 1];
+  int32_t best = -1;
+  for (int32_t s = 0; s < S; s++) {
+    float v = last[(size_t)s * ls + (size_t)hi[L - 1]];
+    if (v < inf && (best < 0 || v < last[(size_t)best * ls + (size_t)hi[L - 1]])) best = s;
+  }
+  bool ok = best >= 0;
+  if (ok) {
+    int64_t m = hi[L - 1];
+    int32_t s = best;
+    for (int32_t l = L - 1; l >= 1 && ok; l--) {
+      choice[l] = s;
+      size_t k = (size_t)l * S + s;
+      int64_t u = use_units ? pb->units[k] : 0;
+      int64_t end = hi[l - 1] + u < hi[l] ? hi[l - 1] + u : hi[l];
+      if (m > end) m = end; /* the row is constant beyond its end */
+      float want = D[off[l] + (size_t)s * (size_t)(hi[l] + 1) + (size_t)m];
+      const float *prev = D + off[l - 1];
+      size_t ps = (size_t)(hi[l - 1] + 1);
+      int32_t from = -1;
+      for (int32_t s2 = 0; s2 < S && from < 0; s2++) {
+        if (!pb->legal[(size_t)(l - 1) * S + s2]) continue;
+        float v = prev[(size_t)s2 * ps + (size_t)(m - u)] + pb->trans[l][(size_t)s2 * S + s];
+        v = v + pb->time[k];
+        if (v == want) from = s2;
+      }
+      ok = from >= 0;
+      m -= u;
+      s = from;
+    }
+    if (ok) choice[0] = s;
+  }
+  free(hi);
+  free(off);
+  return ok;
+}
+
+static bool dp_solve_ws(const plan_problem *pb, int32_t *choice, double *time, int64_t *units, dp_ws *ws) {
+  if (pb->nlayers <= 0 || pb->nstates <= 0 || pb->nstates > 255 || pb->budget < 0) return false;
+  int64_t u;
+  /* memory that does not bind: the unconstrained optimum fits */
+  if (!dp_core(pb, 0, false, choice, ws)) return false;
+  double t = plan_problem_eval(pb, choice, &u);
+  if (u > pb->budget) {
+    int64_t most = 0; /* no plan uses more units than the sum of each layer's largest */
+    for (int32_t l = 0; l < pb->nlayers; l++) {
+      int64_t mx = 0;
+      for (int32_t s = 0; s < pb->nstates; s++)
+        if (pb->legal[(size_t)l * pb->nstates + s] && pb->units[(size_t)l * pb->nstates + s] > mx)
+          mx = pb->units[(size_t)l * pb->nstates + s];
+      most += mx;
+    }
+    int64_t Q = pb->budget < most ? pb->budget : most;
+    if (!dp_core(pb, Q, true, choice, ws)) return false;
+    t = plan_problem_eval(pb, choice, &u);
+  }
+  if (time) *time = t;
+  if (units) *units = u;
+  return true;
+}
+
+bool plan_dp_solve(const plan_problem *pb, int32_t *choice, double *time, int64_t *units) {
+  dp_ws ws = {0};
+  bool ok = dp_solve_ws(pb, choice, time, units, &ws);
+  free(ws.D);
+  return ok;
+}
+
+bool plan_exhaustive_solve(const plan_problem *pb, int32_t *choice, double *time, int64_t *units) {
+  int32_t L = pb->nlayers, S = pb->nstates;
+  if (L <= 0 || S <= 0 || pb->budget < 0) return false;
+  int32_t *c = calloc((size_t)L, sizeof *c);
+  if (!c) return false;
+  bool found = false;
+  double best = 0;
+  /* the same float sums as the DP, so that ties and values compare exactly */
+  int64_t bu = 0;
+  for (int32_t l = 0; l < L; l++) { /* first legal state of every layer */
+    while (c[l] < S && !pb->legal[(size_t)l * S + c[l]]) c[l]++;
+    if (c[l] == S) {
+      free(c);
+      return false;
+    }
+  }
+  for (;;) {
+    int64_t u;
+    double t = plan_problem_eval(pb, c, &u);
+    if (u <= pb->budget && (!found || t < best)) {
+      found = true;
+      best = t;
+      bu = u;
+      memcpy(choice, c, (size_t)L * sizeof *c);
+    }
+    int32_t l = L - 1;
+    for (; l >= 0; l--) {
+      do c[l]++;
+      while (c[l] < S && !pb->legal[(size_t)l * S + c[l]]);
+      if (c[l] < S) break;
+      c[l] = 0;
+      while (!pb->legal[(size_t)l * S + c[l]]) c[l]++;
+    }
+    if (l < 0) break;
+  }
+  free(c);
+  if (found) {
+    if (time) *time = best;
+    if (units) *units = bu;
+  }
+  return found;
+}
+
+/* ======================================================================================
+ * planning: states, pins, the solution
+ * ====================================================================================== */
+
+void plan_solution_free(plan_solution *s) {
+  if (!s) return;
+  free(s->phys);
+  free(s->layers);
+  free(s->rank_params);
+  free(s->rank_act);
+  memset(s, 0, sizeof *s);
+}
+
+static int32_t add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place *pl) {
+  for (int32_t i = 0; i < *n; i++)
+    if (memcmp(&(*st)[i], pl, sizeof *pl) == 0) return i;
+  if (*n == *cap) {
+    int32_t nc = *cap ? *cap * 2 : 64;
+    plan_place *ns = realloc(*st, (size_t)nc * sizeof *ns);
+    if (!ns) return -1;
+    *st = ns;
+    *cap = nc;
+  }
+  (*st)[*n] = *pl;
+  return (*n)++;
+}
+
+static int specificity(const char *pattern) {
+  int n = 0;
+  for (; *pattern; pattern++) n += *pattern != '*';
+  return n;
+}
+
+/* The placement a rule or annotation fixes for a layer (the sharding pass's resolution); *auto_
+ * when the planner decides. Without an active plan every layer is the planner's. */
+static bool resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_place *pl, bool *auto_, char *err,
+                        size_t cap) {
+  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  *auto_ = true;
+  if (!plan) return true;
+  const ir_rule *rule = NULL;
+  int best = -1;
+  for (size_t r = 0; r < plan->nrules; r++) {
+    if (!ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
+    int s = specificity(plan->rules[r].pattern);
+    if (s >= best) {
+      best = s;
+      rule = &plan->rules[r];
+    }
+  }
+  ir_tp tp = rule ? rule->tp : ly->tp;
+  const char *file = rule ? plan->file : m->file;
+  ntp_loc loc = tp.loc.first_line ? tp.loc : (rule ? rule->loc : ly->loc);
+  if (tp.kind == TP_AUTO) return true;
+  *auto_ = false;
+  *pl = (plan_place){.sp = rule && rule->seq_parallel};
+  char msg[300];
+  if (tp.kind == TP_NONE || tp.n == 1) {
+    int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
+    if (t > W || W % t || W / t > NTP_MAX_GROUPS) {
+      if (t > W) snprintf(msg, sizeof msg, "TP degree %lld is larger than the world (%d ranks)", (long long)t, W);
+      else if (W % t) snprintf(msg, sizeof msg, "TP degree %lld does not divide the world (%d ranks)", (long long)t, W);
+      else snprintf(msg, sizeof msg, "%lld groups: at most %d are supported", (long long)(W / t), NTP_MAX_GROUPS);
+      snprintf(err, cap, "%s:%d:%d: error: %s", file, loc.first_line, loc.first_column, msg);
+      return false;
+    }
+    pl->ngroups = (int32_t)(W / t);
+    for (int g = 0; g < pl->ngroups; g++) pl->size[g] = (int32_t)t;
+  } else {
+    int64_t sum = 0;
+    for (int g = 0; g < tp.n; g++) sum += pl->size[g] = (int32_t)tp.groups[g];
+    pl->ngroups = tp.n;
+    if (sum != W) {
+      snprintf(err, cap, "%s:%d:%d: error: groups sum to %lld ranks, but the world has %d", file, loc.first_line,
+               loc.first_column, (long long)sum, W);
+      return false;
+    }
+  }
+  if (rule && rule->nbatch) {
+    if (rule->nbatch != pl->ngroups) {
+      snprintf(err, cap, "%s:%d:%d: error: batch split has %d shares but the layer has %d groups", plan->file,
+               rule->loc.first_line, rule->loc.first_column, rule->nbatch, pl->ngroups);
+      return false;
+    }
+    for (int g = 0; g < pl->ngroups; g++) pl->share[g] = rule->batch[g];
+  }
+  return true;
+}
+
+/* Bytes per GPU the DP's memory model gives an assignment (parameters of every layer on its
+ * most-loaded rank, the activation reserve, what no layer places). */
+static double model_bytes(const plan_tables *T, const int32_t *choice) {
+  double need = T->act_reserve + T->const_mem;
+  for (int32_t i = 0; i < T->pm->n; i++) need += T->pmax[(size_t)i * T->S + choice[i]];
+  return need;
+}
+
+/* Byte-exact local improvement of a plan that fits: while some layer can change its state,
+ * keeping the plan within the cap, and the step gets faster, make the best such change. The
+ * quantised search rounds every layer's memory up; this spends the memory that rounding left. */
+static void improve(const plan_tables *T, double cap, int32_t *choice) {
+  int32_t n = T->pm->n, S = T->S;
+  double bytes = model_bytes(T, choice);
+  for (int32_t iter = 0; iter < 8 * n + 8; iter++) {
+    double best = 0;
+    int32_t bl = -1, bs = -1;
+    for (int32_t l = 0; l < n; l++) {
+      int32_t c = choice[l];
+      size_t kc = (size_t)l * S + c;
+      for (int32_t s = 0; s < S; s++) {
+        size_t k = (size_t)l * S + s;
+        if (s == c || !T->legal[k] || bytes + T->pmax[k] - T->pmax[kc] > cap) continue;
+        double dt = (T->tcomp[k] + T->tcomm[k]) - (T->tcomp[kc] + T->tcomm[kc]);
+        if (l > 0) dt += T->trans[l][(size_t)choice[l - 1] * S + s] - T->trans[l][(size_t)choice[l - 1] * S + c];
+        if (l + 1 < n) dt += T->trans[l + 1][(size_t)s * S + choice[l + 1]] - T->trans[l + 1][(size_t)c * S + choice[l + 1]];
+        if (dt < best) {
+          best = dt;
+          bl = l;
+          bs = s;
+        }
+      }
+    }
+    if (bl < 0 || best > -1e-12) break;
+    bytes += T->pmax[(size_t)bl * S + bs] - T->pmax[(size_t)bl * S + choice[bl]];
+    choice[bl] = bs;
+  }
+}
+
+/* min over plans of time + lam * bytes (no memory constraint): a DP over layers and states in
+ * double; the plan in choice. */
+static double lagrange_dp(const plan_tables *T, double lam, int32_t *choice, double *scratch, int32_t *from) {
+  int32_t n = T->pm->n, S = T->S;
+  double *prev = scratch, *cur = scratch + S;
+  for (int32_t s = 0; s < S; s++)
+    prev[s] = T->legal[s] ? T->tcomp[s] + T->tcomm[s] + lam * T->pmax[s] : INFINITY;
+  for (int32_t l = 1; l < n; l++) {
+    for (int32_t s = 0; s < S; s++) {
+      size_t k = (size_t)l * S + s;
+      double best = INFINITY;
+      int32_t arg = -1;
+      if (T->legal[k])
+        for (int32_t s2 = 0; s2 < S; s2++) {
+          double v = prev[s2] + T->trans[l][(size_t)s2 * S + s];
+          if (v < best) {
+            best = v;
+            arg = s2;
+          }
+        }
+      cur[s] = best + T->tcomp[k] + T->tcomm[k] + lam * T->pmax[k];
+      from[(size_t)l * S + s] = arg;
+    }
+    double *t = prev;
+    prev = cur;
+    cur = t;
+  }
+  int32_t bs = -1;
+  for (int32_t s = 0; s < S; s++)
+    if (prev[s] < INFINITY && (bs < 0 || prev[s] < prev[bs])) bs = s;
+  if (bs < 0) return INFINITY;
+  double v = prev[bs];
+  for (int32_t l = n - 1; l >= 0; l--) {
+    choice[l] = bs;
+    if (l) bs = from[(size_t)l * S + bs];
+  }
+  return v;
+}
+
+static double plan_time(const plan_tables *T, const int32_t *choice) {
+  int32_t S = T->S;
+  double t = 0;
+  for (int32_t l = 0; l < T->pm->n; l++) {
+    size_t k = (size_t)l * S + choice[l];
+    t += T->tcomp[k] + T->tcomm[k] + (l ? T->trans[l][(size_t)choice[l - 1] * S + choice[l]] : 0);
+  }
+  return t;
+}
+
+/* The Lagrangian dual of the memory constraint: for every lam >= 0, min over plans of
+ * time + lam (bytes - cap) is a lower bound on the best time within the cap; the bound is
+ * maximised over lam by bisection on its slope (bytes - cap of the minimising plan). The
+ * minimising plans that fit are candidates; the best is left in `best` (best_t: its time). */
+static double lagrange_bound(const plan_tables *T, double cap, int32_t *best, double *best_t, double *lam_best) {
+  int32_t n = T->pm->n, S = T->S;
+  double *scratch = malloc(2 * (size_t)S * sizeof *scratch);
+  int32_t *from = malloc((size_t)n * (size_t)S * sizeof *from), *c = malloc((size_t)n * sizeof *c);
+  double bound = -INFINITY;
+  *best_t = INFINITY;
+  if (!scratch || !from || !c) goto done;
+  double lo = 0, hi = 0;
+  for (int it = 0; it < 200; it++) {
+    double lam = it == 0 ? 0 : hi > 0 && lo < hi ? 0.5 * (lo + hi) : (hi > 0 ? hi : 1e-12);
+    double v = lagrange_dp(T, lam, c, scratch, from);
+    if (!(v < INFINITY)) break;
+    double bytes = model_bytes(T, c), b = v - lam * (cap - T->act_reserve - T->const_mem);
+    if (b > bound) {
+      bound = b;
+      if (lam_best) *lam_best = lam;
+    }
+    if (bytes <= cap) {
+      double t = plan_time(T, c);
+      if (t < *best_t) {
+        *best_t = t;
+        memcpy(best, c, (size_t)n * sizeof *c);
+      }
+      if (it == 0) break; /* memory does not bind */
+      hi = lam;
+    } else {
+      lo = lam;
+      if (hi == 0 || lam >= hi) hi = lam > 0 ? lam * 4 : 1e-12; /* no upper end yet: grow */
+    }
+    if (hi > 0 && lo > 0 && hi - lo <= 1e-6 * hi) break;
+  }
+done:
+  free(scratch);
+  free(from);
+  free(c);
+  return bound;
+}
+
+/* The activation peak of a plan (its layers' working sets, the largest), and its bytes per GPU
+ * with that peak: what a plan needs to fit. */
+static double plan_peak(const plan_tables *T, const int32_t *choice) {
+  double a = 0;
+  for (int32_t i = 0; i < T->pm->n; i++)
+    if (T->amax[(size_t)i * T->S + choice[i]] > a) a = T->amax[(size_t)i * T->S + choice[i]];
+  return a;
+}
+
+static double peak_bytes(const plan_tables *T, const int32_t *choice) {
+  double need = plan_peak(T, choice) + T->const_mem;
+  for (int32_t i = 0; i < T->pm->n; i++) need += T->pmax[(size_t)i * T->S + choice[i]];
+  return need;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* Solves the tables. A plan fits when its parameters (each layer's on its most-loaded rank),
+ * its activation peak (the largest working set of its layers) and the unplaced slices fit the
+ * cap. The peak is a maximum, not a sum, so the search runs once per candidate peak theta (the
+ * distinct working sets, largest first): states whose working set exceeds theta are excluded,
+ * theta is reserved, and the parameters are the DP's knapsack (memory in units rounded up:
+ * every plan it accepts fits), improved byte for byte by local moves. A theta is skipped when
+ * even its smallest parameters do not fit, or when its unconstrained optimum is no faster than
+ * the best plan so far. The Lagrangian dual (with the smallest possible peak) bounds every plan
+ * that fits; a plan as fast as the bound is certified optimal. */
+static bool solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *choice, plan_solution *out) {
+  int32_t n = T->pm->n, S = T->S;
+  size_t ns = (size_t)n * S;
+  int32_t *alt = malloc((size_t)n * sizeof *alt);
+  uint8_t *legal = malloc(ns);
+  double *thetas = malloc((ns + 1) * sizeof *thetas);
+  double t0 = now_ms(), reserve = T->act_reserve;
+  if (quanta <= 0) quanta = 1024;
+  bool ok = false;
+  dp_ws ws = {0};
+  out->exact = true;
+  out->quantum = 0;
+  int64_t fit = (int64_t)(PLAN_DP_BYTES / (ns * sizeof(float))) - 1; /* every layer's DP table is kept */
+  if (quanta > fit) quanta = fit > 16 ? (int32_t)fit : 16;
+  double ta = INFINITY;
+  int nt = 0, full = 0;
+  double *scratch = malloc(2 * (size_t)S * sizeof *scratch);
+  int32_t *from = malloc((ns + (size_t)n) * sizeof *from);
+  /* the bound first: with the smallest activation peak any plan can have, and every state;
+   * its multiplier then bounds each peak's search from below */
+  double lam = 0, lb = -INFINITY, tl = INFINITY;
+  if (alt && legal && thetas && scratch && from) {
+    memcpy(legal, T->legal, ns);
+    for (size_t k = 0; k < ns; k++)
+      if (legal[k]) thetas[nt++] = T->amax[k];
+    qsort(thetas, (size_t)nt, sizeof *thetas, cmp_desc);
+    double floor_act = 0;
+    for (int32_t i = 0; i < n; i++) {
+      double mn = INFINITY;
+      for (int32_t k = 0; k < S; k++)
+        if (T->legal[(size_t)i * S + k] && T->amax[(size_t)i * S + k] < mn) mn = T->amax[(size_t)i * S + k];
+      if (mn > floor_act && mn < INFINITY) floor_act = mn;
+    }
+    T->act_reserve = floor_act;
+    lb = lagrange_bound(T, mem_cap, alt, &tl, &lam);
+    T->act_reserve = reserve;
+    if (tl < INFINITY && peak_bytes(T, alt) <= mem_cap) { /* a Lagrangian plan that fits: the first incumbent */
+      ta = tl;
+      memcpy(choice, alt, (size_t)n * sizeof *alt);
+      ok = true;
+    }
+  } else {
+    nt = 0;
+  }
+  /* small problems get a finer memory resolution (up to 65536 units) while searching every
+   * candidate peak stays under 2e7 DP cells */
+  int distinct = 0;
+  for (int it = 0; it < nt; it++) distinct += !it || thetas[it] != thetas[it - 1];
+  double finer = 2e7 / ((double)(distinct > 0 ? distinct : 1) * n * S * S);
+  if (finer > quanta) quanta = finer > 65536 ? 65536 : (int32_t)finer;
+  if (quanta > fit) quanta = fit > 16 ? (int32_t)fit : 16;
+  /* every peak is searched when that is cheap; past the budget only the incumbent's own peak */
+  double work = (double)n * S * S * (quanta + 1), budget_dps = 1e8 / (work > 1 ? work : 1);
+  int max_full = budget_dps > 1 ? (int)budget_dps : 1;
+  out->peaks_exact = true;
+  for (int it = 0; it < nt; it++) {
+    double theta = thetas[it];
+    if (it && theta == thetas[it - 1]) continue;
+    if (full >= max_full) { /* over budget: jump to the incumbent's peak, if it is below */
+      double peak = ok ? plan_peak(T, choice) : -1;
+      out->peaks_exact = false;
+      while (it < nt && thetas[it] > peak) it++;
+      if (it >= nt || thetas[it] != peak) break;
+      theta = thetas[it];
+    }
+    bool any_layer = true;
+    double least = theta + T->const_mem;
+    for (int32_t i = 0; i < n && any_layer; i++) {
+      double mn = INFINITY;
+      for (int32_t k = 0; k < S; k++) {
+        size_t q = (size_t)i * S + k;
+        T->legal[q] = legal[q] && T->amax[q] <= theta;
+        if (T->legal[q] && T->pmax[q] < mn) mn = T->pmax[q];
+      }
+      any_layer = mn < INFINITY;
+      least += mn;
+    }
+    if (!any_layer) break;       /* a lower theta leaves a layer no state either */
+    if (least > mem_cap) continue; /* nothing fits with this peak */
+    T->act_reserve = theta;
+    plan_problem pb = plan_tables_problem(T, mem_cap, quanta, true);
+    if (!dp_core(&pb, 0, false, alt, &ws)) continue;
+    double tu = plan_time(T, alt);
+    if (tu >= ta) continue; /* not even without a memory limit */
+    if (lam > 0) { /* the Lagrangian bound at this peak, with the multiplier found above */
+      double v = lagrange_dp(T, lam, from /* as a plan buffer */, scratch, from + n);
+      if (v - lam * (mem_cap - theta - T->const_mem) >= ta * (1 - 1e-12)) continue;
+    }
+    if (model_bytes(T, alt) <= mem_cap) { /* the unconstrained optimum at this peak fits */
+      ta = tu;
+      memcpy(choice, alt, (size_t)n * sizeof *alt);
+      ok = true;
+      continue;
+    }
+    for (int32_t qn = quanta; qn <= quanta * 16 && qn <= fit; qn *= 4) {
+      pb = plan_tables_problem(T, mem_cap, qn, true);
+      if (T->quantum > out->quantum) out->quantum = T->quantum;
+      full++;
+      if (dp_solve_ws(&pb, alt, NULL, NULL, &ws)) {
+        improve(T, mem_cap, alt);
+        double t = plan_time(T, alt);
+        if (t < ta) {
+          ta = t;
+          memcpy(choice, alt, (size_t)n * sizeof *alt);
+          ok = true;
+        }
+        break;
+      }
+    }
+    if (work < 1e7) { /* cheap: the relaxation (units rounded down); its plan, if it fits, is optimal at this peak */
+      pb = plan_tables_problem(T, mem_cap, quanta, false);
+      if (dp_solve_ws(&pb, alt, NULL, NULL, &ws) && model_bytes(T, alt) <= mem_cap) {
+        double t = plan_time(T, alt);
+        if (t < ta) {
+          ta = t;
+          memcpy(choice, alt, (size_t)n * sizeof *alt);
+          ok = true;
+        }
+      }
+    }
+  }
+  if (legal) memcpy(T->legal, legal, ns);
+  T->act_reserve = reserve;
+  if (ok) {
+    out->lower_bound_s = (lb < ta ? lb : ta) + T->const_time;
+    out->exact = out->quantum == 0 || ta <= lb * (1 + 1e-12);
+  }
+  out->full_dps = full;
+  out->search_ms = now_ms() - t0;
+  free(ws.D);
+  free(alt);
+  free(legal);
+  free(thetas);
+  free(scratch);
+  free(from);
+  return ok;
+}
+
+/* The report's numbers for an assignment of states. */
+static void fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, plan_solution *out) {
+  int32_t n = T->pm->n, S = T->S, W = T->W;
+  out->feasible = true;
+  out->world = W;
+  out->nlayers = n;
+  out->layers = calloc((size_t)n, sizeof *out->layers);
+  out->rank_params = calloc((size_t)W, sizeof *out->rank_params);
+  out->rank_act = calloc((size_t)W, sizeof *out->rank_act);
+  out->act_reserve = plan_peak(T, choice);
+  out->mem_cap = mem_cap;
+  out->states = S;
+  if (!out->phys) {
+    out->phys = malloc((size_t)W * sizeof *out->phys);
+    for (int32_t r = 0; out->phys && r < W; r++) out->phys[r] = r;
+  }
+  double *pr = calloc((size_t)W, sizeof *pr);
+  if (!out->layers || !out->rank_params || !out->rank_act || !pr) {
+    out->feasible = false;
+    snprintf(out->why, sizeof out->why, "out of memory");
+    free(pr);
+    return;
+  }
+  double act = 0, step = T->const_time;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t s = choice[i];
+    size_t k = (size_t)i * S + s;
+    plan_layer_out *lo = &out->layers[i];
+    lo->place = T->st[s];
+    lo->pinned = T->pin[i] >= 0;
+    lo->compute_s = T->tcomp[k];
+    lo->comm_s = T->tcomm[k];
+    lo->redist_s = i ? T->trans[i][(size_t)choice[i - 1] * S + s] : 0;
+    lo->param_bytes = T->pmax[k];
+    lo->act_bytes = T->amax[k];
+    lo->reduce_bytes = T->rbytes[k];
+    lo->redist_bytes = T->ubytes[k] + (i ? T->tbytes[i][(size_t)choice[i - 1] * S + s] : 0);
+    step += lo->compute_s + lo->comm_s + lo->redist_s;
+    out->compute_s += lo->compute_s;
+    out->comm_s += lo->comm_s + lo->redist_s;
+    unary_out u;
+    memset(pr, 0, (size_t)W * sizeof *pr);
+    unary_eval(T, i, s, &u, pr);
+    for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
+    memset(pr, 0, (size_t)W * sizeof *pr); /* its slices read by ops: counted once below, across layers */
+    add_reads(T, (home){.kind = H_LAYER, .layer = i}, s, pr);
+    for (int32_t r = 0; r < W; r++) out->rank_params[r] -= pr[r];
+    if (T->amax[k] > act) act = T->amax[k];
+  }
+  memset(pr, 0, (size_t)W * sizeof *pr);
+  add_reads_plan(T, choice, pr);
+  for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
+  /* a head tied to an embedding: where a rank holds the same rows of the table for both, the
+   * compiler keeps one slice (the search counts both, to stay additive) */
+  for (int32_t j = 0; j < n; j++) {
+    const chain_layer *h = &T->pm->L[j];
+    if (h->kind != LAYER_LINEAR) continue;
+    for (int32_t i = 0; i < n; i++) {
+      const chain_layer *e = &T->pm->L[i];
+      if (e->kind != LAYER_EMBEDDING || e->wval != h->wval) continue;
+      for (int32_t r = 0; r < W; r++) {
+        int64_t rl[2], rh[2];
+        bool held[2];
+        for (int side = 0; side < 2; side++) {
+          const plan_place *pl = &T->st[choice[side ? j : i]];
+          const chain_layer *c = side ? h : e;
+          int64_t rows[NTP_MAX_GROUPS + 1];
+          int32_t gs[NTP_MAX_GROUPS + 1];
+          place_rows(pl, c->rows, rows);
+          group_starts(pl, gs);
+          held[side] = false;
+          for (int g = 0; g < pl->ngroups; g++)
+            if (r >= gs[g] && r < gs[g + 1] && rows[g + 1] > rows[g]) {
+              split_range(e->V, pl->size[g], r - gs[g], &rl[side], &rh[side]);
+              held[side] = true;
+            }
+        }
+        if (held[0] && held[1] && rl[0] == rl[1] && rh[0] == rh[1])
+          out->rank_params[r] -= al((double)(rh[0] - rl[0]) * (double)e->Dm * (double)dtype_bytes(e->wdt));
+      }
+    }
+  }
+  out->mem_peak = 0;
+  for (int32_t r = 0; r < W; r++) {
+    out->rank_act[r] = act;
+    if (out->rank_params[r] + act > out->mem_peak) out->mem_peak = out->rank_params[r] + act;
+  }
+  out->const_s = T->const_time;
+  out->compute_s += T->const_time;
+  out->step_s = step;
+  free(pr);
+}
+
+static const char *fmt_bytes(double b, char *buf, size_t cap);
+
+static void infeasible(plan_tables *T, double mem_cap, plan_solution *out) {
+  double need = T->act_reserve + T->const_mem;
+  for (int32_t i = 0; i < T->pm->n; i++) {
+    double pmin = INFINITY;
+    for (int32_t s = 0; s < T->S; s++)
+      if (T->legal[(size_t)i * T->S + s] && T->pmax[(size_t)i * T->S + s] < pmin) pmin = T->pmax[(size_t)i * T->S + s];
+    need += pmin;
+  }
+  out->feasible = false;
+  out->world = T->W;
+  out->mem_cap = mem_cap;
+  out->act_reserve = T->act_reserve;
+  char b1[32], b2[32], b3[32];
+  snprintf(out->why, sizeof out->why,
+           "does not fit: the smallest plan needs %s per GPU (parameters at the highest degrees, plus %s of "
+           "activations and unplaced slices), the cap is %s",
+           fmt_bytes(need, b1, sizeof b1), fmt_bytes(T->act_reserve + T->const_mem, b2, sizeof b2),
+           fmt_bytes(mem_cap, b3, sizeof b3));
+}
+
+static double cap_of(const plan_request *rq) { return rq->mem_cap > 0 ? rq->mem_cap : rq->prof->mem_capacity; }
+
+bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, char *err,
+                size_t cap) {
+  memset(out, 0, sizeof *out);
+  int32_t W = rq->world, n = pm->n;
+  if (W < 1) {
+    snprintf(err, cap, "the world must have at least one rank");
+    return false;
+  }
+  plan_place *st = NULL;
+  int32_t ns = 0, cs = 0;
+  int32_t *pins = malloc((size_t)n * sizeof *pins);
+  bool ok = pins != NULL;
+  for (int32_t k = 1; ok && k <= W && k <= NTP_MAX_GROUPS; k++) {
+    plan_place a = plan_place_balanced(W, k, false), b = plan_place_balanced(W, k, true);
+    ok = add_state(&st, &ns, &cs, &a) >= 0 && (k == W || add_state(&st, &ns, &cs, &b) >= 0);
+  }
+  for (int32_t i = 0; ok && i < n; i++) {
+    plan_place pl;
+    bool a;
+    pins[i] = -1;
+    if (!resolve_pin(m, plan_model_layer(pm, i), W, &pl, &a, err, cap)) {
+      free(pins);
+      free(st);
+      return false;
+    }
+    if (!a) ok = (pins[i] = add_state(&st, &ns, &cs, &pl)) >= 0;
+  }
+  if (!ok || ns > 255) {
+    snprintf(err, cap, ok ? "too many placements to search (%d)" : "out of memory", ns);
+    free(pins);
+    free(st);
+    return false;
+  }
+  double t0 = now_ms();
+  plan_tables *T = tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, rq->act_extra, err, cap);
+  free(pins);
+  free(st);
+  if (!T) return false;
+  out->tables_ms = now_ms() - t0;
+  int32_t *choice = malloc((size_t)n * sizeof *choice);
+  double mem_cap = cap_of(rq);
+  double tms = out->tables_ms;
+  if (choice && solve_tables(T, mem_cap, rq->quanta, choice, out)) {
+    double sms = out->search_ms, q = out->quantum, lb = out->lower_bound_s;
+    bool exact = out->exact;
+    int fd = out->full_dps;
+    bool pe = out->peaks_exact;
+    fill_solution(T, choice, mem_cap, out);
+    out->full_dps = fd;
+    out->peaks_exact = pe;
+    out->search_ms = sms;
+    out->quantum = q;
+    out->lower_bound_s = lb;
+    out->exact = exact;
+  } else {
+    infeasible(T, mem_cap, out);
+  }
+  out->tables_ms = tms;
+  free(choice);
+  plan_tables_free(T);
+  return true;
+}
+
+plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, char *err, size_t cap) {
+  int32_t W = rq->world;
+  plan_place *st = NULL;
+  int32_t ns = 0, cs = 0;
+  for (int32_t k = 1; k <= W && k <= NTP_MAX_GROUPS; k++) {
+    plan_place a = plan_place_balanced(W, k, false), b = plan_place_balanced(W, k, true);
+    add_state(&st, &ns, &cs, &a);
+    if (k < W) add_state(&st, &ns, &cs, &b);
+  }
+  plan_tables *T = tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->act_extra, err, cap);
+  free(st);
+  return T;
+}
+
+void plan_tables_bytes_in(plan_tables *T, const int32_t *choice, double *per_rank) {
+  int32_t n = T->pm->n, W = T->W;
+  memset(per_rank, 0, (size_t)W * sizeof *per_rank);
+  for (int32_t i = 0; i < n; i++) {
+    const chain_layer *c = &T->pm->L[i];
+    const plan_place *pl = &T->st[choice[i]];
+    int64_t rows[NTP_MAX_GROUPS + 1];
+    int32_t gs[NTP_MAX_GROUPS + 1];
+    place_rows(pl, c->rows, rows);
+    group_starts(pl, gs);
+    for (int g = 0; g < pl->ngroups; g++) {
+      double b;
+      group_reduce(T, c, pl, gs[g], pl->size[g], rows[g + 1] - rows[g], &b);
+      for (int k = 0; k < pl->size[g] && b > 0; k++) per_rank[gs[g] + k] += b;
+    }
+    const plan_model *pm = T->pm;
+    for (int32_t e = pm->umove_off[i]; e < pm->umove_off[i + 1]; e++)
+      move_eval(T, &pm->moves[pm->umove_ix[e]], i, choice[i], choice[i], NULL, per_rank);
+    for (int32_t e = pm->pmove_off[i]; i > 0 && e < pm->pmove_off[i + 1]; e++)
+      move_eval(T, &pm->moves[pm->pmove_ix[e]], i - 1, choice[i - 1], choice[i], NULL, per_rank);
+  }
+  for (int32_t e = T->pm->umove_off[n]; e < T->pm->umove_off[n + 1]; e++)
+    move_eval(T, &T->pm->moves[T->pm->umove_ix[e]], 0, 0, 0, NULL, per_rank);
+}
+
+/* ======================================================================================
+ * output: the plan file, the report, the picture
+ * ====================================================================================== */
+
+/* A layer's family: every all-digit component of its dotted name replaced by '*'. */
+static void family_of(const char *name, char *buf, size_t cap) {
+  size_t o = 0;
+  const char *p = name;
+  while (*p && o + 2 < cap) {
+    size_t n = strcspn(p, ".");
+    bool digits = n > 0;
+    for (size_t i = 0; i < n; i++) digits &= p[i] >= '0' && p[i] <= '9';
+    if (digits) buf[o++] = '*';
+    else
+      for (size_t i = 0; i < n && o + 2 < cap; i++) buf[o++] = p[i];
+    p += n;
+    if (*p == '.') buf[o++] = *p++;
+  }
+  buf[o] = 0;
+}
+
+/* the number in a family member's name (its first all-digit component), or -1 */
+static long member_index(const char *name) {
+  const char *p = name;
+  while (*p) {
+    size_t n = strcspn(p, ".");
+    bool digits = n > 0;
+    for (size_t i = 0; i < n; i++) digits &= p[i] >= '0' && p[i] <= '9';
+    if (digits) return strtol(p, NULL, 10);
+    p += n;
+    if (*p == '.') p++;
+  }
+  return -1;
+}
+
+/* The plan file. Layers whose names differ only in numbers (blk.N.attn) form a family: one
+ * rule for the family's most common placement (blk.*.attn, when that pattern matches exactly the
+ * family), then the members that differ by name (more specific: they win). Plan patterns
+ * replace whole dotted components, so numeric ranges cannot be written more compactly. */
+void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const plan_solution *s, const char *name,
+                     const char *header) {
+  int32_t n = pm->n;
+  if (header && *header) {
+    const char *p = header;
+    while (*p) {
+      size_t k = strcspn(p, "\n");
+      fprintf(out, "// %.*s\n", (int)k, p);
+      p += k + (p[k] == '\n');
+    }
+  }
+  fprintf(out, "plan %s for %s {\n  world %d;\n\n", name, m->name, s->world);
+  /* layers without a degree (norms) take their inline annotation, or one rank each; the
+   * compiler still resolves them: give them the whole world when that would not fit */
+  bool base = false;
+  for (size_t l = 0; l < m->n_layers && !base; l++) {
+    if (sharded_kind(m->layers[l].kind)) continue;
+    const ir_tp *tp = &m->layers[l].tp;
+    int64_t sum = 0;
+    for (int g = 0; tp->kind == TP_DEGREES && g < tp->n; g++) sum += tp->groups[g];
+    if (tp->kind == TP_NONE || (tp->kind == TP_DEGREES && tp->n == 1 && tp->groups[0] == 1)) base = s->world > NTP_MAX_GROUPS;
+    else if (tp->kind == TP_DEGREES && tp->n == 1) base = s->world % tp->groups[0] || s->world / tp->groups[0] > NTP_MAX_GROUPS;
+    else base = tp->kind == TP_AUTO || sum != s->world;
+  }
+  if (base) fprintf(out, "  *  tp %d;  // layers without a degree of their own\n", s->world);
+  char (*fam)[512] = malloc((size_t)n * sizeof *fam);
+  char (*spec)[2048] = malloc((size_t)n * sizeof *spec);
+  bool *done = calloc((size_t)n + 1, 1);
+  typedef struct line {
+    const char *pat, *spec;
+  } line;
+  line *lines = calloc((size_t)(2 * n + 2), sizeof *lines);
+  int nl = 0, nfirst = 0;
+  if (!fam || !spec || !done || !lines) goto out;
+  for (int32_t i = 0; i < n; i++) {
+    family_of(plan_model_layer(pm, i)->name, fam[i], sizeof fam[i]);
+    place_str_rows(&s->layers[i].place, pm->L[i].rows, spec[i], sizeof spec[i]);
+  }
+  /* the broad rules first, in layer order; then the exceptions */
+  for (int32_t i = 0; i < n; i++) {
+    if (done[i]) continue;
+    int members = 0;
+    for (int32_t j = i; j < n; j++) members += strcmp(fam[j], fam[i]) == 0;
+    bool pattern = members > 1 && strchr(fam[i], '*');
+    for (size_t l = 0; pattern && l < m->n_layers; l++) /* the pattern matches only the family */
+      if (ir_glob_match(fam[i], m->layers[l].name)) {
+        bool member = false;
+        for (int32_t j = i; j < n && !member; j++) member = pm->L[j].ir == (int32_t)l && strcmp(fam[j], fam[i]) == 0;
+        pattern = member;
+      }
+    if (!pattern) {
+      done[i] = true;
+      lines[nl++] = (line){plan_model_layer(pm, i)->name, spec[i]};
+      continue;
+    }
+    int32_t best = i, bestc = 0; /* the family's most common placement */
+    for (int32_t j = i; j < n; j++) {
+      if (strcmp(fam[j], fam[i]) != 0) continue;
+      int c = 0;
+      for (int32_t k = i; k < n; k++) c += strcmp(fam[k], fam[i]) == 0 && strcmp(spec[k], spec[j]) == 0;
+      if (c > bestc) {
+        bestc = c;
+        best = j;
+      }
+    }
+    lines[nl++] = (line){fam[i], spec[best]};
+    for (int32_t j = i; j < n; j++)
+      if (strcmp(fam[j], fam[i]) == 0) {
+        done[j] = true;
+        if (strcmp(spec[j], spec[best]) != 0) lines[n + 1 + nfirst++] = (line){plan_model_layer(pm, j)->name, spec[j]};
+      }
+  }
+  for (int k = 0; k < nfirst; k++) lines[nl++] = lines[n + 1 + k];
+  int width = 0;
+  for (int k = 0; k < nl; k++)
+    if ((int)strlen(lines[k].pat) > width) width = (int)strlen(lines[k].pat);
+  for (int k = 0; k < nl; k++) fprintf(out, "  %-*s  %s;\n", width, lines[k].pat, lines[k].spec);
+out:
+  fprintf(out, "}\n");
+  free(fam);
+  free(spec);
+  free(done);
+  free(lines);
+}
+
+static const char *fmt_bytes(double b, char *buf, size_t cap) {
+  if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+  else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+  else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+  else snprintf(buf, cap, "%.0f B", b);
+  return buf;
+}
+
+static const char *fmt_time(double s, char *buf, size_t cap) {
+  if (s == 0) snprintf(buf, cap, "0");
+  else if (s >= 1) snprintf(buf, cap, "%.3f s", s);
+  else if (s >= 1e-3) snprintf(buf, cap, "%.3f ms", s * 1e3);
+  else snprintf(buf, cap, "%.1f us", s * 1e6);
+  return buf;
+}
+
+void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof) {
+  int32_t n = pm->n;
+  typedef struct row {
+    char fam[128], cells[512];
+    int32_t first, count;
+    long lo, hi, idx[6];
+    bool contiguous;
+  } row;
+  row *rows = calloc((size_t)n, sizeof *rows);
+  int nr = 0;
+  if (!rows) return;
+  for (int32_t i = 0; i < n; i++) {
+    const plan_layer_out *lo = &s->layers[i];
+    char fam[128], sp[320], b1[32], b2[32], b3[32], t1[32], t2[32], t3[32], t4[32], cells[512];
+    family_of(plan_model_layer(pm, i)->name, fam, sizeof fam);
+    place_str_rows(&lo->place, pm->L[i].rows, sp, sizeof sp);
+    if (lo->pinned) snprintf(sp + strlen(sp), sizeof sp - strlen(sp), " (fixed)");
+    snprintf(cells, sizeof cells, "%-10s %-30s %11s %11s %11s %10s %10s %10s %10s", ir_layer_kind_name(pm->L[i].kind),
+             sp, fmt_bytes(lo->param_bytes, b1, sizeof b1), fmt_bytes(lo->act_bytes, b2, sizeof b2),
+             fmt_bytes(lo->reduce_bytes + lo->redist_bytes, b3, sizeof b3), fmt_time(lo->compute_s, t1, sizeof t1),
+             fmt_time(lo->comm_s, t2, sizeof t2), fmt_time(lo->redist_s, t3, sizeof t3),
+             fmt_time(lo->compute_s + lo->comm_s + lo->redist_s, t4, sizeof t4));
+    long idx = member_index(plan_model_layer(pm, i)->name);
+    int k = 0;
+    for (; k < nr; k++)
+      if (strchr(fam, '*') && strcmp(rows[k].fam, fam) == 0 && strcmp(rows[k].cells, cells) == 0) break;
+    if (k == nr) {
+      rows[nr] = (row){.first = i, .count = 0, .lo = idx, .hi = idx - 1, .contiguous = true};
+      snprintf(rows[nr].fam, sizeof rows[nr].fam, "%s", fam);
+      snprintf(rows[nr].cells, sizeof rows[nr].cells, "%s", cells);
+      nr++;
+    }
+    rows[k].contiguous &= idx == rows[k].hi + 1;
+    rows[k].hi = idx;
+    if (rows[k].count < 6) rows[k].idx[rows[k].count] = idx;
+    rows[k].count++;
+  }
+  char b1[32], b2[32], t1[32], t2[32];
+  fprintf(out, "%-24s %5s %-10s %-30s %11s %11s %11s %10s %10s %10s %10s\n", "layer", "count", "kind", "placement",
+          "params/GPU", "activ./GPU", "moved/GPU", "compute", "comm", "redist", "per layer");
+  for (int k = 0; k < nr; k++) {
+    char name[160];
+    const char *full = plan_model_layer(pm, rows[k].first)->name;
+    if (rows[k].count == 1) {
+      snprintf(name, sizeof name, "%s", full);
+    } else {
+      char range[96] = "{";
+      if (rows[k].contiguous) {
+        snprintf(range, sizeof range, "{%ld..%ld}", rows[k].lo, rows[k].hi);
+      } else {
+        for (int j = 0; j < rows[k].count && j < 6; j++)
+          snprintf(range + strlen(range), sizeof range - strlen(range), "%s%ld", j ? "," : "", rows[k].idx[j]);
+        snprintf(range + strlen(range), sizeof range - strlen(range), "%s}", rows[k].count > 6 ? ",..." : "");
+      }
+      /* the family pattern with its '*' replaced by the range */
+      const char *star = strchr(rows[k].fam, '*');
+      snprintf(name, sizeof name, "%.*s%s%s", (int)(star - rows[k].fam), rows[k].fam, range, star + 1);
+    }
+    fprintf(out, "%-24s %5d %s\n", name, rows[k].count, rows[k].cells);
+  }
+  free(rows);
+  double maxp = 0, sent = 0;
+  for (int32_t r = 0; r < s->world; r++)
+    if (s->rank_params[r] > maxp) maxp = s->rank_params[r];
+  for (int32_t i = 0; i < n; i++) sent += s->layers[i].reduce_bytes + s->layers[i].redist_bytes;
+  fprintf(out, "\npredicted step time (forward): %s = compute %s + communication %s", fmt_time(s->step_s, t1, sizeof t1),
+          fmt_time(s->compute_s, t2, sizeof t2), fmt_time(s->comm_s, b1, sizeof b1));
+  fprintf(out, "; %.0f tokens/s (%lld tokens per step)\n", (double)pm->tokens / s->step_s, (long long)pm->tokens);
+  fprintf(out, "memory per GPU: parameters %s + activations %s = %s of %s (%s; busiest rank)\n",
+          fmt_bytes(maxp, b1, sizeof b1), fmt_bytes(s->rank_act[0], b2, sizeof b2), fmt_bytes(s->mem_peak, t1, sizeof t1),
+          fmt_bytes(s->mem_cap, t2, sizeof t2), prof->device);
+  fprintf(out, "communication per step: %s moved by the busiest GPU of each layer, summed\n", fmt_bytes(sent, b1, sizeof b1));
+  if (s->quantum > 0) {
+    fprintf(out, "memory binds: DP over memory in units of %s; ", fmt_bytes(s->quantum, b1, sizeof b1));
+    if (s->exact) fprintf(out, "the plan is optimal for the byte-exact memory cap\n");
+    else
+      fprintf(out, "no plan within the cap is faster than %s (%.2f%% below this one)\n",
+              fmt_time(s->lower_bound_s, t1, sizeof t1), 100 * (s->step_s - s->lower_bound_s) / s->step_s);
+  } else {
+    fprintf(out, "memory does not bind: the plan is the unconstrained optimum\n");
+  }
+  fprintf(out, "search: %d layers x %d placements; cost tables %.1f ms, search %.2f ms (%d memory DP%s)\n", n,
+          s->states, s->tables_ms, s->search_ms, s->full_dps, s->full_dps == 1 ? "" : "s");
+}
+
+static void svg_text(FILE *out, double x, double y, const char *anchor, int size, const char *fill, const char *text) {
+  fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\" fill=\"%s\">", x, y, size, anchor, fill);
+  for (const char *p = text; *p; p++) {
+    if (*p == '&') fputs("&amp;", out);
+    else if (*p == '<') fputs("&lt;", out);
+    else if (*p == '>') fputs("&gt;", out);
+    else if (*p == '"') fputs("&quot;", out);
+    else fputc(*p, out);
+  }
+  fputs("</text>\n", out);
+}
+
+static double nice_ceil(double v) {
+  if (v <= 0) return 1;
+  double e = pow(10, floor(log10(v))), f = v / e;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
+}
+
+static const char *kind_color(ir_layer_kind k) {
+  switch (k) {
+  case LAYER_EMBEDDING: return "#8c6bb1";
+  case LAYER_LINEAR: return "#e7298a";
+  case LAYER_ATTENTION: return "#1b9e77";
+  case LAYER_MLP: return "#d95f02";
+  default: return "#666666";
+  }
+}
+
+void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof,
+                    const char *title) {
+  int32_t n = pm->n, W = s->world;
+  const double left = 70, right = 20, pw = 900, ph = 150, gap = 90, top = 100;
+  double width = left + pw + right, height = top + 3 * ph + 2 * gap + 50;
+  char buf[1024], b1[32], b2[32], b3[32], b4[32];
+  fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "font-family=\"Helvetica, Arial, sans-serif\">\n", width, height, width, height);
+  fprintf(out, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", width, height);
+  svg_text(out, left, 26, "start", 16, "#000", title);
+  snprintf(buf, sizeof buf, "predicted step %s (compute %s), %.0f tokens/s; peak %s of %s per GPU (%s)",
+           fmt_time(s->step_s, b1, sizeof b1), fmt_time(s->compute_s, b2, sizeof b2), (double)pm->tokens / s->step_s,
+           fmt_bytes(s->mem_peak, b3, sizeof b3), fmt_bytes(s->mem_cap, b4, sizeof b4), prof->device);
+  svg_text(out, left, 48, "start", 12, "#333", buf);
+  double bw = pw / (n > 0 ? n : 1);
+  /* 1: degree per layer */
+  double y0 = top;
+  int32_t tmax = 1;
+  for (int32_t i = 0; i < n; i++)
+    if (place_max(&s->layers[i].place) > tmax) tmax = place_max(&s->layers[i].place);
+  svg_text(out, left, y0 - 26, "start", 13, "#000", "TP degree per layer (largest group; dark top: sequence parallel)");
+  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, y0, pw, ph);
+  for (int32_t t = 1; t <= tmax; t = t < 4 ? t + 1 : t * 2) {
+    double y = y0 + ph - ph * t / tmax;
+    fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
+    snprintf(buf, sizeof buf, "%d", t);
+    svg_text(out, left - 6, y + 4, "end", 10, "#333", buf);
+  }
+  for (int32_t i = 0; i < n; i++) {
+    const plan_layer_out *lo = &s->layers[i];
+    double h = ph * place_max(&lo->place) / tmax, x = left + i * bw;
+    fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>%s: %s</title></rect>\n",
+            x, y0 + ph - h, bw > 2 ? bw - 0.5 : bw, h, kind_color(pm->L[i].kind), plan_model_layer(pm, i)->name,
+            place_str_rows(&lo->place, pm->L[i].rows, buf, sizeof buf));
+    if (lo->place.sp)
+      fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#000\" fill-opacity=\"0.35\"/>\n", x,
+              y0 + ph - h, bw > 2 ? bw - 0.5 : bw, h < 6 ? h : 6);
+  }
+  double lx = left;
+  const ir_layer_kind kinds[] = {LAYER_EMBEDDING, LAYER_ATTENTION, LAYER_MLP, LAYER_LINEAR};
+  for (int k = 0; k < 4; k++) {
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", lx + k * 95, y0 - 16,
+            kind_color(kinds[k]));
+    svg_text(out, lx + k * 95 + 14, y0 - 7, "start", 11, "#333", ir_layer_kind_name(kinds[k]));
+  }
+  /* 2: time per layer, compute and communication */
+  y0 += ph + gap;
+  double tmaxs = 0;
+  for (int32_t i = 0; i < n; i++) {
+    double t = s->layers[i].compute_s + s->layers[i].comm_s + s->layers[i].redist_s;
+    if (t > tmaxs) tmaxs = t;
+  }
+  double scale = nice_ceil(tmaxs * 1e3);
+  svg_text(out, left, y0 - 26, "start", 13, "#000", "predicted time per layer (ms)");
+  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, y0, pw, ph);
+  for (int k = 0; k <= 4; k++) {
+    double y = y0 + ph - ph * k / 4;
+    fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
+    snprintf(buf, sizeof buf, "%.3g", scale * k / 4);
+    svg_text(out, left - 6, y + 4, "end", 10, "#333", buf);
+  }
+  const char *tc[3] = {"#4c78a8", "#f58518", "#e45756"};
+  const char *tn[3] = {"compute", "reductions", "redistribution"};
+  for (int32_t i = 0; i < n; i++) {
+    const plan_layer_out *lo = &s->layers[i];
+    double v[3] = {lo->compute_s, lo->comm_s, lo->redist_s}, y = y0 + ph;
+    for (int k = 0; k < 3; k++) {
+      double h = ph * v[k] * 1e3 / scale;
+      if (h <= 0) continue;
+      y -= h;
+      fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>%s %s: %s</title></rect>\n",
+              left + i * bw, y, bw > 2 ? bw - 0.5 : bw, h, tc[k], plan_model_layer(pm, i)->name, tn[k],
+              fmt_time(v[k], b1, sizeof b1));
+    }
+  }
+  for (int k = 0; k < 3; k++) {
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", lx + k * 120, y0 - 16, tc[k]);
+    svg_text(out, lx + k * 120 + 14, y0 - 7, "start", 11, "#333", tn[k]);
+  }
+  svg_text(out, left + pw / 2, y0 + ph + 16, "middle", 11, "#333", "layers, in order");
+  /* 3: memory per rank against capacity */
+  y0 += ph + gap;
+  double mmax = s->mem_cap;
+  for (int32_t r = 0; r < W; r++)
+    if (s->rank_params[r] + s->rank_act[r] > mmax) mmax = s->rank_params[r] + s->rank_act[r];
+  double gib = nice_ceil(mmax / 1073741824.0);
+  svg_text(out, left, y0 - 26, "start", 13, "#000", "memory per GPU (GiB) against capacity");
+  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, y0, pw, ph);
+  for (int k = 0; k <= 4; k++) {
+    double y = y0 + ph - ph * k / 4;
+    fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
+    snprintf(buf, sizeof buf, "%.3g", gib * k / 4);
+    svg_text(out, left - 6, y + 4, "end", 10, "#333", buf);
+  }
+  double rw = pw / (W > 0 ? W : 1);
+  for (int32_t r = 0; r < W; r++) {
+    double hp = ph * s->rank_params[r] / 1073741824.0 / gib, ha = ph * s->rank_act[r] / 1073741824.0 / gib;
+    double x = left + r * rw + rw * 0.15, w = rw * 0.7;
+    fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#4c78a8\"><title>rank %d (GPU %d): "
+                 "parameters %s</title></rect>\n", x, y0 + ph - hp, w, hp, r, s->phys ? s->phys[r] : r,
+            fmt_bytes(s->rank_params[r], b1, sizeof b1));
+    fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#9ecae9\"><title>rank %d: activations "
+                 "%s</title></rect>\n", x, y0 + ph - hp - ha, w, ha, r, fmt_bytes(s->rank_act[r], b1, sizeof b1));
+    if (W <= 64) {
+      snprintf(buf, sizeof buf, "%d", s->phys ? s->phys[r] : r);
+      svg_text(out, x + w / 2, y0 + ph + 14, "middle", 10, "#333", buf);
+    }
+  }
+  double yc = y0 + ph - ph * s->mem_cap / 1073741824.0 / gib;
+  fprintf(out, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#d62728\" stroke-width=\"2\" "
+               "stroke-dasharray=\"6,4\"/>\n", left, yc, left + pw, yc);
+  snprintf(buf, sizeof buf, "capacity %s", fmt_bytes(s->mem_cap, b1, sizeof b1));
+  svg_text(out, left + pw - 4, yc - 4, "end", 11, "#d62728", buf);
+  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#4c78a8\"/>\n", lx, y0 - 16);
+  svg_text(out, lx + 14, y0 - 7, "start", 11, "#333", "parameters");
+  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#9ecae9\"/>\n", lx + 120, y0 - 16);
+  svg_text(out, lx + 134, y0 - 7, "start", 11, "#333", "activations (reserved)");
+  svg_text(out, left + pw / 2, y0 + ph + 30, "middle", 11, "#333", "GPUs (physical rank)");
+  fprintf(out, "</svg>\n");
+}
+
+/* ======================================================================================
+ * failure re-planning
+ * ====================================================================================== */
+
+/* Batch rows of each group in proportion to its predicted throughput on the whole model
+ * (every layer at that group size): rows by throughput, then the remainder one row at a time
+ * to the group that finishes soonest with it. Equal to the default split: no shares. */
+static void throughput_shares(const plan_model *pm, const plan_profile *prof, int32_t W, int32_t *node, plan_place *pl) {
+  int64_t B = pm->L[0].rows;
+  int ng = pl->ngroups;
+  pl->share[0] = 0;
+  if (ng < 2 || B < ng) return;
+  plan_tables T = {.pm = pm, .prof = prof, .W = W, .node = node};
+  int32_t gs[NTP_MAX_GROUPS + 1];
+  group_starts(pl, gs);
+  /* distinct layers, with counts */
+  int32_t *rep = malloc((size_t)pm->n * sizeof *rep), *cnt = calloc((size_t)pm->n, sizeof *cnt), nd = 0;
+  if (!rep || !cnt) {
+    free(rep);
+    free(cnt);
+    return;
+  }
+  for (int32_t i = 0; i < pm->n; i++) {
+    int32_t k = 0;
+    for (; k < nd; k++)
+      if (layers_alike(&pm->L[i], &pm->L[rep[k]])) break;
+    if (k == nd) rep[nd++] = i;
+    cnt[k]++;
+  }
+#define GROUP_TIME(g, r, out)                                                                    \
+  do {                                                                                           \
+    double acc_ = 0;                                                                             \
+    for (int32_t k_ = 0; k_ < nd; k_++) {                                                        \
+      double tm_, rb_;                                                                           \
+      core_rank(&T, &pm->L[rep[k_]], pl->size[g], 0, (r), pl->sp, &tm_, NULL, NULL);             \
+      acc_ += cnt[k_] * (tm_ + group_reduce(&T, &pm->L[rep[k_]], pl, gs[g], pl->size[g], (r), &rb_)); \
+    }                                                                                            \
+    (out) = acc_;                                                                                \
+  } while (0)
+  double theta[NTP_MAX_GROUPS], sum = 0;
+  int64_t rows[NTP_MAX_GROUPS], given = 0;
+  for (int g = 0; g < ng; g++) {
+    int64_t guess = B * pl->size[g] / W > 0 ? B * pl->size[g] / W : 1;
+    double t;
+    GROUP_TIME(g, guess, t);
+    theta[g] = t > 0 ? (double)guess / t : 1;
+    sum += theta[g];
+  }
+  for (int g = 0; g < ng; g++) {
+    rows[g] = (int64_t)floor((double)B * theta[g] / sum);
+    if (rows[g] < 1) rows[g] = 1;
+    given += rows[g];
+  }
+  while (given > B) { /* the floor of 1 row each may overshoot: take from the largest */
+    int big = 0;
+    for (int g = 1; g < ng; g++)
+      if (rows[g] > rows[big]) big = g;
+    rows[big]--;
+    given--;
+  }
+  while (given < B) {
+    int best = -1;
+    double bt = 0;
+    for (int g = 0; g < ng; g++) {
+      double t;
+      GROUP_TIME(g, rows[g] + 1, t);
+      if (best < 0 || t < bt) {
+        best = g;
+        bt = t;
+      }
+    }
+    rows[best]++;
+    given++;
+  }
+#undef GROUP_TIME
+  free(rep);
+  free(cnt);
+  for (int g = 0; g < ng; g++) pl->share[g] = rows[g];
+  if (default_shares(pl, B)) pl->share[0] = 0;
+}
+
+/* Degrade a healthy group structure (physical ranges) for the survivors: intact groups stay,
+ * a group that lost GPUs keeps its survivors as one group, or as balanced groups of at most
+ * `cap` GPUs. False when nothing is left or too many groups. */
+static bool degrade(const int32_t *start, int ng, const bool *gone, int32_t cap, plan_place *pl) {
+  *pl = (plan_place){0};
+  for (int g = 0; g < ng; g++) {
+    int32_t s = 0, t = start[g + 1] - start[g];
+    for (int32_t p = start[g]; p < start[g + 1]; p++) s += !gone[p];
+    if (s == 0) continue;
+    int32_t parts = s == t || cap <= 0 ? 1 : (s + cap - 1) / cap;
+    for (int32_t k = 0; k < parts; k++) {
+      if (pl->ngroups == NTP_MAX_GROUPS) return false;
+      int64_t lo, hi;
+      split_range(s, parts, k, &lo, &hi);
+      pl->size[pl->ngroups++] = (int32_t)(hi - lo);
+    }
+  }
+  return pl->ngroups > 0;
+}
+
+static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, const plan_solution *healthy,
+                            const bool *gone, plan_solution *out, char *err, size_t cap) {
+  memset(out, 0, sizeof *out);
+  int32_t W = rq->world, N = 0, n = pm->n, nodes_of = rq->nodes_of > 0 ? rq->nodes_of : 8;
+  for (int32_t p = 0; p < W; p++) N += !gone[p];
+  out->mem_cap = cap_of(rq);
+  if (N == 0) {
+    out->feasible = false;
+    snprintf(out->why, sizeof out->why, "no GPU left");
+    return true;
+  }
+  int32_t *phys = malloc((size_t)N * sizeof *phys), *node = malloc((size_t)N * sizeof *node);
+  int32_t *pins = malloc((size_t)n * sizeof *pins);
+  plan_place *st = NULL;
+  int32_t ns = 0, cs = 0;
+  bool ok = phys && node && pins;
+  for (int32_t p = 0, k = 0; ok && p < W; p++)
+    if (!gone[p]) {
+      phys[k] = p;
+      node[k++] = p / nodes_of;
+    }
+  /* healthy structures: every divisor degree, and the healthy plan's own placements */
+  int32_t nstruct = 0, (*starts)[NTP_MAX_GROUPS + 1] = malloc((size_t)(W + n + 1) * sizeof *starts);
+  int32_t *nstart = malloc((size_t)(W + n + 1) * sizeof *nstart);
+  ok &= starts && nstart;
+  for (int32_t t = 1; ok && t <= W; t++) {
+    if (W % t || W / t > NTP_MAX_GROUPS) continue;
+    nstart[nstruct] = W / t;
+    for (int32_t g = 0; g <= W / t; g++) starts[nstruct][g] = g * t;
+    nstruct++;
+  }
+  for (int32_t i = 0; ok && healthy && healthy->feasible && i < n; i++) {
+    group_starts(&healthy->layers[i].place, starts[nstruct]);
+    nstart[nstruct++] = healthy->layers[i].place.ngroups;
+  }
+  for (int32_t k = 0; ok && k < nstruct; k++) {
+    int32_t tmax = 0;
+    for (int32_t g = 0; g < nstart[k]; g++)
+      if (starts[k][g + 1] - starts[k][g] > tmax) tmax = starts[k][g + 1] - starts[k][g];
+    for (int32_t c = 0; c < tmax; c++) { /* c = 0: one group per replica; else groups of at most c */
+      if (c > 0 && (W % c || c >= tmax)) continue;
+      plan_place pl;
+      if (!degrade(starts[k], nstart[k], gone, c, &pl)) continue;
+      ok &= add_state(&st, &ns, &cs, &pl) >= 0;
+    }
+  }
+  for (int32_t k = 1; ok && k <= N && k <= NTP_MAX_GROUPS; k++) {
+    plan_place pl = plan_place_balanced(N, k, false);
+    ok &= add_state(&st, &ns, &cs, &pl) >= 0;
+  }
+  /* pins: the pinned placement's groups, degraded */
+  for (int32_t i = 0; ok && i < n; i++) {
+    plan_place hp, pl;
+    bool a;
+    pins[i] = -1;
+    if (!resolve_pin(m, plan_model_layer(pm, i), W, &hp, &a, err, cap)) {
+      ok = false;
+      break;
+    }
+    if (a) continue;
+    int32_t gs[NTP_MAX_GROUPS + 1];
+    group_starts(&hp, gs);
+    if (!degrade(gs, hp.ngroups, gone, 0, &pl)) continue;
+    pl.sp = hp.sp;
+    int32_t idx = add_state(&st, &ns, &cs, &pl);
+    ok &= idx >= 0;
+    pins[i] = -2 - idx; /* resolved below, after the sp copies */
+  }
+  /* every structure with and without sequence parallelism, batch rows by throughput */
+  int32_t base = ns;
+  for (int32_t k = 0; ok && k < base; k++) {
+    if (st[k].sp) continue;
+    plan_place b = st[k];
+    b.sp = true;
+    if (place_max(&b) > 1) ok &= add_state(&st, &ns, &cs, &b) >= 0;
+  }
+  for (int32_t k = 0; ok && k < ns; k++) throughput_shares(pm, rq->prof, N, node, &st[k]);
+  for (int32_t i = 0; ok && i < n; i++)
+    if (pins[i] <= -2) pins[i] = -2 - pins[i];
+  free(starts);
+  free(nstart);
+  if (!ok || ns > 255) {
+    if (ok) snprintf(err, cap, "too many placements to search (%d)", ns);
+    else if (!err[0]) snprintf(err, cap, "out of memory");
+    free(phys);
+    free(node);
+    free(pins);
+    free(st);
+    return false;
+  }
+  double t0 = now_ms();
+  plan_tables *T = tables_build(pm, rq->prof, N, node, nodes_of, st, ns, pins, rq->act_extra, err, cap);
+  free(pins);
+  free(st);
+  free(node);
+  if (!T) {
+    free(phys);
+    return false;
+  }
+  double tms = now_ms() - t0;
+  int32_t *choice = malloc((size_t)n * sizeof *choice);
+  out->phys = phys;
+  if (choice && solve_tables(T, cap_of(rq), rq->quanta, choice, out)) {
+    double sms = out->search_ms, q = out->quantum, lb = out->lower_bound_s;
+    bool exact = out->exact;
+    int fd = out->full_dps;
+    bool pe = out->peaks_exact;
+    fill_solution(T, choice, cap_of(rq), out);
+    out->full_dps = fd;
+    out->peaks_exact = pe;
+    out->search_ms = sms;
+    out->quantum = q;
+    out->lower_bound_s = lb;
+    out->exact = exact;
+  } else {
+    infeasible(T, cap_of(rq), out);
+  }
+  out->tables_ms = tms;
+  free(choice);
+  plan_tables_free(T);
+  return true;
+}
+
+void plan_failover_free(plan_failover *f) {
+  if (!f) return;
+  plan_solution_free(&f->healthy);
+  plan_solution_free(&f->survivors);
+  for (int i = 0; i <= f->ndegraded && i <= NTP_MAX_GROUPS; i++) plan_solution_free(&f->drop[i]);
+  memset(f, 0, sizeof *f);
+}
+
+bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out, char *err,
+                         size_t cap) {
+  memset(out, 0, sizeof *out);
+  int32_t W = rq->world;
+  bool *gone = calloc((size_t)W + 1, 1);
+  if (!gone) {
+    snprintf(err, cap, "out of memory");
+    return false;
+  }
+  for (int32_t k = 0; k < rq->nfailed; k++) {
+    int32_t r = rq->failed[k];
+    if (r < 0 || r >= W) {
+      snprintf(err, cap, "failed rank %d is not in the world (ranks 0 to %d)", r, W - 1);
+      free(gone);
+      return false;
+    }
+    if (gone[r]) {
+      snprintf(err, cap, "failed rank %d is listed twice", r);
+      free(gone);
+      return false;
+    }
+    gone[r] = true;
+  }
+  if (rq->nfailed >= W) {
+    snprintf(err, cap, "every GPU failed: nothing to plan");
+    free(gone);
+    return false;
+  }
+  plan_request h = *rq;
+  h.failed = NULL;
+  h.nfailed = 0;
+  if (!plan_solve(pm, m, &h, &out->healthy, err, cap)) {
+    free(gone);
+    return false;
+  }
+  /* replicas: the groups of the healthy plan's widest placement */
+  plan_place rp = plan_place_balanced(W, 1, false);
+  if (out->healthy.feasible) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < out->healthy.nlayers; i++)
+      if (best < 0 || place_max(&out->healthy.layers[i].place) > place_max(&out->healthy.layers[best].place)) best = i;
+    rp = out->healthy.layers[best].place;
+  }
+  out->nreplicas = rp.ngroups;
+  out->replica_size = place_max(&rp);
+  group_starts(&rp, out->replica_start);
+  for (int32_t g = 0; g < rp.ngroups; g++) {
+    bool hit = false;
+    for (int32_t p = out->replica_start[g]; p < out->replica_start[g + 1]; p++) hit |= gone[p];
+    if (hit) out->degraded[out->ndegraded++] = g;
+  }
+  bool ok = survivors_solve(pm, m, rq, out->healthy.feasible ? &out->healthy : NULL, gone, &out->survivors, err, cap);
+  bool *drop = malloc((size_t)W + 1);
+  for (int32_t d = 0; ok && drop && d <= out->ndegraded; d++) {
+    if (d == out->ndegraded && out->ndegraded < 2) break; /* "all of them" is the one already listed */
+    memcpy(drop, gone, (size_t)W);
+    for (int32_t j = 0; j < out->ndegraded; j++) {
+      if (d < out->ndegraded && j != d) continue;
+      int32_t g = out->degraded[j];
+      for (int32_t p = out->replica_start[g]; p < out->replica_start[g + 1]; p++) drop[p] = true;
+    }
+    ok = survivors_solve(pm, m, rq, out->healthy.feasible ? &out->healthy : NULL, drop, &out->drop[d], err, cap);
+  }
+  free(drop);
+  free(gone);
+  return ok;
+}
+
+double plan_model_tokens(const plan_model *pm) { return (double)pm->tokens; }
+
+/* "heads 0-13, 14-27, ..." for the ranks of a group of t */
+static void slices_str(const chain_layer *c, int t, char *buf, size_t cap) {
+  const char *unit = c->kind == LAYER_ATTENTION ? "heads" : c->kind == LAYER_MLP ? "hidden columns"
+                     : c->kind == LAYER_EMBEDDING ? "vocabulary rows" : "output columns";
+  snprintf(buf, cap, "%s ", unit);
+  for (int i = 0; i < t; i++) {
+    int64_t lo, hi;
+    if (c->kind == LAYER_ATTENTION) {
+      int64_t grp = c->H / c->KV, klo, khi;
+      if (t <= c->KV) {
+        split_range(c->KV, t, i, &klo, &khi);
+        lo = klo * grp;
+        hi = khi * grp;
+      } else {
+        split_range(c->H, t, i, &lo, &hi);
+      }
+    } else if (c->kind == LAYER_MLP) {
+      split_units(c->F, c->F >= 64 * t ? 64 : 1, t, i, &lo, &hi);
+    } else {
+      split_range(c->units, t, i, &lo, &hi);
+    }
+    size_t len = strlen(buf);
+    if (len + 40 >= cap) {
+      snprintf(buf + len, cap - len, ", ...");
+      return;
+    }
+    snprintf(buf + len, cap - len, "%s%lld-%lld", i ? ", " : "", (long long)lo, (long long)hi - 1);
+  }
+}
+
+void plan_write_reshard(FILE *out, const plan_model *pm, const plan_solution *s, const plan_solution *healthy) {
+  int32_t n = pm->n;
+  bool *done = calloc((size_t)n, 1);
+  if (!done) return;
+  for (int32_t i = 0; i < n; i++) {
+    if (done[i]) continue;
+    char fam[128], sp[320], hp[320], f2[128], s2[320], h2[320];
+    family_of(plan_model_layer(pm, i)->name, fam, sizeof fam);
+    place_str_rows(&s->layers[i].place, pm->L[i].rows, sp, sizeof sp);
+    if (healthy && healthy->feasible) place_str_rows(&healthy->layers[i].place, pm->L[i].rows, hp, sizeof hp);
+    else snprintf(hp, sizeof hp, "?");
+    int count = 0;
+    for (int32_t j = i; j < n; j++) {
+      family_of(plan_model_layer(pm, j)->name, f2, sizeof f2);
+      place_str_rows(&s->layers[j].place, pm->L[j].rows, s2, sizeof s2);
+      if (healthy && healthy->feasible) place_str_rows(&healthy->layers[j].place, pm->L[j].rows, h2, sizeof h2);
+      else snprintf(h2, sizeof h2, "?");
+      if (strcmp(f2, fam) == 0 && strcmp(s2, sp) == 0 && strcmp(h2, hp) == 0 &&
+          memcmp(&pm->L[j].units, &pm->L[i].units, sizeof pm->L[i].units) == 0) {
+        done[j] = true;
+        count++;
+      }
+    }
+    if (count > 1) fprintf(out, "  %s (%d layers): %s (healthy: %s)\n", fam, count, sp, hp);
+    else fprintf(out, "  %s: %s (healthy: %s)\n", plan_model_layer(pm, i)->name, sp, hp);
+    const plan_place *pl = &s->layers[i].place;
+    int64_t rows[NTP_MAX_GROUPS + 1];
+    int32_t gs[NTP_MAX_GROUPS + 1];
+    place_rows(pl, pm->L[i].rows, rows);
+    group_starts(pl, gs);
+    for (int g = 0; g < pl->ngroups; g++) {
+      char gpus[512] = "", sl[512];
+      for (int32_t r = gs[g]; r < gs[g + 1]; r++) {
+        size_t len = strlen(gpus);
+        snprintf(gpus + len, sizeof gpus - len, "%s%d", r > gs[g] ? "," : "", s->phys ? s->phys[r] : r);
+      }
+      slices_str(&pm->L[i], pl->size[g], sl, sizeof sl);
+      if (rows[g + 1] > rows[g])
+        fprintf(out, "    GPUs {%s} (ranks %d-%d), batch rows %lld-%lld: %s\n", gpus, gs[g], gs[g + 1] - 1,
+                (long long)rows[g], (long long)rows[g + 1] - 1, sl);
+      else
+        fprintf(out, "    GPUs {%s} (ranks %d-%d): no batch rows, idle\n", gpus, gs[g], gs[g + 1] - 1);
+    }
+  }
+  free(done);
 }

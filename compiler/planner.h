@@ -113,15 +113,17 @@ int32_t plan_model_ir_layer(const plan_model *pm, int32_t i);      /* its index 
 /* ================================ the search ================================ */
 
 /* The pure search problem: per layer and state a time, memory units and legality; per layer
- * (from 1) a transition table [prev state][state]; a budget of memory units. Times are summed
- * in layer order: t = time[0][s0]; t = (t + trans[l][s_{l-1}][s_l]) + time[l][s_l]. */
+ * (from 1) a transition table [prev state][state]; a budget of memory units. Times are float
+ * (the search's tables are 4 bytes an entry) and summed in layer order, in float:
+ * t = time[0][s0]; t = (t + trans[l][s_{l-1}][s_l]) + time[l][s_l]. Both solvers use exactly
+ * these operations, so their optima compare bit for bit. */
 typedef struct plan_problem {
-  int32_t nlayers, nstates;
-  const uint8_t *legal;        /* [nlayers * nstates] */
-  const double *time;          /* [nlayers * nstates] */
-  const int64_t *units;        /* [nlayers * nstates], >= 0 */
-  const double *const *trans;  /* [nlayers]: NULL for layer 0, else [nstates * nstates] */
-  int64_t budget;              /* units; < 0: infeasible */
+  int32_t nlayers, nstates;     /* nstates <= 255 */
+  const uint8_t *legal;         /* [nlayers * nstates] */
+  const float *time;            /* [nlayers * nstates] */
+  const int64_t *units;         /* [nlayers * nstates], >= 0 */
+  const float *const *trans;    /* [nlayers]: NULL for layer 0, else [nstates * nstates] */
+  int64_t budget;               /* units; < 0: infeasible */
 } plan_problem;
 
 /* Exact optimum by dynamic programming over (layer, state, memory units used). Returns false
@@ -138,9 +140,11 @@ typedef struct plan_request {
   const plan_profile *prof;
   double mem_cap;             /* bytes per GPU; 0 = the profile's capacity */
   int32_t nodes_of;           /* GPUs per node (intra- vs inter-node links); 0 = 8 */
-  int32_t quanta;             /* memory resolution of the DP; 0 = 2048 */
+  int32_t quanta;             /* memory resolution of the DP; 0 = 1024 */
   const int32_t *failed;      /* failed physical ranks (re-planning), or NULL */
   int32_t nfailed;
+  double act_extra;           /* bytes added to every layer's activation working set (a shortfall
+                                 the compiler's memory plan showed; ntpc plan re-plans with it) */
 } plan_request;
 
 /* One layer of a solved plan. */
@@ -167,13 +171,16 @@ typedef struct plan_solution {
   double const_s;             /* model-level work outside every layer */
   double *rank_params;        /* [world]: parameter + input bytes per rank */
   double *rank_act;           /* [world]: predicted activation peak per rank */
-  double act_reserve;         /* activation bytes reserved for every plan */
+  double act_reserve;         /* activation bytes reserved: the plan's peak working set */
   double mem_cap, mem_peak;   /* per GPU */
   double quantum;             /* bytes per memory unit of the DP (0: memory never bound) */
   bool exact;                 /* optimal for the byte-exact memory constraint (certified) */
   double lower_bound_s;       /* no plan within the memory cap is faster than this */
   int32_t states;             /* placements searched per layer */
-  double search_ms;           /* DP time */
+  double search_ms;           /* search time (every DP, the bound) */
+  int32_t full_dps;           /* DPs over memory run (one per activation peak not pruned) */
+  bool peaks_exact;           /* every candidate activation peak was searched (else: the first ones
+                                 and the plan's own; the search then is exact for that reserve) */
   double tables_ms;           /* cost tables */
   char why[256];              /* when infeasible */
 } plan_solution;
@@ -211,6 +218,13 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
 void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof,
                     const char *title);
 
+/* Failure re-planning: per layer (families merged) the new groups as physical GPUs, their
+ * batch rows and the slice of the layer's units (heads, hidden columns, vocabulary rows,
+ * output columns) each GPU holds, beside the healthy placement. */
+void plan_write_reshard(FILE *out, const plan_model *pm, const plan_solution *s, const plan_solution *healthy);
+/* tokens per step (rows x positions entering the first layer) */
+double plan_model_tokens(const plan_model *pm);
+
 /* ================================ tests ================================ */
 
 /* The tables of one world for tests: states = every balanced placement with and without
@@ -221,6 +235,15 @@ void plan_tables_free(plan_tables *t);
 /* The problem at a memory cap (bytes); ceil: conservative rounding (else the relaxation). */
 plan_problem plan_tables_problem(plan_tables *t, double mem_cap, int32_t quanta, bool ceil);
 const plan_place *plan_tables_state(const plan_tables *t, int32_t s);
+int32_t plan_tables_nstates(const plan_tables *t);
+/* the DP's memory model in bytes: a layer's parameters on its most-loaded rank in a state, and
+ * what every plan adds (activation reserve, slices no layer places) */
+double plan_tables_param_bytes(const plan_tables *t, int32_t layer, int32_t s);
+double plan_tables_fixed_bytes(const plan_tables *t);
+/* a layer's activation working set in a state (a plan's peak is the largest of its layers'),
+ * and the slices no layer places */
+double plan_tables_act_bytes(const plan_tables *t, int32_t layer, int32_t s);
+double plan_tables_const_bytes(const plan_tables *t);
 /* Predicted bytes received per rank over a whole forward pass for an assignment of states
  * (compared with the compiler's sharded program in the tests). */
 void plan_tables_bytes_in(plan_tables *t, const int32_t *choice, double *per_rank);

@@ -256,6 +256,7 @@ static bool number(parser *p, const char *tok, bool size, bool zero_ok, double *
 static bool fraction(parser *p, const char *tok, double *out) {
   if (!number(p, tok, false, false, out)) return false;
   if (*out > 1) return fail(p, "efficiency '%s' must be at most 1", tok);
+  if (*out < 1e-4) return fail(p, "efficiency '%s' must be at least 0.0001", tok);
   return true;
 }
 
@@ -382,7 +383,11 @@ bool plan_profile_parse(const char *text, const char *file, plan_profile *out, c
           pr.eff[lv][k] = c;
         }
     } else {
-      fail(&p, "unknown key '%s'", key);
+      char shown[48];
+      size_t k = 0;
+      for (; key[k] && k + 1 < sizeof shown; k++) shown[k] = isprint((unsigned char)key[k]) ? key[k] : '?';
+      shown[k] = 0;
+      fail(&p, "unknown key '%s'", shown);
     }
   }
   if (p.failed) return false;

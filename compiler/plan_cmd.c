@@ -1,0 +1,563 @@
+/* plan_cmd.c — `ntpc plan`: choose every layer's TP placement for a cluster, print the plan
+ * with its predicted time, memory and communication, write it as a plan file (checked by
+ * compiling the model with it) and as a picture; with --fail, re-plan for the survivors.
+ * Exit status: 0 ok, 1 errors in the input (or no plan fits), 2 usage. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ntpc.h"
+#include "planner.h"
+#include "shard.h"
+
+int ntpc_plan_command(int argc, char **argv);
+
+static const char plan_usage[] =
+    "usage: ntpc plan FILE [options]\n"
+    "\n"
+    "Chooses the TP degree (groups, sequence parallelism) of every layer to minimise the predicted\n"
+    "forward step time within each GPU's memory, prints the plan, and writes it as a plan file and\n"
+    "an SVG picture. Layers with 'tp auto' in --plan (or every layer, without --plan) are chosen;\n"
+    "other rules of --plan are kept.\n"
+    "\n"
+    "options:\n"
+    "  -D NAME=VALUE      override dim NAME (repeatable)\n"
+    "  --model NAME       the model to plan when the file holds several\n"
+    "  --plan FILE        a plan whose 'tp auto' rules the planner decides (others are kept)\n"
+    "  --plan-name NAME   the plan to read from --plan (default: its first for the model)\n"
+    "  --world W          GPUs (default: the --plan's world)\n"
+    "  --gpu NAME         built-in device profile: h100, h200, a100, b200 (default h100)\n"
+    "  --profile FILE     a device profile file (format: docs/planner.md)\n"
+    "  --mem-cap GIB      memory per GPU in GiB (default: the profile's capacity)\n"
+    "  --nodes-of N       GPUs per node: links inside a node are intra-node (default 8)\n"
+    "  --fail R1,R2,...   re-plan for the GPUs that survive these physical ranks\n"
+    "  --name PLAN        name of the written plan (default MODEL_wW_GPU, + _failR1_R2)\n"
+    "  -o FILE            the plan file (default PLAN.ntp in the current directory)\n"
+    "  --svg FILE         the picture (default PLAN.svg in the current directory)\n"
+    "  --quanta N         memory resolution of the search (default 1024 units of the free memory)\n"
+    "  --color=WHEN       auto | always | never (diagnostics)\n"
+    "\n"
+    "exit status: 0 ok, 1 errors in the input or no plan fits, 2 usage\n";
+
+/* printf into a new heap string (NULL when out of memory) */
+static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *strf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (p) {
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
+  return p;
+}
+
+static int usage_fail(const char *fmt, const char *arg) {
+  fprintf(stderr, "ntpc plan: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'ntpc plan --help'.\n");
+  return 2;
+}
+
+static const char *value_of(int argc, char **argv, int *i, const char *name, bool *missing) {
+  size_t n = strlen(name);
+  const char *a = argv[*i];
+  if (strncmp(a, name, n) != 0) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n] != 0) return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+static bool is_ident(const char *s) {
+  if (!*s || !(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'))) return false;
+  for (; *s; s++)
+    if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9'))) return false;
+  return true;
+}
+
+typedef struct plan_opts {
+  const char *file, *model, *plan_file, *plan_name, *gpu, *profile, *out, *svg, *name, *color, *fail;
+  const char *defines[256];
+  int ndefines;
+  long world, nodes_of, quanta;
+  double mem_cap_gib;
+} plan_opts;
+
+static int color_of(const char *when) {
+  if (!when || strcmp(when, "auto") == 0) return isatty(fileno(stderr)) && !getenv("NO_COLOR");
+  return strcmp(when, "always") == 0;
+}
+
+/* A session with the model compiled (and, when plan_file is set, that plan active). */
+static ntpc_session *compile_model(const plan_opts *o, const char *plan_file, const char *plan_name, int32_t world,
+                                   int *rc) {
+  ntpc_session *s = ntpc_session_new();
+  if (!s) {
+    fprintf(stderr, "ntpc plan: error: out of memory\n");
+    *rc = 2;
+    return NULL;
+  }
+  for (int i = 0; i < o->ndefines; i++)
+    if (ntpc_define_str(s, o->defines[i]) != NTPC_OK) {
+      *rc = usage_fail("%s", ntpc_last_error(s));
+      ntpc_session_free(s);
+      return NULL;
+    }
+  if (o->model) ntpc_select_model(s, o->model);
+  if (plan_file) ntpc_add_plan_file(s, plan_file);
+  if (plan_name) ntpc_select_plan(s, plan_name);
+  ntpc_set_world(s, world);
+  ntpc_status st = ntpc_compile_file(s, o->file);
+  if (st != NTPC_OK) {
+    ntpc_print_diags(s, stderr, color_of(o->color));
+    if (st == NTPC_ERR_USAGE) fprintf(stderr, "ntpc plan: error: %s\n", ntpc_last_error(s));
+    *rc = st == NTPC_ERR_USAGE ? 2 : st == NTPC_ERR_INTERNAL ? 3 : 1;
+    ntpc_session_free(s);
+    return NULL;
+  }
+  ntpc_print_diags(s, stderr, color_of(o->color)); /* warnings */
+  return s;
+}
+
+static const char *gib(double b, char *buf, size_t cap) {
+  if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+  else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+  else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+  else snprintf(buf, cap, "%.0f B", b);
+  return buf;
+}
+
+/* messages of the library: located ones ("FILE:L:C: error: ...") as they are, others prefixed */
+static void print_error(const char *err) {
+  if (strstr(err, ": error: ")) fprintf(stderr, "%s\n", err);
+  else fprintf(stderr, "ntpc plan: error: %s\n", err);
+}
+
+/* Writes the plan beside its destination, compiles the model with it (the compiler's check),
+ * prints the compiler's own figures, and renames it into place. */
+/* returns 0 (written), 2 or 3 (errors), or -1: the compiler's memory plan needs more than the
+ * cap on some GPU (*shortfall: by how much); nothing is written then. */
+static int write_plan_checked(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
+                              const char *name, const char *header, const char *path, double *shortfall) {
+  size_t n = strlen(path) + 32;
+  char *tmp = malloc(n);
+  if (!tmp) return 2;
+  snprintf(tmp, n, "%s.tmp%ld.ntp", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "ntpc plan: error: cannot write '%s': %s\n", path, strerror(errno));
+    free(tmp);
+    return 2;
+  }
+  plan_write_plan(f, pm, m, sol, name, header);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "ntpc plan: error: cannot write '%s'\n", path);
+    remove(tmp);
+    free(tmp);
+    return 2;
+  }
+  int rc = 0;
+  ntpc_session *s = compile_model(o, tmp, name, 0, &rc);
+  if (!s) {
+    fprintf(stderr, "ntpc plan: internal error: the compiler rejects the plan written for it (not written)\n");
+    remove(tmp);
+    free(tmp);
+    return 3;
+  }
+  const sh_program *p = ntpc_sharded(s);
+  *shortfall = 0;
+  if (p) {
+    double prm = 0, act = 0, sent = 0, recv = 0;
+    for (int32_t r = 0; r < p->world; r++) {
+      double need = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes + p->mem[r].arena_bytes);
+      if (need - sol->mem_cap > *shortfall) *shortfall = need - sol->mem_cap;
+      double pr = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes);
+      if (pr > prm) prm = pr;
+      if ((double)p->mem[r].arena_bytes > act) act = (double)p->mem[r].arena_bytes;
+      if ((double)p->mem[r].bytes_sent > sent) sent = (double)p->mem[r].bytes_sent;
+      if ((double)p->mem[r].bytes_received > recv) recv = (double)p->mem[r].bytes_received;
+    }
+    double pprm = 0;
+    for (int32_t r = 0; r < sol->world; r++)
+      if (sol->rank_params[r] > pprm) pprm = sol->rank_params[r];
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    printf("compiler check: the plan compiles for %d ranks; busiest GPU: parameters %s (predicted %s), activation "
+           "arena %s (reserved %s), received %s per step\n",
+           p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
+           gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
+  }
+  ntpc_session_free(s);
+  if (*shortfall > 0) {
+    remove(tmp);
+    free(tmp);
+    return -1;
+  }
+  if (rename(tmp, path) != 0) {
+    fprintf(stderr, "ntpc plan: error: cannot write '%s': %s\n", path, strerror(errno));
+    remove(tmp);
+    free(tmp);
+    return 2;
+  }
+  free(tmp);
+  printf("wrote %s\n", path);
+  return 0;
+}
+
+static int write_svg(const plan_model *pm, const plan_solution *sol, const plan_profile *prof, const char *title,
+                     const char *path) {
+  size_t n = strlen(path) + 32;
+  char *tmp = malloc(n);
+  if (!tmp) return 2;
+  snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "ntpc plan: error: cannot write '%s': %s\n", path, strerror(errno));
+    free(tmp);
+    return 2;
+  }
+  plan_write_svg(f, pm, sol, prof, title);
+  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    fprintf(stderr, "ntpc plan: error: cannot write '%s'\n", path);
+    remove(tmp);
+    free(tmp);
+    return 2;
+  }
+  free(tmp);
+  printf("wrote %s\n", path);
+  return 0;
+}
+
+/* "3,9" -> ranks; false on a malformed list */
+static bool parse_fail(const char *s, int32_t *out, int32_t *n, int32_t cap) {
+  *n = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || errno || v < 0 || v > 1000000 || *n == cap) return false;
+    out[(*n)++] = (int32_t)v;
+    p = end;
+    if (*p == ',') {
+      p++;
+      if (!*p) return false;
+    } else if (*p) {
+      return false;
+    }
+  }
+  return *n > 0;
+}
+
+static void print_throughput(const char *what, const plan_solution *s, double tokens, double healthy) {
+  if (!s->feasible) {
+    printf("  %-44s %s\n", what, s->why[0] ? s->why : "no plan fits");
+    return;
+  }
+  double tps = tokens / s->step_s;
+  printf("  %-44s step %9.3f ms  %12.0f tokens/s  %6.1f%% of healthy\n", what, s->step_s * 1e3, tps,
+         healthy > 0 ? 100 * tps / healthy : 0);
+}
+
+int ntpc_plan_command(int argc, char **argv) {
+  plan_opts o = {.world = -1, .nodes_of = 8, .quanta = 1024};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    bool missing = false;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(plan_usage, stdout);
+      return 0;
+    }
+    if (strcmp(a, "-D") == 0 || (strncmp(a, "-D", 2) == 0 && a[2])) {
+      const char *d = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!d) return usage_fail("%s", "-D needs NAME=VALUE");
+      if (o.ndefines == 256) return usage_fail("%s", "too many -D options");
+      o.defines[o.ndefines++] = d;
+    } else if ((v = value_of(argc, argv, &i, "--model", &missing))) o.model = v;
+    else if ((v = value_of(argc, argv, &i, "--plan-name", &missing))) o.plan_name = v;
+    else if ((v = value_of(argc, argv, &i, "--plan", &missing))) o.plan_file = v;
+    else if ((v = value_of(argc, argv, &i, "--world", &missing))) {
+      if (!parse_long(v, 1, 1024, &o.world)) return usage_fail("--world expects a number of GPUs (1 to 1024), got '%s'", v);
+    } else if ((v = value_of(argc, argv, &i, "--gpu", &missing))) o.gpu = v;
+    else if ((v = value_of(argc, argv, &i, "--profile", &missing))) o.profile = v;
+    else if ((v = value_of(argc, argv, &i, "--mem-cap", &missing))) {
+      char *end;
+      errno = 0;
+      o.mem_cap_gib = strtod(v, &end);
+      if (end == v || *end || errno || !(o.mem_cap_gib > 0) || !isfinite(o.mem_cap_gib) || o.mem_cap_gib > 1e9)
+        return usage_fail("--mem-cap expects GiB per GPU (a positive number), got '%s'", v);
+    } else if ((v = value_of(argc, argv, &i, "--nodes-of", &missing))) {
+      if (!parse_long(v, 1, 1 << 16, &o.nodes_of)) return usage_fail("--nodes-of expects GPUs per node, got '%s'", v);
+    } else if ((v = value_of(argc, argv, &i, "--fail", &missing))) o.fail = v;
+    else if ((v = value_of(argc, argv, &i, "--name", &missing))) o.name = v;
+    else if ((v = value_of(argc, argv, &i, "--svg", &missing))) o.svg = v;
+    else if ((v = value_of(argc, argv, &i, "--quanta", &missing))) {
+      if (!parse_long(v, 16, 1 << 16, &o.quanta)) return usage_fail("--quanta expects 16 to 65536, got '%s'", v);
+    } else if ((v = value_of(argc, argv, &i, "--color", &missing))) {
+      if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never"))
+        return usage_fail("--color expects auto, always or never, got '%s'", v);
+      o.color = v;
+    } else if (strcmp(a, "-o") == 0) {
+      if (i + 1 >= argc) return usage_fail("%s", "-o needs a file name");
+      o.out = argv[++i];
+    } else if (a[0] == '-' && a[1]) {
+      return usage_fail("unknown option '%s'", a);
+    } else if (!o.file) {
+      o.file = a;
+    } else {
+      return usage_fail("more than one model file ('%s')", a);
+    }
+    if (missing) return usage_fail("option '%s' needs a value", a);
+  }
+  if (!o.file) return usage_fail("%s", "no model file");
+  if (o.gpu && o.profile) return usage_fail("%s", "give --gpu or --profile, not both");
+  if (o.name && !is_ident(o.name)) return usage_fail("--name must be an identifier (letters, digits, _), got '%s'", o.name);
+  if (o.out && !*o.out) return usage_fail("%s", "-o needs a file name");
+  if (o.svg && !*o.svg) return usage_fail("%s", "--svg needs a file name");
+
+  /* the device */
+  plan_profile prof;
+  char err[1024] = "";
+  if (o.profile) {
+    if (!plan_profile_load(o.profile, &prof, err, sizeof err)) {
+      fprintf(stderr, "ntpc plan: error: %s\n", err);
+      return strncmp(err, "cannot ", 7) == 0 ? 2 : 1;
+    }
+  } else {
+    const char *g = o.gpu ? o.gpu : "h100";
+    if (!plan_profile_builtin(g, &prof)) {
+      char names[128] = "";
+      for (const char *const *p = plan_profile_names(); *p; p++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *p);
+      fprintf(stderr, "ntpc plan: error: unknown GPU '%s' (built-in profiles: %s; or give --profile FILE)\n", g, names);
+      fprintf(stderr, "Try 'ntpc plan --help'.\n");
+      return 2;
+    }
+  }
+
+  /* the model */
+  int rc = 0;
+  ntpc_session *s = compile_model(&o, o.plan_file, o.plan_name, -1, &rc);
+  if (!s) return rc;
+  const ir_module *m = ntpc_module(s);
+  const ir_plan *inplan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  int32_t W = (int32_t)o.world;
+  if (inplan && inplan->world) {
+    if (o.world > 0 && o.world != inplan->world) {
+      fprintf(stderr, "%s:%d:%d: error: plan '%s' sets world %lld, but --world is %ld\n", inplan->file,
+              inplan->loc.first_line, inplan->loc.first_column, inplan->name, (long long)inplan->world, o.world);
+      ntpc_session_free(s);
+      return 1;
+    }
+    W = (int32_t)inplan->world;
+  }
+  if (W < 1) {
+    ntpc_session_free(s);
+    return usage_fail("%s", "how many GPUs? give --world W (or a --plan with a world)");
+  }
+  if (W > 1024) {
+    ntpc_session_free(s);
+    return usage_fail("%s", "the planner plans worlds of at most 1024 GPUs");
+  }
+  int32_t failed[4096], nfailed = 0;
+  if (o.fail && !parse_fail(o.fail, failed, &nfailed, 4096)) {
+    ntpc_session_free(s);
+    return usage_fail("--fail expects physical ranks separated by commas (e.g. 3,9), got '%s'", o.fail);
+  }
+  for (int32_t k = 0; k < nfailed; k++) {
+    char what[64];
+    snprintf(what, sizeof what, "%d", failed[k]);
+    bool twice = false;
+    for (int32_t j = 0; j < k; j++) twice |= failed[j] == failed[k];
+    if (failed[k] >= W || twice) {
+      ntpc_session_free(s);
+      return usage_fail(twice ? "--fail lists GPU %s twice" : "--fail: GPU %s is not in the world", what);
+    }
+  }
+  if (nfailed >= W) {
+    ntpc_session_free(s);
+    return usage_fail("%s", "--fail lists every GPU: nothing survives to plan for");
+  }
+  plan_model *pm = plan_model_new(m, err, sizeof err);
+  if (!pm) {
+    print_error(err);
+    ntpc_session_free(s);
+    return 1;
+  }
+
+  /* the plan's name and files */
+  char name[160], *pfile, *sfile, *title = NULL, *header = NULL;
+  if (o.name) snprintf(name, sizeof name, "%s", o.name);
+  else {
+    char gname[40];
+    snprintf(gname, sizeof gname, "%s", prof.name);
+    for (char *p = gname; *p; p++)
+      if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
+    snprintf(name, sizeof name, "%s_w%d_%s", m->name, W, gname);
+    for (int32_t k = 0; k < nfailed; k++)
+      snprintf(name + strlen(name), sizeof name - strlen(name), "%s%d", k ? "_" : "_fail", failed[k]);
+  }
+  pfile = o.out ? strf("%s", o.out) : strf("%s.ntp", name);
+  sfile = o.svg ? strf("%s", o.svg) : strf("%s.svg", name);
+  if (!pfile || !sfile) {
+    fprintf(stderr, "ntpc plan: error: out of memory\n");
+    free(pfile);
+    free(sfile);
+    plan_model_free(pm);
+    ntpc_session_free(s);
+    return 2;
+  }
+
+  plan_request rq = {.world = W, .prof = &prof, .mem_cap = o.mem_cap_gib * 1073741824.0, .nodes_of = (int32_t)o.nodes_of,
+                     .quanta = (int32_t)o.quanta, .failed = nfailed ? failed : NULL, .nfailed = nfailed};
+  double tokens = plan_model_tokens(pm);
+  char b1[32];
+  if (!nfailed) {
+    for (int attempt = 0;; attempt++) {
+      plan_solution sol;
+      if (!plan_solve(pm, m, &rq, &sol, err, sizeof err)) {
+        print_error(err);
+        rc = 1;
+        goto done;
+      }
+      if (!sol.feasible) {
+        fprintf(stderr, "ntpc plan: error: %s\n", sol.why);
+        plan_solution_free(&sol);
+        rc = 1;
+        goto done;
+      }
+      printf("plan %s: model %s on %d x %s (%s per GPU, %ld GPUs per node)\n\n", name, m->name, W, prof.device,
+             gib(sol.mem_cap, b1, sizeof b1), o.nodes_of);
+      plan_write_report(stdout, pm, &sol, &prof);
+      free(header);
+      free(title);
+      header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted forward step %.3f ms, %.0f tokens/s",
+                    m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), sol.step_s * 1e3, tokens / sol.step_s);
+      title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
+      double short_by = 0;
+      rc = write_plan_checked(&o, pm, m, &sol, name, header ? header : "", pfile, &short_by);
+      if (rc < 0 && attempt < 3) { /* the compiler's memory plan does not fit: reserve more and search again */
+        printf("the compiler's memory plan needs %s more than the cap on some GPU: planning again with that much more "
+               "reserved\n\n", gib(short_by, b1, sizeof b1));
+        rq.act_extra += short_by * 1.01;
+        plan_solution_free(&sol);
+        continue;
+      }
+      if (rc < 0) {
+        fprintf(stderr, "ntpc plan: error: the compiler's memory plan does not fit the cap\n");
+        rc = 1;
+      }
+      if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
+      plan_solution_free(&sol);
+      break;
+    }
+  } else {
+    plan_failover f;
+    if (!plan_failover_solve(pm, m, &rq, &f, err, sizeof err)) {
+      print_error(err);
+      rc = 1;
+      goto done;
+    }
+    const plan_solution *h = &f.healthy, *sv = &f.survivors;
+    printf("failure re-planning: model %s on %d x %s (%s per GPU, %ld GPUs per node); failed GPUs:", m->name, W,
+           prof.device, gib(sv->mem_cap, b1, sizeof b1), o.nodes_of);
+    for (int32_t k = 0; k < nfailed; k++) printf(" %d", failed[k]);
+    printf("; %d survive\n", W - nfailed);
+    if (h->feasible)
+      printf("healthy plan (%d GPUs): step %.3f ms, %.0f tokens/s\n", W, h->step_s * 1e3, tokens / h->step_s);
+    else
+      printf("healthy plan (%d GPUs): %s\n", W, h->why);
+    printf("replicas of the healthy plan: %d x %d GPUs;", f.nreplicas, f.replica_size);
+    for (int32_t d = 0; d < f.ndegraded; d++) {
+      int32_t g = f.degraded[d];
+      printf(" replica %d (GPUs %d-%d) lost", g, f.replica_start[g], f.replica_start[g + 1] - 1);
+      for (int32_t k = 0; k < nfailed; k++)
+        if (failed[k] >= f.replica_start[g] && failed[k] < f.replica_start[g + 1]) printf(" %d", failed[k]);
+      printf(d + 1 < f.ndegraded ? ";" : "");
+    }
+    printf("\n");
+    if (!sv->feasible) {
+      fprintf(stderr, "ntpc plan: error: the survivors: %s\n", sv->why);
+      plan_failover_free(&f);
+      rc = 1;
+      goto done;
+    }
+    printf("\nplan %s for the %d survivors:\n\n", name, sv->world);
+    plan_write_report(stdout, pm, sv, &prof);
+    printf("\nrank mapping (new rank: physical GPU):");
+    for (int32_t r = 0; r < sv->world; r++) printf("%s %d:%d", r % 16 ? "" : "\n ", r, sv->phys[r]);
+    printf("\n\nresharding (new groups as physical GPUs, and the slice each holds):\n");
+    plan_write_reshard(stdout, pm, sv, h);
+    double ht = h->feasible ? tokens / h->step_s : 0;
+    printf("\npredicted throughput:\n");
+    char what[160];
+    snprintf(what, sizeof what, "healthy, %d GPUs", W);
+    print_throughput(what, h, tokens, ht);
+    snprintf(what, sizeof what, "re-planned, %d GPUs", sv->world);
+    print_throughput(what, sv, tokens, ht);
+    for (int32_t d = 0; d <= f.ndegraded; d++) {
+      if (d == f.ndegraded && f.ndegraded < 2) break;
+      if (d < f.ndegraded) {
+        int32_t g = f.degraded[d];
+        snprintf(what, sizeof what, "drop replica %d (GPUs %d-%d), %d GPUs", g, f.replica_start[g],
+                 f.replica_start[g + 1] - 1, f.drop[d].feasible ? f.drop[d].world : 0);
+      } else {
+        snprintf(what, sizeof what, "drop all %d degraded replicas, %d GPUs", f.ndegraded,
+                 f.drop[d].feasible ? f.drop[d].world : 0);
+      }
+      print_throughput(what, &f.drop[d], tokens, ht);
+    }
+    if (h->feasible)
+      printf("re-planning keeps %.1f%% of the healthy throughput (%+.1f%%)\n", 100 * h->step_s / sv->step_s,
+             100 * (h->step_s / sv->step_s - 1));
+    char *map = malloc((size_t)sv->world * 12 + 1);
+    if (map) {
+      map[0] = 0;
+      size_t len = 0;
+      for (int32_t r = 0; r < sv->world; r++) len += (size_t)sprintf(map + len, "%s%d", r ? " " : "", sv->phys[r]);
+    }
+    header = strf("written by ntpc plan: %s on the %d survivors of %d x %s (failed: %s)\nrank r of this plan is "
+                  "physical GPU: %s\npredicted forward step %.3f ms, %.0f tokens/s (healthy: %.3f ms)",
+                  m->name, sv->world, W, prof.device, o.fail, map ? map : "?", sv->step_s * 1e3, tokens / sv->step_s,
+                  h->feasible ? h->step_s * 1e3 : 0);
+    free(map);
+    title = strf("%s: %s on %d survivors of %d x %s", name, m->name, sv->world, W, prof.device);
+    printf("\n");
+    double short_by = 0;
+    rc = write_plan_checked(&o, pm, m, sv, name, header ? header : "", pfile, &short_by);
+    if (rc < 0) {
+      fprintf(stderr, "ntpc plan: error: the compiler's memory plan needs %s more than the cap on some GPU\n",
+              gib(short_by, b1, sizeof b1));
+      rc = 1;
+    }
+    if (!rc) rc = write_svg(pm, sv, &prof, title ? title : name, sfile);
+    plan_failover_free(&f);
+  }
+done:
+  free(header);
+  free(title);
+  free(pfile);
+  free(sfile);
+  plan_model_free(pm);
+  ntpc_session_free(s);
+  return rc;
+}
