@@ -67,20 +67,6 @@ static int usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
-/* Value of option `name` given as "--name=V" or "--name V"; NULL if argv[*i] is another option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n) != 0) return NULL;
-  if (a[n] == '=') return a + n + 1;
-  if (a[n] != 0) return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 static int color_wanted(const char *when) {
   if (!when || strcmp(when, "auto") == 0) return isatty(fileno(stderr)) && !getenv("NO_COLOR");
   return strcmp(when, "always") == 0;
@@ -363,23 +349,23 @@ int main(int argc, char **argv) {
       const char *def = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
       if (!def) { rc = usage_error("-D needs NAME=VALUE%s", ""); goto out; }
       if (ntpc_define_str(s, def) != NTPC_OK) { rc = usage_error("%s", ntpc_last_error(s)); goto out; }
-    } else if ((v = opt_value(argc, argv, &i, "--emit", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--emit", &missing))) {
       o.emit = v;
-    } else if ((v = opt_value(argc, argv, &i, "--plan-name", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) {
       ntpc_select_plan(s, v);
       o.plan = true;
-    } else if ((v = opt_value(argc, argv, &i, "--plan", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) {
       ntpc_add_plan_file(s, v);
       o.plan = true;
-    } else if ((v = opt_value(argc, argv, &i, "--model", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
       ntpc_select_model(s, v);
-    } else if ((v = opt_value(argc, argv, &i, "--backend", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
       o.backend = v;
-    } else if ((v = opt_value(argc, argv, &i, "--seed", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
       char *end;
       o.seed = strtoull(v, &end, 10);
       if (*end || !*v || *v == '-') { rc = usage_error("--seed needs a non-negative integer, got '%s'", v); goto out; }
-    } else if ((v = opt_value(argc, argv, &i, "--world", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       char *end;
       o.world = strtol(v, &end, 10);
       if (*end || o.world < 1 || o.world > 4096) { rc = usage_error("--world needs a rank count from 1 to 4096, got '%s'", v); goto out; }
@@ -387,19 +373,19 @@ int main(int argc, char **argv) {
       o.keep_c = true;
     } else if (strcmp(a, "--loopback") == 0) {
       o.loopback = true;
-    } else if ((v = opt_value(argc, argv, &i, "--iters", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--iters", &missing))) {
       char *end;
       o.iters = strtol(v, &end, 10);
       if (*end || !*v || o.iters < 0) { rc = usage_error("--iters needs a count of 0 or more, got '%s'", v); goto out; }
-    } else if ((v = opt_value(argc, argv, &i, "--params", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
       o.params = v;
-    } else if ((v = opt_value(argc, argv, &i, "--save-params", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
       o.save_params = v;
-    } else if ((v = opt_value(argc, argv, &i, "--dump", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--dump", &missing))) {
       o.dump = v;
-    } else if ((v = opt_value(argc, argv, &i, "--color", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
       o.color = v;
-    } else if ((v = opt_value(argc, argv, &i, "-o", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "-o", &missing))) {
       o.out = v;
     } else if (missing) {
       rc = usage_error("option '%s' needs a value", a);

@@ -66,19 +66,6 @@ static int usage_fail(const char *fmt, const char *arg) {
   return 2;
 }
 
-static const char *value_of(int argc, char **argv, int *i, const char *name, bool *missing) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n) != 0) return NULL;
-  if (a[n] == '=') return a + n + 1;
-  if (a[n] != 0) return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 static bool parse_long(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
@@ -292,27 +279,27 @@ int ntpc_plan_command(int argc, char **argv) {
       if (!d) return usage_fail("%s", "-D needs NAME=VALUE");
       if (o.ndefines == 256) return usage_fail("%s", "too many -D options");
       o.defines[o.ndefines++] = d;
-    } else if ((v = value_of(argc, argv, &i, "--model", &missing))) o.model = v;
-    else if ((v = value_of(argc, argv, &i, "--plan-name", &missing))) o.plan_name = v;
-    else if ((v = value_of(argc, argv, &i, "--plan", &missing))) o.plan_file = v;
-    else if ((v = value_of(argc, argv, &i, "--world", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) o.model = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) o.plan_name = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) o.plan_file = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       if (!parse_long(v, 1, 1024, &o.world)) return usage_fail("--world expects a number of GPUs (1 to 1024), got '%s'", v);
-    } else if ((v = value_of(argc, argv, &i, "--gpu", &missing))) o.gpu = v;
-    else if ((v = value_of(argc, argv, &i, "--profile", &missing))) o.profile = v;
-    else if ((v = value_of(argc, argv, &i, "--mem-cap", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) o.gpu = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--profile", &missing))) o.profile = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--mem-cap", &missing))) {
       char *end;
       errno = 0;
       o.mem_cap_gib = strtod(v, &end);
       if (end == v || *end || errno || !(o.mem_cap_gib > 0) || !isfinite(o.mem_cap_gib) || o.mem_cap_gib > 1e9)
         return usage_fail("--mem-cap expects GiB per GPU (a positive number), got '%s'", v);
-    } else if ((v = value_of(argc, argv, &i, "--nodes-of", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--nodes-of", &missing))) {
       if (!parse_long(v, 1, 1 << 16, &o.nodes_of)) return usage_fail("--nodes-of expects GPUs per node, got '%s'", v);
-    } else if ((v = value_of(argc, argv, &i, "--fail", &missing))) o.fail = v;
-    else if ((v = value_of(argc, argv, &i, "--name", &missing))) o.name = v;
-    else if ((v = value_of(argc, argv, &i, "--svg", &missing))) o.svg = v;
-    else if ((v = value_of(argc, argv, &i, "--quanta", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--fail", &missing))) o.fail = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--name", &missing))) o.name = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--svg", &missing))) o.svg = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--quanta", &missing))) {
       if (!parse_long(v, 16, 1 << 16, &o.quanta)) return usage_fail("--quanta expects 16 to 65536, got '%s'", v);
-    } else if ((v = value_of(argc, argv, &i, "--color", &missing))) {
+    } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
       if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never"))
         return usage_fail("--color expects auto, always or never, got '%s'", v);
       o.color = v;

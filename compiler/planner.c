@@ -406,22 +406,6 @@ static bool read_chain_layer(const ir_module *m, int32_t l, chain_layer *c, char
   return true;
 }
 
-/* The box of operand shape `os` that a result box needs, broadcasting undone (shard.c's project). */
-static ntp_box project(ntp_box rb, ntp_shape os) {
-  ntp_box b = {.ndim = os.ndim};
-  for (int i = 0; i < os.ndim; i++) {
-    int r = rb.ndim - os.ndim + i;
-    if (os.dim[i] == 1 || r < 0) {
-      b.lo[i] = 0;
-      b.hi[i] = os.dim[i];
-    } else {
-      b.lo[i] = rb.lo[r];
-      b.hi[i] = rb.hi[r];
-    }
-  }
-  return b;
-}
-
 typedef struct builder {
   plan_model *pm;
   const ir_module *m;
@@ -778,7 +762,7 @@ static ntp_box need_box(ntp_box rb, ntp_shape vs, int8_t xf) {
     }
     return b;
   }
-  return project(rb, vs);
+  return box_project(rb, vs);
 }
 
 static int need_pieces(const plan_tables *T, home at, int32_t state, ntp_shape rs, ntp_shape vs, int8_t xf, rbox *out) {
@@ -1247,6 +1231,23 @@ static void key_shape(keybuf *k, const ntp_shape *sh) {
   for (int d = 0; d < sh->ndim; d++) key_i64(k, sh->dim[d]);
 }
 
+/* Everything about a move (and the moves it depends on) that its cost depends on. */
+static void key_move(keybuf *k, const plan_model *pm, const move *mv, int32_t layer) {
+  key_home(k, mv->src, layer);
+  key_home(k, mv->at, layer);
+  key_shape(k, &mv->vs);
+  key_shape(k, &mv->rs);
+  key_i64(k, mv->xf);
+  key_i64(k, mv->dt);
+  for (int32_t j = 0; j < mv->nprior; j++) {
+    const move *p = &pm->moves[mv->prior[j]];
+    key_home(k, p->at, layer);
+    key_shape(k, &p->rs);
+    key_shape(k, &p->vs);
+    key_i64(k, p->xf);
+  }
+}
+
 static void key_layer(keybuf *k, const chain_layer *c) {
   int64_t v[] = {c->kind, c->dt, c->wdt, c->rows, c->T, c->units, c->V, c->Dm, c->N, c->K, c->H, c->KV, c->HD,
                  c->Din, c->Dout, c->S, c->qkv_bias, c->rope, c->causal, c->F, c->gated, c->up_bias, c->reduces};
@@ -1277,22 +1278,7 @@ static void trans_build(plan_tables *T, int32_t hi) {
   key_i64(&kb, b->rows);
   key_add(&kb, T->legal + (size_t)(hi - 1) * S, (size_t)S);
   key_add(&kb, T->legal + (size_t)hi * S, (size_t)S);
-  for (int32_t e = pm->pmove_off[hi]; e < pm->pmove_off[hi + 1]; e++) {
-    const move *mv = &pm->moves[pm->pmove_ix[e]];
-    key_home(&kb, mv->src, hi);
-    key_home(&kb, mv->at, hi);
-    key_shape(&kb, &mv->vs);
-    key_shape(&kb, &mv->rs);
-    key_i64(&kb, mv->xf);
-    key_i64(&kb, mv->dt);
-    for (int32_t j = 0; j < mv->nprior; j++) {
-      const move *p = &pm->moves[mv->prior[j]];
-      key_home(&kb, p->at, hi);
-      key_shape(&kb, &p->rs);
-      key_shape(&kb, &p->vs);
-      key_i64(&kb, p->xf);
-    }
-  }
+  for (int32_t e = pm->pmove_off[hi]; e < pm->pmove_off[hi + 1]; e++) key_move(&kb, pm, &pm->moves[pm->pmove_ix[e]], hi);
   char *key = kb.p;
   size_t klen = kb.n;
   for (size_t e = 0; e < T->ncache; e++)
@@ -1388,22 +1374,7 @@ static char *unary_key(const plan_tables *T, int32_t i, size_t *len) {
     key_add(&k, &first, sizeof first);
   }
   key_add(&k, &mark, sizeof mark);
-  for (int32_t e = pm->umove_off[i]; e < pm->umove_off[i + 1]; e++) {
-    const move *mv = &pm->moves[pm->umove_ix[e]];
-    key_home(&k, mv->src, i);
-    key_home(&k, mv->at, i);
-    key_shape(&k, &mv->vs);
-    key_shape(&k, &mv->rs);
-    key_i64(&k, mv->xf);
-    key_i64(&k, mv->dt);
-    for (int32_t j = 0; j < mv->nprior; j++) {
-      const move *p = &pm->moves[mv->prior[j]];
-      key_home(&k, p->at, i);
-      key_shape(&k, &p->rs);
-      key_shape(&k, &p->vs);
-      key_i64(&k, p->xf);
-    }
-  }
+  for (int32_t e = pm->umove_off[i]; e < pm->umove_off[i + 1]; e++) key_move(&k, pm, &pm->moves[pm->umove_ix[e]], i);
   if (k.n == 0 || !k.p) {
     free(k.p);
     return NULL;

@@ -410,22 +410,6 @@ static ntp_box layout_box(lower *L, const ntp_layout *lay, ntp_shape shape, int3
 
 /* ---- following: an op computed where its latest operand lives ------------------------ */
 
-/* The box of operand shape `os` that a result box needs, NumPy broadcasting undone. */
-static ntp_box project(ntp_box rb, ntp_shape os) {
-  ntp_box b = {.ndim = os.ndim};
-  for (int i = 0; i < os.ndim; i++) {
-    int r = rb.ndim - os.ndim + i;
-    if (os.dim[i] == 1 || r < 0) {
-      b.lo[i] = 0;
-      b.hi[i] = os.dim[i];
-    } else {
-      b.lo[i] = rb.lo[r];
-      b.hi[i] = rb.hi[r];
-    }
-  }
-  return b;
-}
-
 typedef struct rank_box {
   int32_t rank;
   ntp_box box;
@@ -508,7 +492,7 @@ static void follow(lower *L, const ir_op *op) {
         res.lo[res.ndim - 1] = 0; /* these need whole rows */
         res.hi[res.ndim - 1] = rs.dim[rs.ndim - 1];
       }
-      for (int j = 0; j < op->nargs; j++) args[j] = ensure(L, op->args[j], rank, project(res, vshape(L, op->args[j])));
+      for (int j = 0; j < op->nargs; j++) args[j] = ensure(L, op->args[j], rank, box_project(res, vshape(L, op->args[j])));
     }
     resv[i] = res;
   }

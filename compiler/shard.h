@@ -24,6 +24,8 @@ bool box_intersect(const ntp_box *a, const ntp_box *b, ntp_box *out);
 ntp_box box_full(const ntp_shape *s);
 ntp_shape box_shape(const ntp_box *b);
 const char *box_str(const ntp_box *b, char *buf, size_t cap);
+/* The box of an operand of shape `os` that a result box `rb` needs, NumPy broadcasting undone. */
+ntp_box box_project(ntp_box rb, ntp_shape os);
 
 /* Balanced split of n units into parts: part i gets [lo, hi); sizes differ by at most one. */
 void split_range(int64_t n, int64_t parts, int64_t i, int64_t *lo, int64_t *hi);

@@ -67,3 +67,18 @@ void split_units(int64_t n, int64_t unit, int64_t parts, int64_t i, int64_t *lo,
   *lo = ulo * unit < n ? ulo * unit : n;
   *hi = uhi * unit < n ? uhi * unit : n;
 }
+
+ntp_box box_project(ntp_box rb, ntp_shape os) {
+  ntp_box b = {.ndim = os.ndim};
+  for (int i = 0; i < os.ndim; i++) {
+    int r = rb.ndim - os.ndim + i;
+    if (os.dim[i] == 1 || r < 0) { /* broadcast along this dim: the operand's whole (size-1) dim */
+      b.lo[i] = 0;
+      b.hi[i] = os.dim[i];
+    } else {
+      b.lo[i] = rb.lo[r];
+      b.hi[i] = rb.hi[r];
+    }
+  }
+  return b;
+}
