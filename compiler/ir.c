@@ -1,6 +1,7 @@
 /* ir.c — IR tables, op table lookups and construction. */
 #include "ir.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,25 +93,58 @@ int32_t ir_emit(ir_module *m, ir_opcode code, const int32_t *args, int32_t nargs
   return op.result;
 }
 
-/* '*' matches any run of characters, dots included. */
+/* "{A..B}" at p: the range and what follows it. */
+static bool range_at(const char *p, long *lo, long *hi, const char **after) {
+  char *e;
+  if (*p != '{' || !isdigit((unsigned char)p[1])) return false;
+  *lo = strtol(p + 1, &e, 10);
+  if (e[0] != '.' || e[1] != '.' || !isdigit((unsigned char)e[2])) return false;
+  *hi = strtol(e + 2, &e, 10);
+  if (*e != '}') return false;
+  *after = e + 1;
+  return true;
+}
+
+/* '*' matches any run of characters, dots included; "{A..B}" matches a number from A to B. */
 bool ir_glob_match(const char *p, const char *s) {
-  const char *star = NULL, *resume = NULL;
-  while (*s) {
+  while (*p) {
     if (*p == '*') {
-      star = p++;
-      resume = s;
-    } else if (*p == *s) {
-      p++;
-      s++;
-    } else if (star) {
-      p = star + 1;
-      s = ++resume;
-    } else {
-      return false;
+      for (p++;; s++) { /* patterns hold few stars: trying every suffix is cheap */
+        if (ir_glob_match(p, s)) return true;
+        if (!*s) return false;
+      }
     }
+    long lo, hi;
+    const char *after;
+    if (range_at(p, &lo, &hi, &after)) {
+      if (!isdigit((unsigned char)*s)) return false;
+      char *end;
+      long v = strtol(s, &end, 10);
+      if (v < lo || v > hi) return false;
+      p = after;
+      s = end;
+      continue;
+    }
+    if (*p != *s) return false;
+    p++;
+    s++;
   }
-  while (*p == '*') p++;
-  return *p == 0;
+  return *s == 0;
+}
+
+int ir_pattern_specificity(const char *p) {
+  int n = 0;
+  while (*p) {
+    long lo, hi;
+    const char *after;
+    if (range_at(p, &lo, &hi, &after)) { /* a range is more than '*', less than any one number */
+      n += 1;
+      p = after;
+      continue;
+    }
+    n += *p++ != '*';
+  }
+  return n;
 }
 
 bool ir_fail(char *err, size_t cap, const char *fmt, ...) {

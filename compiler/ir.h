@@ -201,7 +201,10 @@ void ir_module_free(ir_module *m);
 int32_t ir_emit(ir_module *m, ir_opcode code, const int32_t *args, int32_t nargs, ntp_shape shape, ntp_dtype dt,
                 int32_t layer, ntp_loc loc);
 static inline ir_op *ir_def(const ir_module *m, int32_t value) { return &m->ops[m->values[value].def]; }
+/* Plan patterns: '*' matches any run of characters (dots included), "{A..B}" a number A..B. */
 bool ir_glob_match(const char *pattern, const char *name);
+/* How specific a pattern is: its literal characters; a range counts 1, '*' nothing. */
+int ir_pattern_specificity(const char *pattern);
 /* Formats a rule violation into err and returns false (for the checks below). */
 bool ir_fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -1808,12 +1808,6 @@ static int32_t add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_p
   return (*n)++;
 }
 
-static int specificity(const char *pattern) {
-  int n = 0;
-  for (; *pattern; pattern++) n += *pattern != '*';
-  return n;
-}
-
 /* The placement a rule or annotation fixes for a layer (the sharding pass's resolution); *auto_
  * when the planner decides. Without an active plan every layer is the planner's. */
 static bool resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_place *pl, bool *auto_, char *err,
@@ -1825,7 +1819,7 @@ static bool resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_
   int best = -1;
   for (size_t r = 0; r < plan->nrules; r++) {
     if (!ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
-    int s = specificity(plan->rules[r].pattern);
+    int s = ir_pattern_specificity(plan->rules[r].pattern); /* as the sharding pass */
     if (s >= best) {
       best = s;
       rule = &plan->rules[r];
@@ -2423,8 +2417,8 @@ static long member_index(const char *name) {
 
 /* The plan file. Layers whose names differ only in numbers (blk.N.attn) form a family: one
  * rule for the family's most common placement (blk.*.attn, when that pattern matches exactly the
- * family), then the members that differ by name (more specific: they win). Plan patterns
- * replace whole dotted components, so numeric ranges cannot be written more compactly. */
+ * family), then the members that differ, consecutive ones as a range (blk.{58..95}.attn:
+ * more specific than blk.*.attn, less than any single name). */
 void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const plan_solution *s, const char *name,
                      const char *header) {
   int32_t n = pm->n;
@@ -2457,8 +2451,9 @@ void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const 
     const char *pat, *spec;
   } line;
   line *lines = calloc((size_t)(2 * n + 2), sizeof *lines);
-  int nl = 0, nfirst = 0;
-  if (!fam || !spec || !done || !lines) goto out;
+  char (*range)[600] = malloc((size_t)(n + 1) * sizeof *range);
+  int nl = 0, nfirst = 0, ranges = 0;
+  if (!fam || !spec || !done || !lines || !range) goto out;
   for (int32_t i = 0; i < n; i++) {
     family_of(plan_model_layer(pm, i)->name, fam[i], sizeof fam[i]);
     place_str_rows(&s->layers[i].place, pm->L[i].rows, spec[i], sizeof spec[i]);
@@ -2491,11 +2486,27 @@ void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const 
       }
     }
     lines[nl++] = (line){fam[i], spec[best]};
-    for (int32_t j = i; j < n; j++)
-      if (strcmp(fam[j], fam[i]) == 0) {
-        done[j] = true;
-        if (strcmp(spec[j], spec[best]) != 0) lines[n + 1 + nfirst++] = (line){plan_model_layer(pm, j)->name, spec[j]};
+    /* the exceptions: consecutive members with one placement become a range, blk.{58..95}.attn */
+    for (int32_t j = i; j < n; j++) {
+      if (strcmp(fam[j], fam[i]) != 0 || done[j]) continue;
+      done[j] = true;
+      if (strcmp(spec[j], spec[best]) == 0) continue;
+      long first = member_index(plan_model_layer(pm, j)->name), last = first;
+      for (int32_t k = j + 1; k < n; k++) {
+        if (strcmp(fam[k], fam[i]) != 0) continue;
+        if (strcmp(spec[k], spec[j]) != 0 || member_index(plan_model_layer(pm, k)->name) != last + 1) break;
+        done[k] = true;
+        last++;
       }
+      const char *pat = plan_model_layer(pm, j)->name;
+      if (last > first && first >= 0 && ranges < n) {
+        const char *star = strchr(fam[i], '*');
+        snprintf(range[ranges], sizeof range[ranges], "%.*s{%ld..%ld}%s", (int)(star - fam[i]), fam[i], first, last,
+                 star + 1);
+        pat = range[ranges++];
+      }
+      lines[n + 1 + nfirst++] = (line){pat, spec[j]};
+    }
   }
   for (int k = 0; k < nfirst; k++) lines[nl++] = lines[n + 1 + k];
   int width = 0;
@@ -2508,6 +2519,7 @@ out:
   free(spec);
   free(done);
   free(lines);
+  free(range);
 }
 
 static const char *fmt_bytes(double b, char *buf, size_t cap) {

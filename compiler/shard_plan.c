@@ -5,13 +5,6 @@
 #include "shard.h"
 #include "shard_internal.h"
 
-/* More literal characters = more specific; '*' counts for nothing. */
-static int specificity(const char *pattern) {
-  int n = 0;
-  for (; *pattern; pattern++) n += *pattern != '*';
-  return n;
-}
-
 /* One report per annotation or rule, however many (repeated) layers it covers. */
 static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
   for (size_t i = 0; i < c->diags->len; i++) {
@@ -45,7 +38,7 @@ bool shard_resolve_placements(placement_ctx *c) {
     const ir_rule *rule = NULL;
     for (size_t r = 0; plan && r < plan->nrules; r++) {
       if (!ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
-      int spec = specificity(plan->rules[r].pattern);
+      int spec = ir_pattern_specificity(plan->rules[r].pattern);
       if (spec >= best) { /* more specific wins; among equals, the later */
         best = spec;
         rule = &plan->rules[r];

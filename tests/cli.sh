@@ -87,6 +87,16 @@ check tp-auto 1 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_auto.nt
 expect_text tp-auto "'tp auto'"
 check seed-negative 2 "$ntpc" run examples/gpt2.ntp --seed -1
 
+# plan patterns with numeric ranges: the range beats blk.*, a single name beats the range
+printf 'plan r for gpt2 {\n  world 4;\n  * tp 1;\n  blk.*.mlp tp 2;\n  blk.{0..1}.mlp tp 4;\n  blk.1.mlp tp 2;\n}\n' >"$tmp/range.ntp"
+check plan-range 0 "$ntpc" report examples/gpt2.ntp --plan "$tmp/range.ntp" -D B=4 -D S=8 -D D=32 -D H=4 -D V=64 -D L=3
+expect_text plan-range "placement blk.0.mlp: groups (4)"
+expect_text plan-range "placement blk.1.mlp: groups (2, 2)"
+expect_text plan-range "placement blk.2.mlp: groups (2, 2)"
+printf 'plan r for gpt2 {\n  world 2;\n  blk.{7..9}.mlp tp 2;\n}\n' >"$tmp/range2.ntp"
+check plan-range-none 1 "$ntpc" check examples/gpt2.ntp --plan "$tmp/range2.ntp" -D L=3
+expect_text plan-range-none "rule 'blk.{7..9}.mlp' matches no layer"
+
 # parameters: save the default initialisation, load it back (unsharded and every rank by slices)
 check save-params 0 "$ntpc" run examples/gpt2.ntp $toyw --seed 5 --save-params "$tmp/p.safetensors"
 grep '^output' "$tmp/out" >"$tmp/a"

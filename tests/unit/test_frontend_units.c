@@ -19,6 +19,20 @@ static void test_glob(void) {
   CHECK(!ir_glob_match("embed", "embedding"));
   CHECK(ir_glob_match("blk.1*", "blk.11.mlp"));
   CHECK(!ir_glob_match("", "x"));
+  /* numeric ranges */
+  CHECK(ir_glob_match("blk.{58..95}.attn", "blk.58.attn"));
+  CHECK(ir_glob_match("blk.{58..95}.attn", "blk.95.attn"));
+  CHECK(!ir_glob_match("blk.{58..95}.attn", "blk.57.attn"));
+  CHECK(!ir_glob_match("blk.{58..95}.attn", "blk.96.attn"));
+  CHECK(!ir_glob_match("blk.{5..9}.attn", "blk.50.attn")); /* the whole number, not a prefix */
+  CHECK(!ir_glob_match("blk.{0..9}.attn", "blk.x.attn"));
+  CHECK(ir_glob_match("*.{1..2}.*", "a.b.2.mlp"));
+  CHECK(ir_glob_match("blk.{1..1}", "blk.1"));
+  CHECK(!ir_glob_match("blk.{2..1}", "blk.1")); /* an empty range matches nothing */
+  /* specificity: a single name > a range > '*' */
+  CHECK(ir_pattern_specificity("blk.60.attn") > ir_pattern_specificity("blk.{58..95}.attn"));
+  CHECK(ir_pattern_specificity("blk.{58..95}.attn") > ir_pattern_specificity("blk.*.attn"));
+  CHECK(ir_pattern_specificity("*") == 0);
 }
 
 static void test_nearest(void) {
