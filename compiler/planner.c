@@ -698,10 +698,7 @@ double plan_tables_fixed_bytes(const plan_tables *t) { return t->act_reserve + t
 double plan_tables_act_bytes(const plan_tables *t, int32_t layer, int32_t s) { return t->amax[(size_t)layer * t->S + s]; }
 double plan_tables_const_bytes(const plan_tables *t) { return t->const_mem; }
 
-typedef struct rbox {
-  int32_t rank;
-  ntp_box box;
-} rbox;
+typedef rank_box rbox; /* shard.h */
 
 static void group_starts(const plan_place *pl, int32_t *gs) {
   gs[0] = 0;
@@ -711,18 +708,7 @@ static void group_starts(const plan_place *pl, int32_t *gs) {
 /* The pieces of a value of shape s that lives at home h (state `state` of h's layer). */
 static int home_pieces(const plan_tables *T, home h, int32_t state, ntp_shape s, rbox *out) {
   int n = 0;
-  if (h.kind == H_DEFAULT) {
-    if (s.ndim == 0) {
-      out[n++] = (rbox){0, box_full(&s)};
-      return n;
-    }
-    for (int32_t r = 0; r < T->W; r++) {
-      ntp_box b = box_full(&s);
-      split_range(s.dim[0], T->W, r, &b.lo[0], &b.hi[0]);
-      if (b.hi[0] > b.lo[0]) out[n++] = (rbox){r, b};
-    }
-    return n;
-  }
+  if (h.kind == H_DEFAULT) return box_default_split(s, T->W, out); /* as the compiler places it */
   const plan_place *pl = &T->st[state];
   const chain_layer *c = &T->pm->L[h.layer];
   int64_t rows[NTP_MAX_GROUPS + 1];
@@ -1039,32 +1025,39 @@ static double fop_piece_time(const plan_profile *p, const fop *f, const ntp_box 
 }
 
 
+/* Distinct (value, rank, box) slices, each counted once in its rank's bytes. */
+typedef struct read_set {
+  struct read_seen {
+    int32_t value, rank;
+    ntp_box box;
+  } *done;
+  size_t nd, cd;
+} read_set;
+
+static void read_set_add(read_set *rs, const sread *rd, const rbox *nb, int n, double *per_rank) {
+  for (int i = 0; i < n; i++) {
+    bool dup = false;
+    for (size_t j = 0; j < rs->nd && !dup; j++)
+      dup = rs->done[j].value == rd->value && rs->done[j].rank == nb[i].rank && box_eq(&rs->done[j].box, &nb[i].box);
+    if (dup) continue;
+    struct read_seen seen = {rd->value, nb[i].rank, nb[i].box};
+    VEC_PUSH(rs->done, rs->nd, rs->cd, seen);
+    per_rank[nb[i].rank] += al((double)box_volume(&nb[i].box) * (double)dtype_bytes(rd->dt));
+  }
+}
+
 /* Source slices read at a home, per rank (each distinct box once). */
 static void add_reads(const plan_tables *T, home h, int32_t state, double *per_rank) {
   const plan_model *pm = T->pm;
   size_t cap = (size_t)T->W * 4 + 8;
   rbox *nb = malloc(cap * sizeof *nb);
-  typedef struct seen {
-    int32_t value, rank;
-    ntp_box box;
-  } seen;
-  seen *done = NULL;
-  size_t nd = 0, cd = 0;
+  read_set rs = {0};
   int32_t slot = h.kind == H_LAYER ? h.layer : pm->n;
   for (int32_t e = pm->read_off[slot]; nb && e < pm->read_off[slot + 1]; e++) {
     const sread *rd = &pm->reads[pm->read_ix[e]];
-    int n = need_pieces(T, rd->at, state, rd->rs, rd->vs, rd->xf, nb);
-    for (int i = 0; i < n; i++) {
-      bool dup = false;
-      for (size_t j = 0; j < nd && !dup; j++)
-        dup = done[j].value == rd->value && done[j].rank == nb[i].rank && box_eq(&done[j].box, &nb[i].box);
-      if (dup) continue;
-      seen s = {rd->value, nb[i].rank, nb[i].box};
-      VEC_PUSH(done, nd, cd, s);
-      per_rank[nb[i].rank] += al((double)box_volume(&nb[i].box) * (double)dtype_bytes(rd->dt));
-    }
+    read_set_add(&rs, rd, nb, need_pieces(T, rd->at, state, rd->rs, rd->vs, rd->xf, nb), per_rank);
   }
-  free(done);
+  free(rs.done);
   free(nb);
 }
 
@@ -1074,27 +1067,13 @@ static void add_reads_plan(const plan_tables *T, const int32_t *choice, double *
   const plan_model *pm = T->pm;
   size_t cap = (size_t)T->W * 4 + 8;
   rbox *nb = malloc(cap * sizeof *nb);
-  typedef struct seen {
-    int32_t value, rank;
-    ntp_box box;
-  } seen;
-  seen *done = NULL;
-  size_t nd = 0, cd = 0;
+  read_set rs = {0};
   for (size_t k = 0; nb && k < pm->nreads; k++) {
     const sread *rd = &pm->reads[k];
     int32_t state = rd->at.kind == H_LAYER ? choice[rd->at.layer] : 0;
-    int n = need_pieces(T, rd->at, state, rd->rs, rd->vs, rd->xf, nb);
-    for (int i = 0; i < n; i++) {
-      bool dup = false;
-      for (size_t j = 0; j < nd && !dup; j++)
-        dup = done[j].value == rd->value && done[j].rank == nb[i].rank && box_eq(&done[j].box, &nb[i].box);
-      if (dup) continue;
-      seen s = {rd->value, nb[i].rank, nb[i].box};
-      VEC_PUSH(done, nd, cd, s);
-      per_rank[nb[i].rank] += al((double)box_volume(&nb[i].box) * (double)dtype_bytes(rd->dt));
-    }
+    read_set_add(&rs, rd, nb, need_pieces(T, rd->at, state, rd->rs, rd->vs, rd->xf, nb), per_rank);
   }
-  free(done);
+  free(rs.done);
   free(nb);
 }
 

@@ -410,11 +410,6 @@ static ntp_box layout_box(lower *L, const ntp_layout *lay, ntp_shape shape, int3
 
 /* ---- following: an op computed where its latest operand lives ------------------------ */
 
-typedef struct rank_box {
-  int32_t rank;
-  ntp_box box;
-} rank_box;
-
 /* Where a value is, or would be: its home pieces; its layout; else rows split over all ranks. */
 static size_t where(lower *L, int32_t v, rank_box *out) {
   size_t n = 0;
@@ -428,16 +423,7 @@ static size_t where(lower *L, int32_t v, rank_box *out) {
     for (int32_t r = 0; r < L->W; r++) out[n++] = (rank_box){r, layout_box(L, &L->lay[v], s, r)};
     return n;
   }
-  if (s.ndim == 0) {
-    out[n++] = (rank_box){0, box_full(&s)};
-    return n;
-  }
-  for (int32_t r = 0; r < L->W; r++) {
-    ntp_box b = box_full(&s);
-    split_range(s.dim[0], L->W, r, &b.lo[0], &b.hi[0]);
-    if (b.hi[0] > b.lo[0]) out[n++] = (rank_box){r, b};
-  }
-  return n;
+  return box_default_split(s, L->W, out);
 }
 
 static void follow(lower *L, const ir_op *op) {

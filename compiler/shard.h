@@ -27,6 +27,16 @@ const char *box_str(const ntp_box *b, char *buf, size_t cap);
 /* The box of an operand of shape `os` that a result box `rb` needs, NumPy broadcasting undone. */
 ntp_box box_project(ntp_box rb, ntp_shape os);
 
+/* A box of a value held by one rank. */
+typedef struct rank_box {
+  int32_t rank;
+  ntp_box box;
+} rank_box;
+
+/* The default placement of a value of shape s on W ranks: dim 0 split over the ranks (ranks
+ * whose part is empty hold nothing); a scalar on rank 0. Returns how many it wrote. */
+int box_default_split(ntp_shape s, int32_t W, rank_box *out);
+
 /* Balanced split of n units into parts: part i gets [lo, hi); sizes differ by at most one. */
 void split_range(int64_t n, int64_t parts, int64_t i, int64_t *lo, int64_t *hi);
 /* The same in units of `unit` elements (the last unit may be short). */

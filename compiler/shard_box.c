@@ -82,3 +82,17 @@ ntp_box box_project(ntp_box rb, ntp_shape os) {
   }
   return b;
 }
+
+int box_default_split(ntp_shape s, int32_t W, rank_box *out) {
+  int n = 0;
+  if (s.ndim == 0) {
+    out[n++] = (rank_box){0, box_full(&s)};
+    return n;
+  }
+  for (int32_t r = 0; r < W; r++) {
+    ntp_box b = box_full(&s);
+    split_range(s.dim[0], W, r, &b.lo[0], &b.hi[0]);
+    if (b.hi[0] > b.lo[0]) out[n++] = (rank_box){r, b};
+  }
+  return n;
+}
