@@ -770,8 +770,8 @@ static int level_of_pair(const plan_tables *T, int32_t a, int32_t b) { return T-
 static void traffic(const plan_tables *T, const rbox *src, int nsrc, const rbox *need, int nneed, double eb, double *in,
                     double *out) {
   int *hit = malloc((size_t)(nsrc + 1) * sizeof *hit);
-  int64_t *bounds = malloc((size_t)(2 * nsrc + 2) * NTP_MAX_RANK * sizeof *bounds);
-  for (int k = 0; hit && bounds && k < nneed; k++) {
+  ntp_box *hb = malloc((size_t)(nsrc + 1) * sizeof *hb);
+  for (int k = 0; hit && hb && k < nneed; k++) {
     const ntp_box *nb = &need[k].box;
     int32_t r = need[k].rank;
     if (box_volume(nb) == 0) continue;
@@ -781,39 +781,14 @@ static void traffic(const plan_tables *T, const rbox *src, int nsrc, const rbox 
       ntp_box x;
       if (!box_intersect(&src[p].box, nb, &x)) continue;
       local = src[p].rank == r && box_eq(&x, nb);
+      hb[nh] = src[p].box;
       hit[nh++] = p;
     }
     if (local) continue;
-    int nd = nb->ndim, cnt[NTP_MAX_RANK];
-    int64_t *bd[NTP_MAX_RANK];
-    for (int d = 0; d < nd; d++) {
-      bd[d] = bounds + (size_t)d * (size_t)(2 * nsrc + 2);
-      int c = 0;
-      bd[d][c++] = nb->lo[d];
-      bd[d][c++] = nb->hi[d];
-      for (int h = 0; h < nh; h++) {
-        const ntp_box *b = &src[hit[h]].box;
-        if (b->lo[d] > nb->lo[d] && b->lo[d] < nb->hi[d]) bd[d][c++] = b->lo[d];
-        if (b->hi[d] > nb->lo[d] && b->hi[d] < nb->hi[d]) bd[d][c++] = b->hi[d];
-      }
-      for (int i = 1; i < c; i++) /* insertion sort: a few entries */
-        for (int j = i; j > 0 && bd[d][j - 1] > bd[d][j]; j--) {
-          int64_t t = bd[d][j];
-          bd[d][j] = bd[d][j - 1];
-          bd[d][j - 1] = t;
-        }
-      int u = 0;
-      for (int i = 0; i < c; i++)
-        if (u == 0 || bd[d][i] != bd[d][u - 1]) bd[d][u++] = bd[d][i];
-      cnt[d] = u;
-    }
-    int idx[NTP_MAX_RANK] = {0};
-    for (;;) {
-      ntp_box cell = {.ndim = nd};
-      for (int d = 0; d < nd; d++) {
-        cell.lo[d] = bd[d][idx[d]];
-        cell.hi[d] = bd[d][idx[d] + 1];
-      }
+    box_grid grid; /* the compiler's slice intersection (shard.c ensure), cell by cell */
+    if (!box_grid_init(&grid, nb, hb, (size_t)nh)) break;
+    ntp_box cell;
+    while (box_grid_next(&grid, &cell)) {
       int best = -1, bestd = 0;
       for (int h = 0; h < nh; h++) {
         const rbox *sp = &src[hit[h]];
@@ -830,13 +805,11 @@ static void traffic(const plan_tables *T, const rbox *src, int nsrc, const rbox 
         in[lv * T->W + r] += b;
         out[lv * T->W + src[best].rank] += b;
       }
-      int d = nd - 1;
-      while (d >= 0 && ++idx[d] >= cnt[d] - 1) idx[d--] = 0;
-      if (d < 0) break;
     }
+    box_grid_free(&grid);
   }
   free(hit);
-  free(bounds);
+  free(hb);
 }
 
 /* A redistribution step: every rank's links run in parallel; the slowest rank sets the time. */

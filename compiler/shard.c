@@ -163,37 +163,20 @@ static int32_t ensure(lower *L, int32_t v, int32_t rank, ntp_box need) {
   int32_t dst = new_tensor(L, rank, v, need, vdtype(L, v), L->m->values[v].name);
 
   int nd = need.ndim;
-  int64_t bounds[NTP_MAX_RANK][2 * 64 + 2];
-  int nb[NTP_MAX_RANK];
-  for (int d = 0; d < nd; d++) {
-    nb[d] = 0;
-    bounds[d][nb[d]++] = need.lo[d];
-    bounds[d][nb[d]++] = need.hi[d];
-    for (size_t i = 0; i < p->npieces[v] && nb[d] < 2 * 64; i++) {
-      const sh_tensor *s = &p->tensors[p->pieces[v][i]];
-      if (s->def < 0) continue; /* queued in this same batch: not a source yet */
-      if (s->box.lo[d] > need.lo[d] && s->box.lo[d] < need.hi[d]) bounds[d][nb[d]++] = s->box.lo[d];
-      if (s->box.hi[d] > need.lo[d] && s->box.hi[d] < need.hi[d]) bounds[d][nb[d]++] = s->box.hi[d];
-    }
-    /* sort + unique (tiny arrays) */
-    for (int i = 1; i < nb[d]; i++)
-      for (int j = i; j > 0 && bounds[d][j - 1] > bounds[d][j]; j--) {
-        int64_t x = bounds[d][j];
-        bounds[d][j] = bounds[d][j - 1];
-        bounds[d][j - 1] = x;
-      }
-    int u = 0;
-    for (int i = 0; i < nb[d]; i++)
-      if (u == 0 || bounds[d][i] != bounds[d][u - 1]) bounds[d][u++] = bounds[d][i];
-    nb[d] = u;
+  /* the ready pieces (those queued in this same batch are not sources yet) */
+  ntp_box *srcs = malloc((p->npieces[v] + 1) * sizeof *srcs);
+  size_t ns = 0;
+  for (size_t i = 0; srcs && i < p->npieces[v]; i++)
+    if (p->tensors[p->pieces[v][i]].def >= 0) srcs[ns++] = p->tensors[p->pieces[v][i]].box;
+  box_grid grid;
+  if (!srcs || !box_grid_init(&grid, &need, srcs, ns)) {
+    free(srcs);
+    internal_error(L, "out of memory%s", "");
+    return dst;
   }
-  int idx[NTP_MAX_RANK] = {0};
-  for (;;) {
-    ntp_box cell = {.ndim = nd};
-    for (int d = 0; d < nd; d++) {
-      cell.lo[d] = bounds[d][idx[d]];
-      cell.hi[d] = bounds[d][idx[d] + 1];
-    }
+  free(srcs);
+  ntp_box cell;
+  while (box_grid_next(&grid, &cell)) {
     int32_t best = -1;
     int32_t best_dist = INT32_MAX;
     for (size_t i = 0; i < p->npieces[v]; i++) {
@@ -209,6 +192,7 @@ static int32_t ensure(lower *L, int32_t v, int32_t rank, ntp_box need) {
     if (best < 0) {
       char buf[128];
       internal_error(L, "no rank holds %s of a value", box_str(&cell, buf, sizeof buf));
+      box_grid_free(&grid);
       return dst;
     }
     /* merge with the previous transfer when it continues it along the last dim */
@@ -223,10 +207,8 @@ static int32_t ensure(lower *L, int32_t v, int32_t rank, ntp_box need) {
       sh_xfer x = {best, dst, cell};
       VEC_PUSH(L->pend, L->npend, L->cpend, x);
     }
-    int d = nd - 1;
-    while (d >= 0 && ++idx[d] >= nb[d] - 1) idx[d--] = 0;
-    if (d < 0) break;
   }
+  box_grid_free(&grid);
   add_piece(L, v, dst);
   return dst;
 }

@@ -27,6 +27,22 @@ const char *box_str(const ntp_box *b, char *buf, size_t cap);
 /* The box of an operand of shape `os` that a result box `rb` needs, NumPy broadcasting undone. */
 ntp_box box_project(ntp_box rb, ntp_shape os);
 
+/* The cells that cut `need` along every boundary of some source boxes lying inside it: each
+ * cell lies within one source or outside all of them (slice intersection). */
+typedef struct box_grid {
+  int nd;
+  int64_t *cut[NTP_MAX_RANK]; /* per dim: sorted distinct cut points, need's own ends included */
+  int ncut[NTP_MAX_RANK];
+  int idx[NTP_MAX_RANK];
+  bool started, done;
+  int64_t *mem;
+} box_grid;
+
+bool box_grid_init(box_grid *g, const ntp_box *need, const ntp_box *srcs, size_t nsrcs); /* false: no memory */
+/* The next cell (row-major order); false when all have been given. */
+bool box_grid_next(box_grid *g, ntp_box *cell);
+void box_grid_free(box_grid *g);
+
 /* A box of a value held by one rank. */
 typedef struct rank_box {
   int32_t rank;

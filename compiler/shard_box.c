@@ -1,5 +1,6 @@
 /* shard_box.c — boxes (hyper-rectangles of global indices) and balanced uneven splits. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "shard.h"
 
@@ -95,4 +96,57 @@ int box_default_split(ntp_shape s, int32_t W, rank_box *out) {
     if (b.hi[0] > b.lo[0]) out[n++] = (rank_box){r, b};
   }
   return n;
+}
+
+bool box_grid_init(box_grid *g, const ntp_box *need, const ntp_box *srcs, size_t n) {
+  *g = (box_grid){.nd = need->ndim};
+  size_t per = 2 * n + 2;
+  g->mem = malloc((size_t)(need->ndim ? need->ndim : 1) * per * sizeof *g->mem);
+  if (!g->mem) return false;
+  for (int d = 0; d < g->nd; d++) {
+    int64_t *cut = g->cut[d] = g->mem + (size_t)d * per;
+    int c = 0;
+    cut[c++] = need->lo[d];
+    cut[c++] = need->hi[d];
+    for (size_t i = 0; i < n; i++) {
+      if (srcs[i].lo[d] > need->lo[d] && srcs[i].lo[d] < need->hi[d]) cut[c++] = srcs[i].lo[d];
+      if (srcs[i].hi[d] > need->lo[d] && srcs[i].hi[d] < need->hi[d]) cut[c++] = srcs[i].hi[d];
+    }
+    for (int i = 1; i < c; i++) /* insertion sort: a few entries */
+      for (int j = i; j > 0 && cut[j - 1] > cut[j]; j--) {
+        int64_t x = cut[j];
+        cut[j] = cut[j - 1];
+        cut[j - 1] = x;
+      }
+    int u = 0;
+    for (int i = 0; i < c; i++)
+      if (u == 0 || cut[i] != cut[u - 1]) cut[u++] = cut[i];
+    g->ncut[d] = u;
+    if (u < 2) g->done = true; /* an empty need has no cells */
+  }
+  return true;
+}
+
+bool box_grid_next(box_grid *g, ntp_box *cell) {
+  if (g->done) return false;
+  if (g->started) {
+    int d = g->nd - 1;
+    while (d >= 0 && ++g->idx[d] >= g->ncut[d] - 1) g->idx[d--] = 0;
+    if (d < 0) {
+      g->done = true;
+      return false;
+    }
+  }
+  g->started = true;
+  cell->ndim = g->nd;
+  for (int d = 0; d < g->nd; d++) {
+    cell->lo[d] = g->cut[d][g->idx[d]];
+    cell->hi[d] = g->cut[d][g->idx[d] + 1];
+  }
+  return true;
+}
+
+void box_grid_free(box_grid *g) {
+  free(g->mem);
+  g->mem = NULL;
 }

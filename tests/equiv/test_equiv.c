@@ -19,19 +19,7 @@
 #include "ntprt.h"
 #include "shard.h"
 
-typedef struct rng {
-  uint64_t s;
-} rng;
-
-static uint64_t next(rng *r) {
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static int uni(rng *r, int lo, int hi) { return lo + (int)(next(r) % (uint64_t)(hi - lo + 1)); }
-static bool chance(rng *r, int percent) { return uni(r, 1, 100) <= percent; }
+#include "rng.h"
 
 typedef struct text {
   char buf[16384];
