@@ -14,6 +14,8 @@ command -v bison >/dev/null || need+=(bison)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -f /usr/include/json-c/json.h ] || need+=(libjson-c-dev)  # safetensors headers
 [ -f /usr/include/dlpack/dlpack.h ] || need+=(libdlpack-dev) # tensors across the model library's ABI
+# the CPU backend's GEMMs: the OpenMP build of OpenBLAS (shares the thread pool of the other kernels)
+ls /usr/lib/*/openblas-openmp/libopenblas.so >/dev/null 2>&1 || need+=(libopenblas-openmp-dev)
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3 python3-numpy) # independent numeric tests
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}"

@@ -1,9 +1,16 @@
-/* CPU reference kernels; see cpu_kernels.h for the contract of each one. */
+/* CPU kernels; see cpu_kernels.h for the contract of each one. GEMMs go to the BLAS, the other
+ * kernels are OpenMP loops over rows or elements. */
 #include "cpu_kernels.h"
 
+#include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Loops over fewer elements than this stay on one thread: below it, waking the pool costs
+ * more than the work (a few microseconds against ~1 ns per element). */
+enum { PAR_MIN = 1 << 14 };
 
 /* ---- bit helpers (memcpy is the defined way to type-pun in C) ---------- */
 
@@ -68,13 +75,16 @@ float ntp_round_fp16(float x)
 
 void ntp_round_buf(float *x, size_t n, ntp_round_mode m)
 {
+    const int64_t len = (int64_t)n;
     switch (m) {
     case NTP_ROUND_BF16:
-        for (size_t i = 0; i < n; i++)
+#pragma omp parallel for schedule(static) if (len >= PAR_MIN)
+        for (int64_t i = 0; i < len; i++)
             x[i] = ntp_round_bf16(x[i]);
         break;
     case NTP_ROUND_FP16:
-        for (size_t i = 0; i < n; i++)
+#pragma omp parallel for schedule(static) if (len >= PAR_MIN)
+        for (int64_t i = 0; i < len; i++)
             x[i] = ntp_round_fp16(x[i]);
         break;
     case NTP_ROUND_NONE:
@@ -156,37 +166,15 @@ float ntp_silu(float x) { return x * ntp_sigmoid(x); }
 
 /* ---- matmul ------------------------------------------------------------ */
 
-/* One [m,k] x [k,n] product, i-k-j order: the inner loop streams a row of b
- * and a row of c, which vectorises; each c element is summed over k in order. */
-static void mm_nn(const float *restrict a, const float *restrict b, float *restrict c, int64_t m,
-                  int64_t k, int64_t n)
+/* Row-major C[m][n] = A[m][k] * op(B) through the BLAS. cblas takes int sizes, so the rows are
+ * done in chunks that fit; k and n are bounded by the header's contract. */
+static void gemm_rows(const float *a, const float *b, float *c, int64_t m, int64_t k, int64_t n, bool trans_b)
 {
-    for (int64_t i = 0; i < m; i++) {
-        float *restrict ci = c + i * n;
-        for (int64_t j = 0; j < n; j++)
-            ci[j] = 0.0f;
-        for (int64_t p = 0; p < k; p++) {
-            const float aip = a[i * k + p];
-            const float *restrict bp = b + p * n;
-            for (int64_t j = 0; j < n; j++)
-                ci[j] += aip * bp[j];
-        }
-    }
-}
-
-/* b stored [n][k]: each output is a dot of two contiguous rows, summed in k order. */
-static void mm_nt(const float *restrict a, const float *restrict b, float *restrict c, int64_t m,
-                  int64_t k, int64_t n)
-{
-    for (int64_t i = 0; i < m; i++) {
-        const float *restrict ai = a + i * k;
-        for (int64_t j = 0; j < n; j++) {
-            const float *restrict bj = b + j * k;
-            float acc = 0.0f;
-            for (int64_t p = 0; p < k; p++)
-                acc += ai[p] * bj[p];
-            c[i * n + j] = acc;
-        }
+    const int64_t chunk = INT_MAX;
+    for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+        int64_t rows = m - r0 < chunk ? m - r0 : chunk;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)rows, (int)n, (int)k,
+                    1.0f, a + r0 * k, (int)k, b, trans_b ? (int)k : (int)n, 0.0f, c + r0 * n, (int)n);
     }
 }
 
@@ -195,17 +183,18 @@ void ntp_cpu_matmul(const float *a, const float *b, float *c, int64_t batch, int
 {
     if (batch <= 0 || m <= 0 || n <= 0)
         return;
-    if (k < 0)
-        k = 0;
-    for (int64_t bt = 0; bt < batch; bt++) {
-        const float *ab = a + bt * m * k;
-        const float *bb = b + bt * b_batch_stride;
-        float *cb = c + bt * m * n;
-        if (trans_b)
-            mm_nt(ab, bb, cb, m, k, n);
-        else
-            mm_nn(ab, bb, cb, m, k, n);
+    if (k <= 0) { /* the empty sum; not left to the BLAS, which may skip writing C */
+        memset(c, 0, (size_t)(batch * m * n) * sizeof *c);
+        return;
     }
+    if (b_batch_stride == 0) {
+        /* one B for the whole batch and a dense A: a single GEMM of batch*m rows, which the
+         * BLAS blocks and threads better than `batch` small ones */
+        gemm_rows(a, b, c, batch * m, k, n, trans_b);
+        return;
+    }
+    for (int64_t bt = 0; bt < batch; bt++)
+        gemm_rows(a + bt * m * k, b + bt * b_batch_stride, c + bt * m * n, m, k, n, trans_b);
 }
 
 /* ---- norms / softmax --------------------------------------------------- */
@@ -214,6 +203,7 @@ void ntp_cpu_layernorm(const float *x, float *y, int64_t rows, int64_t d, float 
 {
     if (d <= 0)
         return;
+#pragma omp parallel for schedule(static) if (rows * d >= PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * d;
         float *yr = y + r * d;
@@ -238,6 +228,7 @@ void ntp_cpu_rmsnorm(const float *x, float *y, int64_t rows, int64_t d, float ep
 {
     if (d <= 0)
         return;
+#pragma omp parallel for schedule(static) if (rows * d >= PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * d;
         float *yr = y + r * d;
@@ -278,6 +269,7 @@ void ntp_cpu_softmax(const float *x, float *y, int64_t rows, int64_t d)
 {
     if (d <= 0)
         return;
+#pragma omp parallel for schedule(static) if (rows * d >= PAR_MIN)
     for (int64_t r = 0; r < rows; r++)
         softmax_row(x + r * d, y + r * d, d);
 }
@@ -296,26 +288,27 @@ void ntp_cpu_rope_at(const float *x, float *y, int64_t b, int64_t s, int64_t h, 
         return;
     const int64_t half = hd / 2;
     const int64_t row = h * hd; /* elements per (b, s) */
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t pos = 0; pos < s; pos++) {
-            const float *xs = x + (bi * s + pos) * row;
-            float *ys = y + (bi * s + pos) * row;
-            /* one cos/sin per (pos, i), shared by every head */
-            for (int64_t i = 0; i < half; i++) {
-                double ang = (double)(pos0 + pos) * pow((double)theta, -2.0 * (double)i / (double)hd);
-                double cs = cos(ang), sn = sin(ang);
-                for (int64_t hh = 0; hh < h; hh++) {
-                    const float *xh = xs + hh * hd;
-                    float *yh = ys + hh * hd;
-                    double x1 = xh[i], x2 = xh[i + half]; /* read both before writing: in-place safe */
-                    yh[i] = (float)(x1 * cs - x2 * sn);
-                    yh[i + half] = (float)(x2 * cs + x1 * sn);
-                }
+#pragma omp parallel for schedule(static) if (b * s * row >= PAR_MIN)
+    for (int64_t bs = 0; bs < b * s; bs++) {
+        const int64_t pos = bs % s;
+        const float *xs = x + bs * row;
+        float *ys = y + bs * row;
+        /* one cos/sin per (pos, i), shared by every head */
+        for (int64_t i = 0; i < half; i++) {
+            double ang = (double)(pos0 + pos) * pow((double)theta, -2.0 * (double)i / (double)hd);
+            double cs = cos(ang), sn = sin(ang);
+            for (int64_t hh = 0; hh < h; hh++) {
+                const float *xh = xs + hh * hd;
+                float *yh = ys + hh * hd;
+                double x1 = xh[i], x2 = xh[i + half]; /* read both before writing: in-place safe */
+                yh[i] = (float)(x1 * cs - x2 * sn);
+                yh[i + half] = (float)(x2 * cs + x1 * sn);
             }
-            if (hd & 1)
-                for (int64_t hh = 0; hh < h; hh++)
-                    ys[hh * hd + hd - 1] = xs[hh * hd + hd - 1];
         }
+        if (hd & 1)
+            for (int64_t hh = 0; hh < h; hh++)
+                ys[hh * hd + hd - 1] = xs[hh * hd + hd - 1];
+    }
 }
 
 /* ---- attention --------------------------------------------------------- */
@@ -328,6 +321,10 @@ int ntp_cpu_attention(const float *q, const float *k, const float *v, float *out
     return ntp_cpu_attention_heads(q, k, v, out, b, s, h, kv, hd, causal, scale, 0, h > 0 ? h / kv : 1, 0);
 }
 
+/* Query rows per tile: the scores of one tile (ATT_TILE x s floats) stay in cache between the
+ * two GEMMs, and under a causal mask a tile only multiplies the keys up to its last row. */
+enum { ATT_TILE = 64 };
+
 int ntp_cpu_attention_heads(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t s,
                             int64_t h, int64_t kv, int64_t hd, bool causal, float scale, int64_t q_off,
                             int64_t group, int64_t kv_off)
@@ -336,36 +333,43 @@ int ntp_cpu_attention_heads(const float *q, const float *k, const float *v, floa
         return -1;
     if (b <= 0 || s <= 0 || h <= 0 || hd <= 0)
         return 0;
-    float *p = malloc((size_t)s * sizeof *p); /* scores, then probabilities, for one query */
-    if (!p)
-        return -1;
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t t = 0; t < s; t++)
-            for (int64_t j = 0; j < h; j++) {
-                const int64_t g = (q_off + j) / group - kv_off; /* this query head's kv head, locally */
-                const float *qr = q + ((bi * s + t) * h + j) * hd;
-                float *o = out + ((bi * s + t) * h + j) * hd;
-                /* masked keys are simply not visited, equivalent to -inf scores */
-                const int64_t nkeys = causal ? t + 1 : s;
-                for (int64_t u = 0; u < nkeys; u++) {
-                    const float *kr = k + ((bi * s + u) * kv + g) * hd;
-                    float acc = 0.0f;
-                    for (int64_t d = 0; d < hd; d++)
-                        acc += qr[d] * kr[d];
-                    p[u] = acc * scale;
-                }
-                softmax_row(p, p, nkeys);
-                for (int64_t d = 0; d < hd; d++)
-                    o[d] = 0.0f;
-                for (int64_t u = 0; u < nkeys; u++) {
-                    const float *vr = v + ((bi * s + u) * kv + g) * hd;
-                    const float pu = p[u];
-                    for (int64_t d = 0; d < hd; d++)
-                        o[d] += pu * vr[d];
-                }
+    /* One (batch row, query head, query tile) per job. Q of a head is a strided [s][hd] matrix
+     * (row stride h*hd) and K, V of its kv head are [s][hd] with stride kv*hd, so both products
+     * run on the tensors in place: scores = scale * Q K^T, softmax per row, out = P V. */
+    const int64_t ldq = h * hd, ldk = kv * hd, tiles = (s + ATT_TILE - 1) / ATT_TILE, jobs = b * h * tiles;
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        float *p = malloc((size_t)(ATT_TILE * s) * sizeof *p); /* one tile's scores, then probabilities */
+        failed = !p;
+        /* every thread reaches the loop (a worksharing construct must be met by all); one
+         * without scratch skips its jobs and the call fails, out then holds no promise */
+#pragma omp for schedule(dynamic)
+        for (int64_t job = 0; job < jobs; job++) {
+            if (!p)
+                continue;
+            const int64_t tile = job % tiles, j = job / tiles % h, bi = job / (tiles * h);
+            const int64_t t0 = tile * ATT_TILE, tq = s - t0 < ATT_TILE ? s - t0 : ATT_TILE;
+            const int64_t nk = causal ? t0 + tq : s; /* keys any row of the tile may see */
+            const int64_t g = (q_off + j) / group - kv_off; /* this query head's kv head, locally */
+            const float *qt = q + ((bi * s + t0) * h + j) * hd;
+            const float *kg = k + (bi * s * kv + g) * hd, *vg = v + (bi * s * kv + g) * hd;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tq, (int)nk, (int)hd, scale, qt, (int)ldq, kg,
+                        (int)ldk, 0.0f, p, (int)nk);
+            for (int64_t r = 0; r < tq; r++) {
+                float *pr = p + r * nk;
+                /* masked keys take no part in the softmax and get probability 0, as -inf would */
+                const int64_t seen = causal ? t0 + r + 1 : nk;
+                softmax_row(pr, pr, seen);
+                for (int64_t u = seen; u < nk; u++)
+                    pr[u] = 0.0f;
             }
-    free(p);
-    return 0;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tq, (int)hd, (int)nk, 1.0f, p, (int)nk, vg,
+                        (int)ldk, 0.0f, out + ((bi * s + t0) * h + j) * hd, (int)ldq);
+        }
+        free(p);
+    }
+    return failed ? -1 : 0;
 }
 
 /* ---- gather ------------------------------------------------------------ */
@@ -373,6 +377,7 @@ int ntp_cpu_attention_heads(const float *q, const float *k, const float *v, floa
 void ntp_cpu_gather_range(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d, int64_t lo,
                           int64_t hi)
 {
+#pragma omp parallel for schedule(static) if (n_idx * d >= PAR_MIN)
     for (int64_t i = 0; i < n_idx; i++) {
         if (idx[i] >= lo && idx[i] < hi)
             memcpy(out + i * d, table + ((int64_t)idx[i] - lo) * d, (size_t)d * sizeof *out);
@@ -384,11 +389,14 @@ void ntp_cpu_gather_range(const float *table, const int32_t *idx, float *out, in
 int ntp_cpu_gather(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d,
                    int64_t vocab)
 {
-    for (int64_t i = 0; i < n_idx; i++) {
-        if (idx[i] < 0 || (int64_t)idx[i] >= vocab)
-            return -1;
-        if (d > 0)
+    /* find the first bad index before copying, so the rows written are exactly those before it */
+    int64_t good = 0;
+    while (good < n_idx && idx[good] >= 0 && (int64_t)idx[good] < vocab)
+        good++;
+    if (d > 0) {
+#pragma omp parallel for schedule(static) if (good * d >= PAR_MIN)
+        for (int64_t i = 0; i < good; i++)
             memcpy(out + i * d, table + (int64_t)idx[i] * d, (size_t)d * sizeof *out);
     }
-    return 0;
+    return good < n_idx ? -1 : 0;
 }

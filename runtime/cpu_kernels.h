@@ -1,5 +1,8 @@
 /* CPU reference kernels: the numeric oracle every GPU / sharded result is
- * compared against. Plain C17, single-threaded, fp32 in and out.
+ * compared against. C17, fp32 in and out; GEMMs through the BLAS (OpenBLAS), the
+ * other kernels OpenMP loops over rows or elements. Every result is independent of
+ * the number of threads except where a function says otherwise (the BLAS's
+ * summation order within a GEMM).
  *
  * Conventions shared by all kernels:
  *   - tensors are dense, row-major; sizes and strides are in elements;
@@ -52,10 +55,11 @@ float ntp_sigmoid(float x); /* overflow-free for any finite x */
 
 /* ---- matmul ------------------------------------------------------------ */
 /* c[bt][m][n] = sum_k a[bt][m][k] * B(bt)[k][n], B(bt) = b + bt*b_batch_stride
- * (stride 0 = one B shared by the whole batch). trans_b: b is stored [n][k].
- * Accumulates in fp32, summing over k in increasing order for every output
- * element (the same order for both layouts). a and c are dense batches
- * (strides m*k and m*n). c must not overlap a or b. */
+ * (stride 0 = one B shared by the whole batch: done as one GEMM of batch*m rows).
+ * trans_b: b is stored [n][k]. sgemm of the BLAS: fp32 products and fp32
+ * accumulation, in the BLAS's blocked order over k (fused multiply-adds). a and c
+ * are dense batches (strides m*k and m*n). c must not overlap a or b. k and n must
+ * fit an int (the BLAS's index type); m may not (rows go in chunks). */
 void ntp_cpu_matmul(const float *a, const float *b, float *c, int64_t batch, int64_t m, int64_t k,
                     int64_t n, bool trans_b, int64_t b_batch_stride);
 
@@ -84,9 +88,9 @@ void ntp_cpu_rope_at(const float *x, float *y, int64_t b, int64_t s, int64_t h, 
 
 /* ---- attention --------------------------------------------------------- */
 /* q [b][s][h][hd], k, v [b][s][kv][hd], out [b][s][h][hd]. Query head j uses
- * kv head j / (h / kv). Scores = scale * q.k (fp32 dot), optional causal mask
- * (key t <= query s), fp32 softmax, out = sum p * v (fp32). O(s) scratch,
- * allocated once per call. out must not overlap q, k or v.
+ * kv head j / (h / kv). Scores = scale * q.k (fp32 GEMM over a tile of 64 query
+ * rows), optional causal mask (key t <= query s), fp32 softmax per row, out = P V
+ * (fp32 GEMM). 64*s floats of scratch per thread. out must not overlap q, k or v.
  * Returns 0 on success, -1 if kv <= 0 or h % kv != 0 or scratch allocation
  * fails (out is then not written). */
 int ntp_cpu_attention(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t s,

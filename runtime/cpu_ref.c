@@ -1,6 +1,7 @@
 /* cpu_ref.c — the CPU reference executor: runs the global IR op by op in fp32,
  * rounding every stored value to its storage dtype as the GPU stores it. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,28 +13,56 @@ static ntp_round_mode round_mode(ntp_dtype dt) {
   return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
 }
 
+/* Below this many elements a loop stays on one thread (waking the pool costs more). */
+enum { PAR_MIN = 1 << 14 };
+
+/* This thread's share [lo, hi) of [0, n) in a parallel region: one contiguous chunk per thread,
+ * so each thread sets up its odometer once at its chunk's start and then does what the serial
+ * loop does. */
+static void chunk_of(int64_t n, int64_t *lo, int64_t *hi) {
+  int t = omp_get_thread_num(), nt = omp_get_num_threads();
+  *lo = n * t / nt;
+  *hi = n * (t + 1) / nt;
+}
+
+/* The multi-index of element k of a row-major box with extents ext[0..nd). */
+static void unravel(int64_t k, int nd, const int64_t *ext, int64_t *idx) {
+  for (int d = nd - 1; d >= 0; d--) {
+    idx[d] = ext[d] ? k % ext[d] : 0;
+    k = ext[d] ? k / ext[d] : 0;
+  }
+}
+
 void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t) {
   const ir_value *v = &m->values[value];
   const ir_op *op = &m->ops[v->def];
   uint64_t h = ntp_name_hash(v->name);
   int nd = box->ndim;
-  int64_t stride[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0}, n = box_volume(box);
+  int64_t stride[NTP_MAX_RANK], ext[NTP_MAX_RANK], n = box_volume(box);
   for (int d = nd - 1, st = 1; d >= 0; d--) {
     stride[d] = st;
     st *= (int)v->shape.dim[d];
+    ext[d] = box->hi[d] - box->lo[d];
   }
   int32_t range = op->attr.init.int_range > 0 ? op->attr.init.int_range : 1000;
   float center = op->code == IR_PARAM ? op->attr.init.center : 0.0f;
   float scale = op->code == IR_PARAM ? op->attr.init.scale : 1.0f;
-  for (int64_t k = 0; k < n; k++) {
-    /* element k of the box is global element g of the tensor */
-    uint64_t g = 0;
-    for (int d = 0; d < nd; d++) g += (uint64_t)((box->lo[d] + idx[d]) * stride[d]);
-    if (v->dtype == NTP_I32) t->i[k] = ntp_init_int(seed, h, g, range);
-    else t->f[k] = center + scale * ntp_init_uniform(seed, h, g);
-    for (int d = nd - 1; d >= 0; d--) {
-      if (++idx[d] < box->hi[d] - box->lo[d]) break;
-      idx[d] = 0;
+  /* each element depends only on its global index, so chunks of the box are independent */
+#pragma omp parallel if (n >= PAR_MIN)
+  {
+    int64_t idx[NTP_MAX_RANK] = {0}, k0, k1;
+    chunk_of(n, &k0, &k1);
+    unravel(k0, nd, ext, idx);
+    for (int64_t k = k0; k < k1; k++) {
+      /* element k of the box is global element g of the tensor */
+      uint64_t g = 0;
+      for (int d = 0; d < nd; d++) g += (uint64_t)((box->lo[d] + idx[d]) * stride[d]);
+      if (v->dtype == NTP_I32) t->i[k] = ntp_init_int(seed, h, g, range);
+      else t->f[k] = center + scale * ntp_init_uniform(seed, h, g);
+      for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < ext[d]) break;
+        idx[d] = 0;
+      }
     }
   }
   if (v->dtype != NTP_I32) ntp_round_buf(t->f, (size_t)n, round_mode(v->dtype));
@@ -63,7 +92,7 @@ static void free_tensor(ntp_host_tensor *t) {
 /* out = a (op) b with NumPy broadcasting, through per-dim strides (0 on broadcast dims). */
 static void broadcast_binary(ir_opcode code, const ntp_host_tensor *a, const ntp_host_tensor *b, ntp_host_tensor *o) {
   int nd = o->shape.ndim;
-  int64_t sa[NTP_MAX_RANK], sb[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0};
+  int64_t sa[NTP_MAX_RANK], sb[NTP_MAX_RANK];
   int64_t stride_a = 1, stride_b = 1;
   for (int i = nd - 1; i >= 0; i--) {
     int ia = a->shape.ndim - nd + i, ib = b->shape.ndim - nd + i;
@@ -73,24 +102,34 @@ static void broadcast_binary(ir_opcode code, const ntp_host_tensor *a, const ntp
     stride_a *= da;
     stride_b *= db;
   }
-  int64_t n = shape_numel(&o->shape), pa = 0, pb = 0;
-  for (int64_t k = 0; k < n; k++) {
-    float x = a->f[pa], y = b->f[pb], r;
-    switch (code) {
-    case IR_ADD: r = x + y; break;
-    case IR_SUB: r = x - y; break;
-    case IR_MUL: r = x * y; break;
-    default: r = x / y; break;
+  int64_t n = shape_numel(&o->shape);
+#pragma omp parallel if (n >= PAR_MIN)
+  {
+    int64_t idx[NTP_MAX_RANK] = {0}, pa = 0, pb = 0, k0, k1;
+    chunk_of(n, &k0, &k1);
+    unravel(k0, nd, o->shape.dim, idx);
+    for (int d = 0; d < nd; d++) {
+      pa += idx[d] * sa[d];
+      pb += idx[d] * sb[d];
     }
-    o->f[k] = r;
-    /* odometer step over the output index */
-    for (int d = nd - 1; d >= 0; d--) {
-      pa += sa[d];
-      pb += sb[d];
-      if (++idx[d] < o->shape.dim[d]) break;
-      pa -= sa[d] * o->shape.dim[d];
-      pb -= sb[d] * o->shape.dim[d];
-      idx[d] = 0;
+    for (int64_t k = k0; k < k1; k++) {
+      float x = a->f[pa], y = b->f[pb], r;
+      switch (code) {
+      case IR_ADD: r = x + y; break;
+      case IR_SUB: r = x - y; break;
+      case IR_MUL: r = x * y; break;
+      default: r = x / y; break;
+      }
+      o->f[k] = r;
+      /* odometer step over the output index */
+      for (int d = nd - 1; d >= 0; d--) {
+        pa += sa[d];
+        pb += sb[d];
+        if (++idx[d] < o->shape.dim[d]) break;
+        pa -= sa[d] * o->shape.dim[d];
+        pb -= sb[d] * o->shape.dim[d];
+        idx[d] = 0;
+      }
     }
   }
 }
@@ -158,6 +197,7 @@ int ntp_exec_op(const ir_op *op, ntp_host_tensor *o, const ntp_host_tensor *cons
   case IR_MUL:
   case IR_DIV: broadcast_binary(op->code, a, b, o); break;
   case IR_NEG: case IR_GELU: case IR_RELU: case IR_SILU: case IR_SIGMOID: case IR_TANH: case IR_EXP:
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) o->f[i] = unary(op->code, a->f[i]);
     break;
   case IR_SOFTMAX: ntp_cpu_softmax(a->f, o->f, n / last, last); break;
