@@ -28,6 +28,7 @@ ntpc_session *ntpc_session_new(void) {
   ntpc_session *s = calloc(1, sizeof *s);
   if (s) {
     s->diags.pool = &s->pool;
+    s->diags.error_limit = 20;
     s->world = -1;
   }
   return s;
@@ -76,6 +77,7 @@ ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment) {
 }
 
 void ntpc_set_world(ntpc_session *s, int32_t world) { s->world = world; }
+void ntpc_set_error_limit(ntpc_session *s, size_t n) { s->diags.error_limit = n; }
 const struct sh_program *ntpc_sharded(const ntpc_session *s) { return s->sharded; }
 
 void ntpc_select_model(ntpc_session *s, const char *name) { s->model_name = name ? arena_strdup(&s->pool, name) : NULL; }
@@ -87,7 +89,11 @@ ntpc_status ntpc_add_plan_file(ntpc_session *s, const char *path) {
   return NTPC_OK;
 }
 
-static source_file *read_source(ntpc_session *s, const char *path) {
+/* Reads a whole source; NULL with last_error set (a usage error), or with *too_big set when the
+ * file exceeds NTPC_MAX_SOURCE_BYTES (an input error: /dev/zero or a stray binary must not be
+ * read until memory runs out). */
+static source_file *read_source(ntpc_session *s, const char *path, bool *too_big) {
+  *too_big = false;
   FILE *f = fopen(path, "rb");
   if (!f) {
     snprintf(s->last_error, sizeof s->last_error, "cannot open '%s': %s", path, strerror(errno));
@@ -98,6 +104,10 @@ static source_file *read_source(ntpc_session *s, const char *path) {
   size_t n;
   while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
     len += n;
+    if (len > NTPC_MAX_SOURCE_BYTES) {
+      *too_big = true;
+      break;
+    }
     if (len + 1 == cap) {
       char *nb = realloc(buf, cap *= 2);
       if (!nb) free(buf);
@@ -106,9 +116,15 @@ static source_file *read_source(ntpc_session *s, const char *path) {
   }
   bool err = ferror(f);
   fclose(f);
+  if (*too_big) {
+    free(buf);
+    diag_emit(&s->diags, NTPC_ERROR, path, NTP_NOLOC, "the file is larger than %zu MiB, the largest source accepted",
+              NTPC_MAX_SOURCE_BYTES >> 20);
+    return NULL;
+  }
   if (!buf || err) {
     free(buf);
-    snprintf(s->last_error, sizeof s->last_error, "cannot read '%s'", path);
+    snprintf(s->last_error, sizeof s->last_error, "cannot read '%s': %s", path, err ? strerror(errno) : "out of memory");
     return NULL;
   }
   source_file *src = arena_alloc(&s->pool, sizeof *src);
@@ -142,31 +158,42 @@ static const ast_model *pick_model(ntpc_session *s) {
 
 /* Model and plan names are unique across the sources read. */
 static void check_unique_names(ntpc_session *s) {
-  for (const ast_model *m = s->ast.models; m; m = m->next)
-    for (const ast_model *o = s->ast.models; o != m; o = o->next)
-      if (strcmp(o->name, m->name) == 0) {
-        diag_emit(&s->diags, NTPC_ERROR, m->file, m->name_loc, "model '%s' is defined twice", m->name);
-        diag_emit(&s->diags, NTPC_NOTE, o->file, o->name_loc, "first defined here");
-        break;
-      }
-  for (const ast_plan *p = s->ast.plans; p; p = p->next)
-    for (const ast_plan *o = s->ast.plans; o != p; o = o->next)
-      if (strcmp(o->name, p->name) == 0) {
-        diag_emit(&s->diags, NTPC_ERROR, p->file, p->name_loc, "plan '%s' is defined twice", p->name);
-        diag_emit(&s->diags, NTPC_NOTE, o->file, o->name_loc, "first defined here");
-        break;
-      }
+  strmap seen = {0}; /* name -> its first definition (a map: a file may hold thousands) */
+  for (const ast_model *m = s->ast.models; m; m = m->next) {
+    int64_t first;
+    if (!strmap_get(&seen, m->name, &first)) {
+      strmap_put(&seen, m->name, (int64_t)(intptr_t)m);
+      continue;
+    }
+    const ast_model *o = (const ast_model *)(intptr_t)first;
+    diag_emit(&s->diags, NTPC_ERROR, m->file, m->name_loc, "model '%s' is defined twice", m->name);
+    diag_emit(&s->diags, NTPC_NOTE, o->file, o->name_loc, "first defined here");
+  }
+  strmap_free(&seen);
+  seen = (strmap){0};
+  for (const ast_plan *p = s->ast.plans; p; p = p->next) {
+    int64_t first;
+    if (!strmap_get(&seen, p->name, &first)) {
+      strmap_put(&seen, p->name, (int64_t)(intptr_t)p);
+      continue;
+    }
+    const ast_plan *o = (const ast_plan *)(intptr_t)first;
+    diag_emit(&s->diags, NTPC_ERROR, p->file, p->name_loc, "plan '%s' is defined twice", p->name);
+    diag_emit(&s->diags, NTPC_NOTE, o->file, o->name_loc, "first defined here");
+  }
+  strmap_free(&seen);
 }
 
 /* Plans must name a model that exists in the sources read. */
 static void check_plan_targets(ntpc_session *s) {
-  const char *names[256];
+  strmap models = {0}; /* every model, however many the file holds */
   size_t n = 0;
-  for (const ast_model *m = s->ast.models; m && n < 256; m = m->next) names[n++] = m->name;
+  for (const ast_model *m = s->ast.models; m; m = m->next, n++) strmap_put(&models, m->name, 1);
+  const char **names = malloc((n + 1) * sizeof *names);
+  n = 0;
+  for (const ast_model *m = s->ast.models; names && m; m = m->next) names[n++] = m->name;
   for (const ast_plan *p = s->ast.plans; p; p = p->next) {
-    bool ok = false;
-    for (size_t i = 0; i < n; i++) ok |= strcmp(names[i], p->model) == 0;
-    if (ok) continue;
+    if (strmap_get(&models, p->model, NULL)) continue;
     const char *near = nearest_name(p->model, names, n);
     if (near)
       diag_emit(&s->diags, NTPC_ERROR, p->file, p->model_loc, "plan '%s' is for model '%s', which is not defined; did you mean '%s'?",
@@ -175,14 +202,17 @@ static void check_plan_targets(ntpc_session *s) {
       diag_emit(&s->diags, NTPC_ERROR, p->file, p->model_loc, "plan '%s' is for model '%s', which is not defined",
                 p->name, p->model);
   }
+  free(names);
+  strmap_free(&models);
 }
 
 static ntpc_status compile(ntpc_session *s, source_file *src) {
   s->main_src = src;
   parse_into(s, src, NULL);
   for (size_t i = 0; i < s->nplan_files; i++) {
-    source_file *p = read_source(s, s->plan_files[i]);
-    if (!p) return NTPC_ERR_USAGE;
+    bool too_big;
+    source_file *p = read_source(s, s->plan_files[i], &too_big);
+    if (!p) return too_big ? NTPC_ERR_INPUT : NTPC_ERR_USAGE;
     parse_into(s, p, NULL);
   }
   if (s->diags.errors) return NTPC_ERR_INPUT;
@@ -226,14 +256,20 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
 }
 
 ntpc_status ntpc_compile_file(ntpc_session *s, const char *path) {
-  source_file *src = read_source(s, path);
-  return src ? compile(s, src) : NTPC_ERR_USAGE;
+  bool too_big;
+  source_file *src = read_source(s, path, &too_big);
+  return src ? compile(s, src) : too_big ? NTPC_ERR_INPUT : NTPC_ERR_USAGE;
 }
 
 ntpc_status ntpc_compile_string(ntpc_session *s, const char *name, const char *source) {
   source_file *src = arena_alloc(&s->pool, sizeof *src);
   src->name = arena_strdup(&s->pool, name ? name : "<string>");
   src->len = strlen(source);
+  if (src->len > NTPC_MAX_SOURCE_BYTES) {
+    diag_emit(&s->diags, NTPC_ERROR, src->name, NTP_NOLOC, "the source is larger than %zu MiB, the largest accepted",
+              NTPC_MAX_SOURCE_BYTES >> 20);
+    return NTPC_ERR_INPUT;
+  }
   src->text = arena_strndup(&s->pool, source, src->len);
   return compile(s, src);
 }

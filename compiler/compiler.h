@@ -41,12 +41,20 @@ typedef struct source_file {
   const char *name;
   const char *text;
   size_t len;
+  size_t *line_start; /* offset of each line, built on first use by source_line */
+  size_t nlines;
 } source_file;
+
+/* Line `line` (1-based) of f and its length without the newline, or NULL past the end; an
+ * index built once (in pool) makes each call O(1), however many diagnostics a file gets. */
+const char *source_line(arena *pool, source_file *f, int line, size_t *len);
 
 typedef struct diag_sink {
   ntpc_diag *items;
   size_t len, cap;
   size_t errors;
+  size_t error_limit; /* 0: none; else errors beyond it are dropped and `stopped` is set */
+  bool stopped;       /* the limit was reached: the passes stop early */
   arena *pool;
   source_file **files; /* to render source lines */
   size_t nfiles, files_cap;
@@ -88,6 +96,8 @@ struct ast_expr {
   ast_expr_kind kind;
   ntp_loc loc;
   ast_expr *next; /* in lists (tp degrees, mesh dims, batch split) */
+  ast_expr *tail; /* on a list's head: its last node, so the parser appends in O(1) */
+  int depth;      /* nesting depth of the tree below, bounded by the parser */
   union {
     int64_t ival;
     double fval;
@@ -113,20 +123,20 @@ struct ast_arg {
   const char *key; /* NULL for positional */
   ntp_loc key_loc;
   ast_expr *value;
-  ast_arg *next;
+  ast_arg *next, *tail;
 };
 
 typedef struct ast_ident {
   const char *name;
   ntp_loc loc;
-  struct ast_ident *next;
+  struct ast_ident *next, *tail;
 } ast_ident;
 
 typedef struct ast_tdim {
   ntp_loc loc;
   ast_expr *size;
   ast_ident *axes;
-  struct ast_tdim *next;
+  struct ast_tdim *next, *tail;
 } ast_tdim;
 
 typedef struct ast_type {
@@ -143,7 +153,7 @@ typedef struct ast_stmt ast_stmt;
 struct ast_stmt {
   ast_stmt_kind kind;
   ntp_loc loc;
-  ast_stmt *next;
+  ast_stmt *next, *tail;
   const char *name; /* dim, mesh, input, param, assignment target, output name, repeat name */
   ntp_loc name_loc;
   ast_expr *expr;   /* dim value, assignment value, repeat count, mesh dims (list) */
@@ -158,7 +168,7 @@ typedef enum { PST_WORLD, PST_RULE } ast_pstmt_kind;
 typedef struct ast_pstmt {
   ast_pstmt_kind kind;
   ntp_loc loc;
-  struct ast_pstmt *next;
+  struct ast_pstmt *next, *tail;
   ast_expr *world;
   const char *pattern;
   ntp_loc pattern_loc;
@@ -173,7 +183,7 @@ typedef struct ast_model {
   ntp_loc loc, name_loc;
   const char *file;
   ast_stmt *stmts;
-  struct ast_model *next;
+  struct ast_model *next, *tail;
 } ast_model;
 
 typedef struct ast_plan {
@@ -181,7 +191,7 @@ typedef struct ast_plan {
   ntp_loc loc, name_loc, model_loc;
   const char *file;
   ast_pstmt *stmts;
-  struct ast_plan *next;
+  struct ast_plan *next, *tail;
 } ast_plan;
 
 typedef struct ast_file {

@@ -7,6 +7,15 @@
 void diag_add_file(diag_sink *d, source_file *f) { VEC_PUSH(d->files, d->nfiles, d->files_cap, f); }
 
 void diag_vemit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt, va_list ap) {
+  if (d->stopped) return; /* past the error limit: nothing more, not even notes */
+  if (sev == NTPC_ERROR && d->error_limit && d->errors >= d->error_limit) {
+    d->stopped = true;
+    char msg[96];
+    snprintf(msg, sizeof msg, "too many errors emitted, stopping now [-ferror-limit=%zu]", d->error_limit);
+    ntpc_diag g = {NTPC_ERROR, NULL, 0, 0, 0, arena_strdup(d->pool, msg)};
+    VEC_PUSH(d->items, d->len, d->cap, g); /* not counted: "N errors generated." stays N */
+    return;
+  }
   char buf[1024];
   vsnprintf(buf, sizeof buf, fmt, ap);
   int end = loc.last_line == loc.first_line ? loc.last_column : loc.first_column;
@@ -23,22 +32,30 @@ void diag_emit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, c
   va_end(ap);
 }
 
-static const source_file *find_file(const diag_sink *d, const char *name) {
+static source_file *find_file(const diag_sink *d, const char *name) {
   for (size_t i = 0; i < d->nfiles; i++)
     if (name && strcmp(d->files[i]->name, name) == 0) return d->files[i];
   return NULL;
 }
 
-/* Start of 1-based line `line` in `f`, and its length without the newline. */
-static const char *line_of(const source_file *f, int line, size_t *len) {
-  const char *p = f->text, *end = f->text + f->len;
-  for (int l = 1; l < line && p < end; p++)
-    if (*p == '\n') l++;
-  if (p >= end && line > 1 && (p == f->text || p[-1] != '\n')) return NULL;
-  const char *e = p;
-  while (e < end && *e != '\n') e++;
-  *len = (size_t)(e - p);
-  return p;
+const char *source_line(arena *pool, source_file *f, int line, size_t *len) {
+  if (!f->line_start) {
+    size_t n = 1;
+    for (size_t i = 0; i < f->len; i++) n += f->text[i] == '\n';
+    f->line_start = arena_alloc(pool, (n + 1) * sizeof *f->line_start);
+    if (!f->line_start) return NULL;
+    size_t k = 0;
+    f->line_start[k++] = 0;
+    for (size_t i = 0; i < f->len; i++)
+      if (f->text[i] == '\n') f->line_start[k++] = i + 1;
+    f->line_start[k] = f->len + 1; /* one past the end, as if a newline followed the text */
+    f->nlines = n;
+  }
+  if (line < 1 || (size_t)line > f->nlines) return NULL;
+  size_t b = f->line_start[line - 1], e = f->line_start[line] - 1;
+  if (b > f->len) return NULL;
+  *len = e - b;
+  return f->text + b;
 }
 
 void diag_render(const diag_sink *d, FILE *out, int color) {
@@ -52,9 +69,9 @@ void diag_render(const diag_sink *d, FILE *out, int color) {
       fprintf(out, "%s%s: %s", color ? "\033[1m" : "", g->file ? g->file : "ntpc", color ? "\033[0m" : "");
     fprintf(out, "%s%s:%s %s\n", color ? tint[g->severity] : "", label[g->severity], color ? "\033[0m" : "",
             g->message);
-    const source_file *f = find_file(d, g->file);
+    source_file *f = find_file(d, g->file);
     size_t len = 0;
-    const char *ln = (f && g->line > 0) ? line_of(f, g->line, &len) : NULL;
+    const char *ln = (f && g->line > 0) ? source_line(d->pool, f, g->line, &len) : NULL;
     if (!ln) continue;
     fprintf(out, "%5d | %.*s\n      | ", g->line, (int)len, ln);
     for (int c = 1; c < g->col && (size_t)(c - 1) < len; c++) fputc(ln[c - 1] == '\t' ? '\t' : ' ', out);

@@ -46,6 +46,13 @@ int64_t shape_numel(const ntp_shape *s) {
   return n;
 }
 
+int64_t shape_numel_checked(const ntp_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->ndim; i++)
+    if (s->dim[i] < 0 || __builtin_mul_overflow(n, s->dim[i], &n)) return -1;
+  return n;
+}
+
 bool shape_eq(const ntp_shape *a, const ntp_shape *b) {
   if (a->ndim != b->ndim) return false;
   for (int i = 0; i < a->ndim; i++)

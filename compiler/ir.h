@@ -26,6 +26,14 @@
 #define NTP_MAX_GROUPS 64
 #define NTP_MAX_MESH_DIMS 4
 
+/* Limits on what a source may ask for, checked by sema with a diagnostic, so that no size the
+ * later passes compute (elements, bytes, bytes per rank, over every rank) can overflow 64 bits. */
+#define NTP_MAX_WORLD 4096                     /* ranks; also bounds TP degrees, mesh dims, batch shares */
+#define NTP_MAX_REPEAT 65536                   /* iterations of one 'repeat' */
+#define NTP_MAX_OPS (1 << 22)                  /* ops of the unrolled model */
+#define NTP_MAX_TENSOR_ELEMS (INT64_C(1) << 40) /* elements of one tensor (4 TiB in fp32) */
+#define NTP_MAX_MODEL_ELEMS (INT64_C(1) << 48)  /* elements of all the model's tensors together */
+
 /* X(enum suffix, printed name, operand count) */
 #define IR_OPS(X)                                                                          \
   X(INPUT, "input", 0)         /* a model input; name + init.int_range for i32 */          \
@@ -70,6 +78,8 @@ typedef struct ntp_shape {
 } ntp_shape;
 
 int64_t shape_numel(const ntp_shape *s);
+/* The element count, or -1 when it does not fit in 64 bits. */
+int64_t shape_numel_checked(const ntp_shape *s);
 bool shape_eq(const ntp_shape *a, const ntp_shape *b);
 /* "[2, 16, 768]" into buf */
 const char *shape_str(const ntp_shape *s, char *buf, size_t cap);

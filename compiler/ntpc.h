@@ -49,6 +49,10 @@ void ntpc_select_plan(ntpc_session *s, const char *plan_name);
 /* Sharding: world > 0 shards for that many ranks; 0 shards for the active plan's world (or
  * 1); -1 (the default) does not shard (the IR still records the plans). */
 void ntpc_set_world(ntpc_session *s, int32_t world);
+/* Stop after n errors (default 20, as with clang's -ferror-limit; 0: no limit). */
+void ntpc_set_error_limit(ntpc_session *s, size_t n);
+/* The largest source (model or plan file) accepted: larger ones are an input error. */
+#define NTPC_MAX_SOURCE_BYTES ((size_t)16 << 20)
 
 /* Compile: parse, check, build and verify the IR. NTPC_OK or NTPC_ERR_INPUT (see diagnostics). */
 ntpc_status ntpc_compile_file(ntpc_session *s, const char *path);

@@ -66,6 +66,10 @@ bool sema_eval_dim(sema *s, const ast_expr *e, int64_t *out) {
   }
   case AST_NEG:
     if (!sema_eval_dim(s, e->operand, &a)) return false;
+    if (a == INT64_MIN) { /* -INT64_MIN does not fit */
+      sema_error(s, e->loc, "dim arithmetic overflows");
+      return false;
+    }
     *out = -a;
     return true;
   case AST_BINOP: {
@@ -79,6 +83,10 @@ bool sema_eval_dim(sema *s, const ast_expr *e, int64_t *out) {
     case '/':
       if (b == 0) {
         sema_error(s, e->loc, "division by zero in dim expression");
+        return false;
+      }
+      if (a == INT64_MIN && b == -1) { /* the one quotient (and remainder) that traps */
+        sema_error(s, e->loc, "dim arithmetic overflows");
         return false;
       }
       if (a % b) {
@@ -104,6 +112,17 @@ static bool eval_positive(sema *s, const ast_expr *e, const char *what, int64_t 
   if (!sema_eval_dim(s, e, out)) return false;
   if (*out < 1) {
     sema_error(s, e->loc, "%s must be positive, got %lld", what, (long long)*out);
+    return false;
+  }
+  return true;
+}
+
+/* A positive dim expression no larger than max (a world, a repeat count: sizes that later
+ * passes multiply or loop over). */
+static bool eval_bounded(sema *s, const ast_expr *e, const char *what, int64_t max, int64_t *out) {
+  if (!eval_positive(s, e, what, out)) return false;
+  if (*out > max) {
+    sema_error(s, e->loc, "%s must be at most %lld, got %lld", what, (long long)max, (long long)*out);
     return false;
   }
   return true;
@@ -446,7 +465,7 @@ static void lower_mesh(sema *s, const ast_stmt *st) {
     }
   int nd = 0, na = 0;
   for (const ast_expr *e = st->expr; e; e = e->next, nd++)
-    if (nd < NTP_MAX_MESH_DIMS && !eval_positive(s, e, "a mesh dim", &mesh.size[nd])) return;
+    if (nd < NTP_MAX_MESH_DIMS && !eval_bounded(s, e, "a mesh dim", NTP_MAX_WORLD, &mesh.size[nd])) return;
   for (const ast_ident *a = st->axes; a; a = a->next, na++) {
     if (na < NTP_MAX_MESH_DIMS) mesh.axis[na] = a->name;
     for (int j = 0; j < na && j < NTP_MAX_MESH_DIMS; j++)
@@ -489,19 +508,24 @@ static void lower_assign(sema *s, const ast_stmt *st) {
 
 static void lower_repeat(sema *s, const ast_stmt *st) {
   int64_t n;
-  if (!eval_positive(s, st->expr, "the repeat count", &n)) return;
+  if (!eval_bounded(s, st->expr, "the repeat count", NTP_MAX_REPEAT, &n)) return;
   const char *outer = s->prefix;
   for (int64_t i = 0; i < n; i++) {
     size_t errors = s->diags->errors;
     s->prefix = arena_printf(s->pool, "%s%s.%lld.", outer, st->name, (long long)i);
     lower_stmts(s, st->body, false);
     if (s->diags->errors != errors) break; /* the same mistake would repeat n times */
+    if (s->m->n_ops > NTP_MAX_OPS) { /* nested repeats multiply: bound the work, not just each count */
+      sema_error(s, st->loc, "the unrolled model has more than %d ops (at iteration %lld of this 'repeat')",
+                 NTP_MAX_OPS, (long long)i);
+      break;
+    }
   }
   s->prefix = outer;
 }
 
 static void lower_stmts(sema *s, const ast_stmt *st, bool top) {
-  for (; st; st = st->next) {
+  for (; st && !s->diags->stopped; st = st->next) {
     if (!top && (st->kind == ST_DIM || st->kind == ST_DTYPE || st->kind == ST_MESH || st->kind == ST_INPUT)) {
       static const char *what[] = {"dim", "dtype", "mesh", "input"};
       sema_error(s, st->loc, "'%s' is only allowed at model level, not inside 'repeat'", what[st->kind]);
@@ -543,7 +567,7 @@ static bool lower_tp_list(sema *s, const ast_expr *list, ir_tp *tp, const char *
   tp->n = 0;
   for (const ast_expr *e = list; e; e = e->next) {
     int64_t d;
-    if (!eval_positive(s, e, what, &d)) return false;
+    if (!eval_bounded(s, e, what, NTP_MAX_WORLD, &d)) return false;
     if (tp->n == NTP_MAX_GROUPS) {
       sema_error(s, e->loc, "at most %d groups", NTP_MAX_GROUPS);
       return false;
@@ -563,7 +587,7 @@ bool sema_lower_tp(sema *s, const ast_tp *in, ir_tp *out) {
 }
 
 static int64_t tp_world(const ir_tp *tp) {
-  int64_t sum = 0;
+  int64_t sum = 0; /* each group is at most NTP_MAX_WORLD: no overflow */
   for (int i = 0; i < tp->n; i++) sum += tp->groups[i];
   return sum;
 }
@@ -577,7 +601,7 @@ static void lower_plan(sema *s, const ast_plan *p, bool active) {
     if (st->kind == PST_WORLD) {
       if (plan.world) sema_error(s, st->loc, "'world' is given twice in plan '%s'", p->name);
       int64_t w;
-      if (eval_positive(s, st->world, "the world size", &w)) plan.world = w;
+      if (eval_bounded(s, st->world, "the world size", NTP_MAX_WORLD, &w)) plan.world = w;
       continue;
     }
     ir_rule r = {.pattern = st->pattern, .seq_parallel = st->seq_parallel, .loc = st->loc};
@@ -619,6 +643,43 @@ static void lower_plan(sema *s, const ast_plan *p, bool active) {
   s->file = saved;
 }
 
+/* ---- sizes ------------------------------------------------------------------ */
+
+static bool too_big(int64_t n) { return n < 0 || n > NTP_MAX_TENSOR_ELEMS; }
+
+/* Every tensor within NTP_MAX_TENSOR_ELEMS and the model within NTP_MAX_MODEL_ELEMS, so that
+ * later byte counts (per tensor, per rank, over all ranks) fit in 64 bits. One report per
+ * oversized tensor the user wrote, not for each value computed from it. */
+static void check_sizes(sema *s, ntp_loc model_loc) {
+  ir_module *m = s->m;
+  bool *big = calloc(m->n_values ? m->n_values : 1, sizeof *big);
+  if (!big) return;
+  int64_t total = 0;
+  for (size_t v = 0; v < m->n_values; v++) {
+    const ir_value *val = &m->values[v];
+    const ir_op *op = &m->ops[val->def];
+    int64_t n = shape_numel_checked(&val->shape);
+    big[v] = too_big(n);
+    if (!big[v] && __builtin_add_overflow(total, n, &total)) total = INT64_MAX;
+    bool from_big = false;
+    for (int a = 0; a < op->nargs; a++) from_big |= op->args[a] >= 0 && big[op->args[a]];
+    if (!big[v] || from_big) continue;
+    char shp[160];
+    shape_str(&val->shape, shp, sizeof shp);
+    const char *what = val->name ? arena_printf(s->pool, "tensor '%s'", val->name)
+                       : op->layer >= 0 ? arena_printf(s->pool, "the %s in layer '%s'", ir_op_name(op->code), m->layers[op->layer].name)
+                                        : arena_printf(s->pool, "the result of %s", ir_op_name(op->code));
+    double elems = 1;
+    for (int d = 0; d < val->shape.ndim; d++) elems *= (double)val->shape.dim[d];
+    sema_error(s, op->loc, "%s %s%s has %.4g elements (%.4g bytes); a tensor may have at most 2^40 elements", what,
+               dtype_name(val->dtype), shp, elems, elems * dtype_bytes(val->dtype));
+  }
+  free(big);
+  if (total > NTP_MAX_MODEL_ELEMS)
+    sema_error(s, model_loc, "the model's tensors hold %lld elements together; at most 2^48 are supported",
+               (long long)total);
+}
+
 /* ---- entry ------------------------------------------------------------------ */
 
 ir_module *sema_run(arena *pool, diag_sink *diags, const ast_file *file, const ast_model *model,
@@ -631,6 +692,7 @@ ir_module *sema_run(arena *pool, diag_sink *diags, const ast_file *file, const a
   s.m->file = model->file;
   size_t errors = diags->errors;
   lower_stmts(&s, model->stmts, true);
+  if (diags->errors == errors) check_sizes(&s, model->name_loc);
 
   for (size_t i = 0; i < ndefines; i++) {
     if (defines[i].used) continue;
@@ -666,5 +728,6 @@ ir_module *sema_run(arena *pool, diag_sink *diags, const ast_file *file, const a
   strmap_free(&s.layers);
   strmap_free(&s.tensors);
   strmap_free(&s.outputs);
+  strmap_free(&s.narrowed);
   return s.m;
 }

@@ -22,6 +22,7 @@ typedef struct sema {
   strmap layers; /* full layer name -> index in m->layers */
   strmap tensors; /* full input/param name -> value */
   strmap outputs; /* output name -> index in m->outputs */
+  strmap narrowed; /* i32 inputs whose default range an embedding has set */
   const char *prefix; /* "" or "blk.3." inside repeat */
   int32_t cur_layer;
   bool dtype_locked; /* a tensor exists: dtype can no longer change */

@@ -95,8 +95,10 @@ static int32_t dense(sema *s, int32_t x, int64_t out, const char *wname, const c
 /* embedding(tokens, vocab = V, dim = D [, positions = P]) */
 static int32_t lower_embedding(sema *s, layer_call *c) {
   int32_t tok = c->x;
-  const ir_value *t = &s->m->values[tok];
-  if (t->dtype != NTP_I32) {
+  /* copies: creating the parameters below grows the value table and moves it */
+  const ntp_dtype tok_dtype = s->m->values[tok].dtype;
+  const ntp_shape tok_shape = s->m->values[tok].shape;
+  if (tok_dtype != NTP_I32) {
     sema_error(s, c->x_loc, "embedding indices must be i32, got %s", sema_type_str(s, tok));
     return -1;
   }
@@ -106,11 +108,17 @@ static int32_t lower_embedding(sema *s, layer_call *c) {
   if (wte < 0) return -1;
   s->m->layers[s->cur_layer].weight = wte;
   ir_op *def = ir_def(s->m, tok);
-  if (def->code == IR_INPUT && (def->attr.init.int_range == 0 || def->attr.init.int_range > V))
-    def->attr.init.int_range = (int32_t)(V < INT32_MAX ? V : INT32_MAX);
+  /* token ids default to [0, V): the first embedding that reads an input sets its range (the
+   * declaration's 1000 is only for inputs no embedding reads), later ones can only narrow it */
+  if (def->code == IR_INPUT) {
+    int32_t range = (int32_t)(V < INT32_MAX ? V : INT32_MAX);
+    const char *key = s->m->values[tok].name;
+    if (!strmap_get(&s->narrowed, key, NULL) || def->attr.init.int_range > range) def->attr.init.int_range = range;
+    strmap_put(&s->narrowed, key, 1);
+  }
   int32_t x = op2(s, IR_GATHER, wte, tok, loc);
   if (c->arg[2].set) {
-    int64_t P = c->arg[2].i, S = t->shape.ndim ? t->shape.dim[t->shape.ndim - 1] : 1;
+    int64_t P = c->arg[2].i, S = tok_shape.ndim ? tok_shape.dim[tok_shape.ndim - 1] : 1;
     if (S > P) {
       sema_error(s, c->arg[2].loc, "positions = %lld is shorter than the sequence (%lld tokens)", (long long)P,
                  (long long)S);
@@ -223,6 +231,12 @@ static int32_t lower_attention(sema *s, layer_call *c) {
   }
   if (rope && HD % 2) {
     sema_error(s, c->arg[3].loc, "rope needs an even head_dim, got %lld", (long long)HD);
+    return -1;
+  }
+  int64_t width;
+  if (__builtin_mul_overflow(H, HD, &width) || width > NTP_MAX_TENSOR_ELEMS) {
+    sema_error(s, c->arg[0].loc, "heads = %lld times head_dim = %lld is too large (at most 2^40)", (long long)H,
+               (long long)HD);
     return -1;
   }
   bool causal = c->arg[4].set && c->arg[4].b, bias = c->arg[5].set && c->arg[5].b;

@@ -22,13 +22,33 @@ static int yylex(YYSTYPE *lval, ntp_loc *lloc, parse_ctx *ctx);
 #include "dtype.h"
 
 #define NEW(T) ((T *)arena_alloc(ctx->pool, sizeof(T)))
-#define APPEND(T, head, item)                   \
-  do {                                          \
-    if (!(head)) { (head) = (item); break; }    \
-    T *it_ = (head);                            \
-    while (it_->next) it_ = it_->next;          \
-    it_->next = (item);                         \
+/* Appends item (a node, or a list whose head knows its tail) in O(1): the head of every
+ * list keeps its last node, so a long file is not quadratic to parse. */
+#define APPEND(T, head, item)                                   \
+  do {                                                          \
+    T *item_ = (item);                                          \
+    if (!item_) break;                                          \
+    T *last_ = item_->tail ? item_->tail : item_;               \
+    if (!(head)) { (head) = item_; (head)->tail = last_; break; } \
+    ((head)->tail ? (head)->tail : (head))->next = item_;       \
+    (head)->tail = last_;                                       \
   } while (0)
+
+/* Sema, the printers and the passes walk expressions recursively: the parser bounds the
+ * depth (a long a + b + c + ... chain is deep on its left), so none of them can overflow the
+ * stack. One report, where the limit is first crossed. */
+enum { MAX_EXPR_DEPTH = 1000 };
+
+static void set_depth(parse_ctx *ctx, ast_expr *e, int below) {
+  if (!e) return;
+  e->depth = below + 1;
+  if (e->depth == MAX_EXPR_DEPTH + 1)
+    diag_emit(ctx->diags, NTPC_ERROR, ctx->src->name, e->loc,
+              "expression nested more than %d levels deep; split it into several statements", MAX_EXPR_DEPTH);
+}
+
+static int depth_of(const ast_expr *e) { return e ? e->depth : 0; }
+static int max_depth(int a, int b) { return a > b ? a : b; }
 
 static ast_expr *mk_expr(parse_ctx *ctx, ast_expr_kind k, ntp_loc loc) {
   ast_expr *e = NEW(ast_expr);
@@ -38,8 +58,14 @@ static ast_expr *mk_expr(parse_ctx *ctx, ast_expr_kind k, ntp_loc loc) {
 
 static ast_expr *mk_bin(parse_ctx *ctx, int op, ast_expr *l, ast_expr *r, ntp_loc loc) {
   ast_expr *e = mk_expr(ctx, AST_BINOP, loc);
-  if (e) { e->bin.op = op; e->bin.lhs = l; e->bin.rhs = r; }
+  if (e) { e->bin.op = op; e->bin.lhs = l; e->bin.rhs = r; set_depth(ctx, e, max_depth(depth_of(l), depth_of(r))); }
   return e;
+}
+
+static int args_depth(const ast_arg *a) {
+  int d = 0;
+  for (; a; a = a->next) d = max_depth(d, depth_of(a->value));
+  return d;
 }
 
 static ast_stmt *mk_stmt(parse_ctx *ctx, ast_stmt_kind k, ntp_loc loc) {
@@ -59,7 +85,11 @@ static void perror_at(parse_ctx *ctx, ntp_loc loc, const char *msg) {
 }
 
 /* `yyerror` is only reached for internal parser failures (memory exhaustion). */
-static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) { perror_at(ctx, *loc, msg); }
+static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
+  /* bison's stack is bounded (YYMAXDEPTH): deep nesting is the way to exhaust it */
+  if (strcmp(msg, "memory exhausted") == 0) msg = "the input is nested too deeply for the parser";
+  perror_at(ctx, *loc, msg);
+}
 }
 
 %union {
@@ -216,7 +246,7 @@ expr:
   | expr '*' expr                 { $$ = mk_bin(ctx, '*', $1, $3, @$); }
   | expr '/' expr                 { $$ = mk_bin(ctx, '/', $1, $3, @$); }
   | expr '@' expr                 { $$ = mk_bin(ctx, '@', $1, $3, @$); }
-  | '-' expr %prec NEG            { $$ = mk_expr(ctx, AST_NEG, @$); $$->operand = $2; }
+  | '-' expr %prec NEG            { $$ = mk_expr(ctx, AST_NEG, @$); $$->operand = $2; set_depth(ctx, $$, depth_of($2)); }
   | primary                       { $$ = $1; }
   ;
 
@@ -230,6 +260,7 @@ primary:
     }
   | IDENT '(' args ')'            {
       $$ = mk_expr(ctx, AST_CALL, @$); $$->call.callee = $1; $$->call.callee_loc = @1; $$->call.args = $3;
+      set_depth(ctx, $$, args_depth($3));
     }
   | IDENT ':' IDENT '(' ')' tp_opt {
       $$ = mk_expr(ctx, AST_CALL, @$); $$->call.label = $1; $$->call.label_loc = @1;
@@ -238,6 +269,7 @@ primary:
   | IDENT ':' IDENT '(' args ')' tp_opt {
       $$ = mk_expr(ctx, AST_CALL, @$); $$->call.label = $1; $$->call.label_loc = @1;
       $$->call.callee = $3; $$->call.callee_loc = @3; $$->call.args = $5; $$->call.tp = $7;
+      set_depth(ctx, $$, args_depth($5));
     }
   ;
 
@@ -324,13 +356,16 @@ option:
 
 /* The text of the token at `loc`, for messages: "unexpected 'foo'". */
 static void token_text(parse_ctx *ctx, ntp_loc loc, char *buf, size_t cap) {
-  const char *p = ctx->src->text;
-  int line = 1;
-  while (*p && line < loc.first_line) if (*p++ == '\n') line++;
+  size_t len = 0;
+  const char *p = source_line(ctx->pool, ctx->src, loc.first_line, &len);
+  buf[0] = 0;
+  if (!p || loc.first_column < 1 || (size_t)(loc.first_column - 1) > len) return;
   p += loc.first_column - 1;
+  len -= (size_t)(loc.first_column - 1);
   size_t n = (size_t)(loc.last_column - loc.first_column + 1);
   if (loc.last_line != loc.first_line || n >= cap) n = cap - 1 < 24 ? cap - 1 : 24;
   if (n > cap - 1) n = cap - 1;
+  if (n > len) n = len;
   memcpy(buf, p, n);
   buf[n] = 0;
 }
@@ -390,6 +425,7 @@ static int yyreport_syntax_error(const yypcontext_t *pc, parse_ctx *ctx) {
 
 static int yylex(YYSTYPE *lval, ntp_loc *lloc, parse_ctx *ctx) {
   extern int ntp_yylex(YYSTYPE *, ntp_loc *, void *);
+  if (ctx->diags->stopped) return 0; /* the error limit: end the parse here */
   int t = ntp_yylex(lval, lloc, ctx->scanner);
   ctx->prev_tok = ctx->cur_tok;
   ctx->cur_tok = *lloc;
