@@ -99,12 +99,16 @@ static int load_nccl(char *err, size_t cap) {
 
 static int load_libs(char *err, size_t cap) {
   if (cu.rt) return 0;
-  const char *rts[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
-  const char *lts[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
-  for (size_t i = 0; i < 3 && !cu.rt; i++) cu.rt = dlopen(rts[i], RTLD_NOW | RTLD_LOCAL);
-  for (size_t i = 0; i < 3 && !cu.lt; i++) cu.lt = dlopen(lts[i], RTLD_NOW | RTLD_LOCAL);
+  /* NTP_CUDART_LIB / NTP_CUBLASLT_LIB name other libraries (the emulated GPU of tests/emu) */
+  const char *rts[] = {getenv("NTP_CUDART_LIB"), "libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+  const char *lts[] = {getenv("NTP_CUBLASLT_LIB"), "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+  for (size_t i = 0; i < 4 && !cu.rt; i++)
+    if (rts[i] && *rts[i]) cu.rt = dlopen(rts[i], RTLD_NOW | RTLD_LOCAL);
+  for (size_t i = 0; i < 4 && !cu.lt; i++)
+    if (lts[i] && *lts[i]) cu.lt = dlopen(lts[i], RTLD_NOW | RTLD_LOCAL);
   if (!cu.rt || !cu.lt) {
-    snprintf(err, cap, "the CUDA runtime libraries are not installed (libcudart / libcublasLt not found)");
+    snprintf(err, cap, "the CUDA runtime libraries are not installed (libcudart / libcublasLt not found; "
+                       "NTP_CUDART_LIB and NTP_CUBLASLT_LIB name them)");
     return -1;
   }
 #define GET(lib, name)                                                            \
@@ -181,9 +185,10 @@ static const char comm_src[] =
     "  for (int k = g.nd - 1; k >= 0; k--) { i64 c = i % g.len[k]; i /= g.len[k]; s += c * g.sstr[k]; d += c * g.dstr[k]; }\n"
     "  *so = s; *dd = d;\n"
     "}\n"
+    NTP_CUDA_F16_CONVERSIONS
     "__device__ float ldv(const unsigned char *p, int dt, i64 i) {\n"
     "  if (dt == 0) return __uint_as_float(((u32)((const u16 *)p)[i]) << 16);\n"
-    "  if (dt == 1) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(((const u16 *)p)[i])); return f; }\n"
+    "  if (dt == 1) return f16_to_f32(((const u16 *)p)[i]);\n"
     "  return ((const float *)p)[i];\n"
     "}\n"
     "extern \"C\" __global__ void ntp_copy_box(const unsigned char *src, unsigned char *dst, box_geom g) {\n"
@@ -200,7 +205,7 @@ static const char comm_src[] =
     "  i64 i = (i64)blockIdx.x * 256 + threadIdx.x; if (i >= n) return;\n"
     "  float f = acc[i];\n"
     "  if (dt == 2) { ((float *)dst)[i] = f; return; }\n"
-    "  if (dt == 1) { u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); ((u16 *)dst)[i] = h; return; }\n"
+    "  if (dt == 1) { ((u16 *)dst)[i] = f32_to_f16(f); return; }\n"
     "  u32 u = __float_as_uint(f);\n"
     "  if ((u & 0x7fffffffu) > 0x7f800000u) { ((u16 *)dst)[i] = (u16)((u >> 16) | 0x40u); return; }\n"
     "  u += 0x7fffu + ((u >> 16) & 1u); ((u16 *)dst)[i] = (u16)(u >> 16);\n"

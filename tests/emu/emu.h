@@ -1,0 +1,49 @@
+/* emu.h — internals shared by the parts of the emulated GPU (libntp_emu.so): device memory,
+ * the error state, and the settings read from the environment.
+ *
+ *   NTP_EMU_GPUS=N       emulated GPUs (default 8)
+ *   NTP_EMU_RACECHECK=M  off (default) | reverse | a number: every launch runs twice, the second
+ *                        time with block and thread orders reversed (or shuffled by the seed),
+ *                        and the memory it reaches must come out the same
+ *   NTP_EMU_CXX          the host C++ compiler of the emulated NVRTC (default c++)
+ *   NTP_EMU_INCLUDE      the folder of emu_device.h (default: the source tree's tests/emu)
+ *   NTP_EMU_VERBOSE=1    one line per launch on stderr */
+#ifndef NTP_EMU_H
+#define NTP_EMU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emu_abi.h"
+
+/* one cudaMalloc: [base, base + size) between two inaccessible guard pages */
+typedef struct emu_alloc {
+  unsigned char *base;
+  size_t size;
+  void *map;
+  size_t map_size;
+  int device;
+  struct emu_alloc *next;
+} emu_alloc;
+
+/* the allocation holding [p, p + n), or NULL */
+emu_alloc *emu_find(const void *p, size_t n);
+/* the allocation whose guard pages hold p (for fault messages), or NULL */
+emu_alloc *emu_near(const void *p);
+int emu_current_device(void);
+int emu_device_count(void);
+
+/* The emulator's own diagnostics: printed on stderr as "ntp-emu: error: ..." and kept as the
+ * text of the error that the failing call returns (cudaGetErrorString shows it). */
+void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *emu_last_message(void);
+bool emu_verbose(void);
+
+/* race-check mode: 0 off, 1 reverse, else a shuffle seed */
+uint64_t emu_racecheck(void);
+
+/* Runs a kernel over a grid (launch.c). Returns 0, or -1 after emu_fail(). */
+int emu_run_grid(const ntp_emu_kernel *k, ntp_emu_dim grid, ntp_emu_dim block, void **args, uint64_t order);
+
+#endif

@@ -1,0 +1,340 @@
+/* emu_cublaslt.c — the subset of libcublasLt the backend calls: a reference GEMM with
+ * cuBLASLt's descriptor semantics. Matrices are column-major (element (i, j) of a layout
+ * with leading dimension ld at i + j * ld), op() applies TRANSA / TRANSB, a strided batch
+ * steps each operand by its own offset, products accumulate in fp32 in order of k, and D is
+ * rounded once to its storage type. An attribute or a type it does not implement is an
+ * error, never ignored, and every operand's extent must lie inside one device allocation. */
+#define _GNU_SOURCE
+#include <cublasLt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+
+typedef struct emu_desc {
+  int magic;
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  cublasOperation_t ta, tb;
+} emu_desc;
+typedef struct emu_layout {
+  int magic;
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld, stride;
+  int32_t batch;
+} emu_layout;
+typedef struct emu_pref { int magic; uint64_t workspace; } emu_pref;
+enum { DESC_MAGIC = 0x4c544453, LAYOUT_MAGIC = 0x4c544c59, PREF_MAGIC = 0x4c545046, HANDLE_MAGIC = 0x4c54484e };
+typedef struct emu_handle { int magic; } emu_handle;
+
+const char *cublasLtGetStatusString(cublasStatus_t s) {
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (emulated cuBLASLt: see the message above)";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED (emulated cuBLASLt: see the message above)";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+  default: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  }
+}
+const char *cublasLtGetStatusName(cublasStatus_t s) { return cublasLtGetStatusString(s); }
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  emu_handle *x = calloc(1, sizeof *x);
+  if (!x) return CUBLAS_STATUS_ALLOC_FAILED;
+  x->magic = HANDLE_MAGIC;
+  *h = (cublasLtHandle_t)x;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  if (!h || ((emu_handle *)h)->magic != HANDLE_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+  ((emu_handle *)h)->magic = 0;
+  free(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+static bool storage_type(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) {
+    emu_fail("cublasLtMatmulDescCreate: compute type %d with scale type %d is not emulated (only fp32 with fp32 scale)",
+             (int)compute, (int)scale);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  emu_desc *x = calloc(1, sizeof *x);
+  if (!x) return CUBLAS_STATUS_ALLOC_FAILED;
+  *x = (emu_desc){DESC_MAGIC, compute, scale, CUBLAS_OP_N, CUBLAS_OP_N};
+  *d = (cublasLtMatmulDesc_t)x;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  if (!d || ((emu_desc *)d)->magic != DESC_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+  ((emu_desc *)d)->magic = 0;
+  free(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t n) {
+  emu_desc *x = (emu_desc *)d;
+  if (!x || x->magic != DESC_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((a == CUBLASLT_MATMUL_DESC_TRANSA || a == CUBLASLT_MATMUL_DESC_TRANSB) && n == sizeof(int32_t)) {
+    int32_t op;
+    memcpy(&op, buf, sizeof op);
+    if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) {
+      emu_fail("cublasLtMatmulDescSetAttribute: operation %d is not emulated (only N and T)", op);
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (a == CUBLASLT_MATMUL_DESC_TRANSA) x->ta = (cublasOperation_t)op;
+    else x->tb = (cublasOperation_t)op;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  emu_fail("cublasLtMatmulDescSetAttribute: attribute %d (%zu bytes) is not emulated", (int)a, n);
+  return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+  if (!storage_type(t)) {
+    emu_fail("cublasLtMatrixLayoutCreate: data type %d is not emulated (fp32, fp16, bf16)", (int)t);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (ld < (int64_t)rows || ld < 1) {
+    emu_fail("cublasLtMatrixLayoutCreate: leading dimension %lld is smaller than the %llu rows", (long long)ld,
+             (unsigned long long)rows);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  emu_layout *x = calloc(1, sizeof *x);
+  if (!x) return CUBLAS_STATUS_ALLOC_FAILED;
+  *x = (emu_layout){LAYOUT_MAGIC, t, rows, cols, ld, 0, 1};
+  *l = (cublasLtMatrixLayout_t)x;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  if (!l || ((emu_layout *)l)->magic != LAYOUT_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+  ((emu_layout *)l)->magic = 0;
+  free(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
+                                                const void *buf, size_t n) {
+  emu_layout *x = (emu_layout *)l;
+  if (!x || x->magic != LAYOUT_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+  if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && n == sizeof(int32_t)) {
+    memcpy(&x->batch, buf, n);
+    if (x->batch < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && n == sizeof(int64_t)) {
+    memcpy(&x->stride, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  emu_fail("cublasLtMatrixLayoutSetAttribute: attribute %d (%zu bytes) is not emulated (column order only)", (int)a, n);
+  return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  emu_pref *x = calloc(1, sizeof *x);
+  if (!x) return CUBLAS_STATUS_ALLOC_FAILED;
+  x->magic = PREF_MAGIC;
+  *p = (cublasLtMatmulPreference_t)x;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  if (!p || ((emu_pref *)p)->magic != PREF_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+  ((emu_pref *)p)->magic = 0;
+  free(p);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a,
+                                                    const void *buf, size_t n) {
+  emu_pref *x = (emu_pref *)p;
+  if (!x || x->magic != PREF_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+  if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && n == sizeof(uint64_t)) {
+    memcpy(&x->workspace, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  emu_fail("cublasLtMatmulPreferenceSetAttribute: attribute %d is not emulated", (int)a);
+  return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+/* the shapes must chain: op(A) m x k, op(B) k x n, C and D m x n, batches alike */
+static bool shapes(const emu_desc *d, const emu_layout *A, const emu_layout *B, const emu_layout *C,
+                   const emu_layout *D, uint64_t *m, uint64_t *n, uint64_t *k) {
+  uint64_t am = d->ta == CUBLAS_OP_N ? A->rows : A->cols, ak = d->ta == CUBLAS_OP_N ? A->cols : A->rows;
+  uint64_t bk = d->tb == CUBLAS_OP_N ? B->rows : B->cols, bn = d->tb == CUBLAS_OP_N ? B->cols : B->rows;
+  if (ak != bk || C->rows != am || C->cols != bn || D->rows != am || D->cols != bn) {
+    emu_fail("cublasLtMatmul: shapes do not chain: op(A) %llux%llu, op(B) %llux%llu, C %llux%llu, D %llux%llu",
+             (unsigned long long)am, (unsigned long long)ak, (unsigned long long)bk, (unsigned long long)bn,
+             (unsigned long long)C->rows, (unsigned long long)C->cols, (unsigned long long)D->rows,
+             (unsigned long long)D->cols);
+    return false;
+  }
+  if (B->batch != A->batch || C->batch != A->batch || D->batch != A->batch) {
+    emu_fail("cublasLtMatmul: batch counts differ (A %d, B %d, C %d, D %d)", A->batch, B->batch, C->batch, D->batch);
+    return false;
+  }
+  *m = am, *n = bn, *k = ak;
+  return true;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int want,
+                                              cublasLtMatmulHeuristicResult_t *res, int *found) {
+  (void)pref;
+  *found = 0;
+  if (!h || ((emu_handle *)h)->magic != HANDLE_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+  uint64_t m, n, k;
+  if (want < 1 || !shapes((emu_desc *)desc, (emu_layout *)a, (emu_layout *)b, (emu_layout *)c, (emu_layout *)d, &m, &n, &k))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  memset(&res[0], 0, sizeof res[0]);
+  res[0].state = CUBLAS_STATUS_SUCCESS;
+  res[0].wavesCount = 1.0f;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+static float load(const unsigned char *p, cudaDataType_t t, int64_t i) {
+  if (t == CUDA_R_32F) {
+    float f;
+    memcpy(&f, p + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  memcpy(&h, p + 2 * i, 2);
+  if (t == CUDA_R_16BF) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  /* binary16 -> binary32, exactly */
+  uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, mant = h & 1023, u;
+  if (e == 31) u = s | 0x7f800000u | (mant << 13);
+  else if (e) u = s | ((e + 112) << 23) | (mant << 13);
+  else if (!mant) u = s;
+  else {
+    float f = ldexpf((float)mant, -24);
+    memcpy(&u, &f, 4);
+    u |= s;
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void store(unsigned char *p, cudaDataType_t t, int64_t i, float f) {
+  if (t == CUDA_R_32F) {
+    memcpy(p + 4 * i, &f, 4);
+    return;
+  }
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint16_t h;
+  if (t == CUDA_R_16BF) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) h = (uint16_t)((u >> 16) | 0x40u);
+    else h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  } else { /* binary32 -> binary16, round to nearest even */
+    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) h = (uint16_t)(s | 0x7e00u);
+    else if (a >= 0x477ff000u) h = (uint16_t)(s | 0x7c00u); /* rounds to infinity */
+    else if (a < 0x38800000u) {                              /* subnormal or zero */
+      float v;
+      memcpy(&v, &a, 4);
+      h = (uint16_t)(s | (uint32_t)nearbyintf(v * 16777216.0f));
+    } else {
+      uint32_t r = a - 0x38000000u, lsb = (r >> 13) & 1u;
+      h = (uint16_t)(s | ((r + 0xfffu + lsb) >> 13));
+    }
+  }
+  memcpy(p + 2 * i, &h, 2);
+}
+
+static size_t tbytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+/* the bytes a layout's batches span from its base pointer */
+static bool extent(const void *p, const emu_layout *l, const char *what) {
+  if (!p) {
+    emu_fail("cublasLtMatmul: %s is NULL", what);
+    return false;
+  }
+  uint64_t last = (l->rows - 1) + (l->cols - 1) * (uint64_t)l->ld + (uint64_t)(l->batch - 1) * (uint64_t)l->stride;
+  size_t bytes = (size_t)(last + 1) * tbytes(l->type);
+  if (emu_find(p, bytes)) {
+    if (emu_find(p, 0)->device == emu_current_device()) return true;
+    emu_fail("cublasLtMatmul on GPU %d: %s is memory of GPU %d", emu_current_device(), what, emu_find(p, 0)->device);
+    return false;
+  }
+  emu_fail("cublasLtMatmul: %s (%llux%llu, ld %lld, %d batches) spans %zu bytes, beyond its allocation", what,
+           (unsigned long long)l->rows, (unsigned long long)l->cols, (long long)l->ld, l->batch, bytes);
+  return false;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes, cudaStream_t stream) {
+  (void)algo, (void)stream;
+  const emu_desc *d = (const emu_desc *)desc;
+  const emu_layout *a = (const emu_layout *)Al, *b = (const emu_layout *)Bl, *c = (const emu_layout *)Cl,
+                   *o = (const emu_layout *)Dl;
+  if (!h || ((emu_handle *)h)->magic != HANDLE_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!d || d->magic != DESC_MAGIC || !a || a->magic != LAYOUT_MAGIC || !b || b->magic != LAYOUT_MAGIC || !c ||
+      c->magic != LAYOUT_MAGIC || !o || o->magic != LAYOUT_MAGIC) {
+    emu_fail("cublasLtMatmul: a descriptor is invalid (destroyed, or never created)");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  uint64_t m, n, k;
+  if (!shapes(d, a, b, c, o, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+  float al, be;
+  memcpy(&al, alpha, 4);
+  memcpy(&be, beta, 4);
+  if (ws && wsbytes && !emu_find(ws, wsbytes)) {
+    emu_fail("cublasLtMatmul: the workspace (%zu bytes) is not device memory", wsbytes);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (!extent(A, a, "A") || !extent(B, b, "B") || !extent(D, o, "D") || (be != 0.0f && !extent(C, c, "C")))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (C != D && be != 0.0f) {
+    emu_fail("cublasLtMatmul: C and D differ (out-of-place accumulation is not emulated)");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  /* op(A) as m x k rows and op(B) as n x k rows in fp32: contiguous dot products */
+  float *pa = malloc(sizeof(float) * (m * k + 1)), *pb = malloc(sizeof(float) * (n * k + 1));
+  float *acc = malloc(sizeof(float) * (m * n + 1));
+  if (!pa || !pb || !acc) {
+    free(pa), free(pb), free(acc);
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  }
+  for (int32_t bt = 0; bt < a->batch; bt++) {
+    const unsigned char *ab = (const unsigned char *)A + (size_t)(bt * a->stride) * tbytes(a->type);
+    const unsigned char *bb = (const unsigned char *)B + (size_t)(bt * b->stride) * tbytes(b->type);
+    unsigned char *db = (unsigned char *)D + (size_t)(bt * o->stride) * tbytes(o->type);
+    for (uint64_t i = 0; i < m; i++)
+      for (uint64_t kk = 0; kk < k; kk++)
+        pa[i * k + kk] = load(ab, a->type, d->ta == CUBLAS_OP_N ? (int64_t)(i + kk * a->ld) : (int64_t)(kk + i * a->ld));
+    for (uint64_t j = 0; j < n; j++)
+      for (uint64_t kk = 0; kk < k; kk++)
+        pb[j * k + kk] = load(bb, b->type, d->tb == CUBLAS_OP_N ? (int64_t)(kk + j * b->ld) : (int64_t)(j + kk * b->ld));
+    for (uint64_t j = 0; j < n; j++)
+      for (uint64_t i = 0; i < m; i++) {
+        float s = 0.0f;
+        const float *x = &pa[i * k], *y = &pb[j * k];
+        for (uint64_t kk = 0; kk < k; kk++) s += x[kk] * y[kk];
+        acc[j * m + i] = s;
+      }
+    for (uint64_t j = 0; j < n; j++)
+      for (uint64_t i = 0; i < m; i++) {
+        int64_t at = (int64_t)(i + j * (uint64_t)o->ld);
+        float v = al * acc[j * m + i];
+        if (be != 0.0f) v += be * load(db, o->type, at);
+        store(db, o->type, at, v);
+      }
+  }
+  free(pa), free(pb), free(acc);
+  return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,508 @@
+/* emu_cudart.c — the subset of libcudart that the CUDA backend calls, on emulated GPUs.
+ *
+ * Device memory is host memory between guard pages, filled with 0xff (NaN in every float
+ * format) so that a read before a write shows. Streams run their work as it is enqueued.
+ * Modules are the host shared objects built by the emulated NVRTC; a launch runs every
+ * block on the fiber scheduler (emu_sched.c) and, with the race check on, runs again in
+ * another order and compares all the memory its pointer arguments reach. A fault during a
+ * launch is sticky, as on a GPU: every later call fails with the same error. */
+#define _GNU_SOURCE
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu.h"
+
+const ntp_emu_services *emu_services(void);
+
+/* ---- settings, errors --------------------------------------------------------------------- */
+
+static __thread int current_device;
+static cudaError_t sticky = cudaSuccess;
+static __thread cudaError_t last_error = cudaSuccess;
+static char message[4096];
+
+void emu_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "ntp-emu: error: %s\n", message);
+}
+const char *emu_last_message(void) { return message; }
+
+static long env_long(const char *name, long dflt) {
+  const char *v = getenv(name);
+  return v && *v ? strtol(v, NULL, 0) : dflt;
+}
+bool emu_verbose(void) { return env_long("NTP_EMU_VERBOSE", 0) != 0; }
+int emu_device_count(void) {
+  long n = env_long("NTP_EMU_GPUS", 8);
+  return n < 0 ? 0 : n > 64 ? 64 : (int)n;
+}
+int emu_current_device(void) { return current_device; }
+uint64_t emu_racecheck(void) {
+  const char *v = getenv("NTP_EMU_RACECHECK");
+  if (!v || !*v || !strcmp(v, "off") || !strcmp(v, "0")) return 0;
+  if (!strcmp(v, "reverse") || !strcmp(v, "on") || !strcmp(v, "1")) return 1;
+  uint64_t s = strtoull(v, NULL, 0);
+  return s < 2 ? s + 2 : s;
+}
+
+static cudaError_t fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+#define STICKY()                                  \
+  do {                                            \
+    if (sticky != cudaSuccess) return fail(sticky); \
+  } while (0)
+
+const char *cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "cudaSuccess";
+  case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+  case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+  case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+  case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+  case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+  case cudaErrorInvalidKernelImage: return "cudaErrorInvalidKernelImage";
+  case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+  case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+  case cudaErrorSymbolNotFound: return "cudaErrorSymbolNotFound";
+  case cudaErrorNoDevice: return "cudaErrorNoDevice";
+  default: return "cudaErrorUnknown";
+  }
+}
+
+/* The emulator's detail goes with the errors it raised. */
+const char *cudaGetErrorString(cudaError_t e) {
+  static char buf[4300];
+  if (e == cudaSuccess) return "no error";
+  if (e == last_error && message[0]) {
+    snprintf(buf, sizeof buf, "%s (emulated GPU: %s)", cudaGetErrorName(e), message);
+    return buf;
+  }
+  return cudaGetErrorName(e);
+}
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return sticky != cudaSuccess ? sticky : e;
+}
+cudaError_t cudaPeekAtLastError(void) { return sticky != cudaSuccess ? sticky : last_error; }
+
+/* ---- devices ------------------------------------------------------------------------------ */
+
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = emu_device_count();
+  return *n ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d >= emu_device_count()) {
+    emu_fail("cudaSetDevice(%d): there are %d emulated GPUs", d, emu_device_count());
+    return fail(cudaErrorInvalidDevice);
+  }
+  current_device = d;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) {
+  *d = current_device;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
+  if (d < 0 || d >= emu_device_count()) return fail(cudaErrorInvalidDevice);
+  switch (a) {
+  case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
+  case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+  case cudaDevAttrMultiProcessorCount: *v = 132; return cudaSuccess;
+  case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
+  case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 << 10; return cudaSuccess;
+  case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
+  default:
+    emu_fail("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
+    return fail(cudaErrorInvalidValue);
+  }
+}
+cudaError_t cudaDeviceSynchronize(void) {
+  STICKY();
+  return cudaSuccess;
+}
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+static emu_alloc *allocs;
+static const size_t PAGE = 4096;
+
+emu_alloc *emu_find(const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (emu_alloc *a = allocs; a; a = a->next)
+    if (c >= a->base && c <= a->base + a->size && n <= (size_t)(a->base + a->size - c)) return a;
+  return NULL;
+}
+emu_alloc *emu_near(const void *p) {
+  const unsigned char *c = p;
+  for (emu_alloc *a = allocs; a; a = a->next)
+    if (c >= (unsigned char *)a->map && c < (unsigned char *)a->map + a->map_size) return a;
+  return NULL;
+}
+
+cudaError_t cudaMalloc(void **p, size_t size) {
+  STICKY();
+  *p = NULL;
+  size_t body = (size + PAGE - 1) / PAGE * PAGE, total = body + 2 * PAGE;
+  void *m = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  emu_alloc *a = calloc(1, sizeof *a);
+  if (m == MAP_FAILED || !a || (body && mprotect((unsigned char *)m + PAGE, body, PROT_READ | PROT_WRITE) != 0)) {
+    if (m != MAP_FAILED) munmap(m, total);
+    free(a);
+    emu_fail("cudaMalloc(%zu): out of host memory", size);
+    return fail(cudaErrorMemoryAllocation);
+  }
+  /* the end of the allocation against the upper guard page (16-byte aligned, as cuBLASLt wants) */
+  a->base = (unsigned char *)m + PAGE + ((body - size) & ~(size_t)15);
+  a->size = size;
+  a->map = m;
+  a->map_size = total;
+  a->device = current_device;
+  memset(a->base, 0xff, size);
+  a->next = allocs;
+  allocs = a;
+  *p = a->base;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+  if (!p) return cudaSuccess;
+  for (emu_alloc **ap = &allocs; *ap; ap = &(*ap)->next)
+    if ((*ap)->base == p) {
+      emu_alloc *a = *ap;
+      *ap = a->next;
+      munmap(a->map, a->map_size);
+      free(a);
+      return cudaSuccess;
+    }
+  emu_fail("cudaFree(%p): not an allocation of the emulated GPU", p);
+  return fail(cudaErrorInvalidDevicePointer);
+}
+
+/* a device range must lie inside one allocation */
+static bool device_range(const void *p, size_t n, const char *call) {
+  if (n == 0 || emu_find(p, n)) return true;
+  emu_alloc *a = emu_find(p, 0);
+  if (a)
+    emu_fail("%s: %zu bytes at offset %zu run past the end of a %zu-byte allocation", call, n,
+             (size_t)((const unsigned char *)p - a->base), a->size);
+  else
+    emu_fail("%s: %p is not device memory", call, p);
+  return false;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+  STICKY();
+  bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault;
+  bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault;
+  if (kind == cudaMemcpyDefault) {
+    dd = emu_find(dst, 0) != NULL;
+    sd = emu_find(src, 0) != NULL;
+  }
+  if ((dd && !device_range(dst, n, "cudaMemcpy (destination)")) || (sd && !device_range(src, n, "cudaMemcpy (source)")))
+    return fail(cudaErrorInvalidValue);
+  memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+  (void)s;
+  return cudaMemcpy(dst, src, n, kind);
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+  STICKY();
+  if (!device_range(p, n, "cudaMemset")) return fail(cudaErrorInvalidValue);
+  memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+  (void)s;
+  return cudaMemset(p, v, n);
+}
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *p) {
+  memset(attr, 0, sizeof *attr);
+  emu_alloc *a = emu_find(p, 0);
+  attr->type = a ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  attr->device = a ? a->device : -1;
+  attr->devicePointer = a ? (void *)p : NULL;
+  attr->hostPointer = a ? NULL : (void *)p;
+  return cudaSuccess;
+}
+
+/* ---- streams and events: work runs when it is enqueued ------------------------------------ */
+
+typedef struct emu_stream { int magic, device; } emu_stream;
+typedef struct emu_event { int magic; double t; bool recorded; } emu_event;
+enum { STREAM_MAGIC = 0x5354524d, EVENT_MAGIC = 0x45564e54 };
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+  emu_stream *x = calloc(1, sizeof *x);
+  if (!x) return fail(cudaErrorMemoryAllocation);
+  *x = (emu_stream){STREAM_MAGIC, current_device};
+  *s = (cudaStream_t)x;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  (void)flags;
+  return cudaStreamCreate(s);
+}
+static bool stream_ok(cudaStream_t s, const char *call) {
+  if (!s || ((emu_stream *)s)->magic == STREAM_MAGIC) return true;
+  emu_fail("%s: not a stream (destroyed, or never created)", call);
+  return false;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s || !stream_ok(s, "cudaStreamDestroy")) return fail(cudaErrorInvalidResourceHandle);
+  ((emu_stream *)s)->magic = 0;
+  free(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  STICKY();
+  return stream_ok(s, "cudaStreamSynchronize") ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+  emu_event *x = calloc(1, sizeof *x);
+  if (!x) return fail(cudaErrorMemoryAllocation);
+  x->magic = EVENT_MAGIC;
+  *e = (cudaEvent_t)x;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+  (void)flags;
+  return cudaEventCreate(e);
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  STICKY();
+  emu_event *x = (emu_event *)e;
+  if (!x || x->magic != EVENT_MAGIC || !stream_ok(s, "cudaEventRecord")) return fail(cudaErrorInvalidResourceHandle);
+  x->t = now();
+  x->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  STICKY();
+  return e && ((emu_event *)e)->magic == EVENT_MAGIC ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  emu_event *x = (emu_event *)a, *y = (emu_event *)b;
+  if (!x || !y || x->magic != EVENT_MAGIC || y->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+  if (!x->recorded || !y->recorded) return fail(cudaErrorInvalidResourceHandle);
+  *ms = (float)((y->t - x->t) * 1e3);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  emu_event *x = (emu_event *)e;
+  if (!x || x->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+  x->magic = 0;
+  free(x);
+  return cudaSuccess;
+}
+
+/* ---- modules: the emulated NVRTC's shared objects ------------------------------------------- */
+
+typedef struct emu_kernel_h { int magic; const ntp_emu_kernel *k; struct emu_library *lib; } emu_kernel_h;
+typedef struct emu_library {
+  int magic;
+  void *dl;
+  const ntp_emu_kernel *table;
+  size_t n;
+  emu_kernel_h *handles;
+} emu_library;
+enum { LIB_MAGIC = 0x4c494252, KERN_MAGIC = 0x4b45524e };
+
+cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code, enum cudaJitOption *jo, void **jv, unsigned njo,
+                                enum cudaLibraryOption *lo, void **lv, unsigned nlo) {
+  (void)jo, (void)jv, (void)njo, (void)lo, (void)lv, (void)nlo;
+  STICKY();
+  *lib = NULL;
+  const unsigned char *c = code;
+  /* the image is an ELF shared object whose section headers end the file */
+  if (!c || memcmp(c, "\177ELF", 4) != 0 || c[4] != 2) {
+    emu_fail("cudaLibraryLoadData: not a module of the emulated NVRTC");
+    return fail(cudaErrorInvalidKernelImage);
+  }
+  uint64_t shoff;
+  uint16_t shentsize, shnum;
+  memcpy(&shoff, c + 0x28, 8);
+  memcpy(&shentsize, c + 0x3a, 2);
+  memcpy(&shnum, c + 0x3c, 2);
+  size_t size = (size_t)shoff + (size_t)shentsize * shnum;
+  char path[] = "/tmp/ntp-emu-module-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0 || write(fd, code, size) != (ssize_t)size) {
+    if (fd >= 0) close(fd), unlink(path);
+    emu_fail("cudaLibraryLoadData: cannot write the module to /tmp");
+    return fail(cudaErrorInvalidKernelImage);
+  }
+  close(fd);
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  unlink(path);
+  ntp_emu_module_fn fn = dl ? (ntp_emu_module_fn)dlsym(dl, NTP_EMU_MODULE_SYMBOL) : NULL;
+  if (!fn) {
+    emu_fail("cudaLibraryLoadData: %s", dl ? "the module has no kernel table (a real CUBIN?)" : dlerror());
+    if (dl) dlclose(dl);
+    return fail(cudaErrorInvalidKernelImage);
+  }
+  emu_library *L = calloc(1, sizeof *L);
+  const ntp_emu_services *svc = emu_services();
+  if (!L || !svc) {
+    dlclose(dl);
+    free(L);
+    return fail(cudaErrorMemoryAllocation);
+  }
+  L->magic = LIB_MAGIC;
+  L->dl = dl;
+  L->table = fn(svc, &L->n);
+  L->handles = calloc(L->n + 1, sizeof *L->handles);
+  for (size_t i = 0; i < L->n; i++) L->handles[i] = (emu_kernel_h){KERN_MAGIC, &L->table[i], L};
+  *lib = (cudaLibrary_t)L;
+  return cudaSuccess;
+}
+
+cudaError_t cudaLibraryUnload(cudaLibrary_t lib) {
+  emu_library *L = (emu_library *)lib;
+  if (!L || L->magic != LIB_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+  for (size_t i = 0; i < L->n; i++) L->handles[i].magic = 0;
+  L->magic = 0;
+  dlclose(L->dl);
+  /* handles stay allocated so that a launch through a stale one is caught, not a crash */
+  return cudaSuccess;
+}
+
+cudaError_t cudaLibraryGetKernel(cudaKernel_t *k, cudaLibrary_t lib, const char *name) {
+  emu_library *L = (emu_library *)lib;
+  *k = NULL;
+  if (!L || L->magic != LIB_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+  for (size_t i = 0; i < L->n; i++)
+    if (!strcmp(L->table[i].name, name)) {
+      *k = (cudaKernel_t)&L->handles[i];
+      return cudaSuccess;
+    }
+  emu_fail("cudaLibraryGetKernel: the module has no kernel '%s'", name);
+  return fail(cudaErrorSymbolNotFound);
+}
+
+/* ---- launches --------------------------------------------------------------------------------- */
+
+typedef struct span { emu_alloc *a; unsigned char *before, *after; } span;
+
+/* the allocations a launch can reach: those its pointer arguments point into */
+static int reached(const ntp_emu_kernel *k, void **args, span *out, int cap) {
+  int n = 0;
+  for (int i = 0; i < k->nargs; i++) {
+    if (!(k->pointer_args & (1u << i))) continue;
+    void *p;
+    memcpy(&p, args[i], sizeof p);
+    if (!p) continue;
+    emu_alloc *a = emu_find(p, 0);
+    if (!a) {
+      emu_fail("kernel %s: argument %d (%p) is not device memory", k->name, i, p);
+      return -1;
+    }
+    if (a->device != current_device) {
+      emu_fail("kernel %s launched on GPU %d: argument %d is memory of GPU %d", k->name, current_device, i, a->device);
+      return -1;
+    }
+    bool seen = false;
+    for (int j = 0; j < n; j++) seen |= out[j].a == a;
+    if (!seen && n < cap) out[n++] = (span){a, NULL, NULL};
+  }
+  return n;
+}
+
+static unsigned long long launches;
+
+cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t smem, cudaStream_t stream) {
+  STICKY();
+  const emu_kernel_h *h = func;
+  if (!h || h->magic != KERN_MAGIC) {
+    emu_fail("cudaLaunchKernel: not a kernel of a loaded module (unloaded, or never loaded)");
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  const ntp_emu_kernel *k = h->k;
+  unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+  if (!stream_ok(stream, "cudaLaunchKernel")) return fail(cudaErrorInvalidResourceHandle);
+  if (stream && ((emu_stream *)stream)->device != current_device) {
+    emu_fail("kernel %s: launched on GPU %d into a stream of GPU %d", k->name, current_device,
+             ((emu_stream *)stream)->device);
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  if (threads == 0 || threads > 1024 || (int)threads > k->max_threads || block.z > 64 || grid.x == 0 || grid.y == 0 ||
+      grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+    emu_fail("kernel %s: launch of grid (%u, %u, %u) x block (%u, %u, %u) is out of bounds (at most %d threads a block "
+             "by its __launch_bounds__)",
+             k->name, grid.x, grid.y, grid.z, block.x, block.y, block.z, k->max_threads);
+    return fail(cudaErrorInvalidConfiguration);
+  }
+  if (smem) {
+    emu_fail("kernel %s: %zu bytes of dynamic shared memory (extern __shared__ is not emulated)", k->name, smem);
+    return fail(cudaErrorInvalidConfiguration);
+  }
+  ntp_emu_dim g = {grid.x, grid.y, grid.z}, b = {block.x, block.y, block.z};
+  uint64_t mode = emu_racecheck();
+  span sp[64];
+  int ns = reached(k, args, sp, 64);
+  if (ns < 0) return fail(cudaErrorInvalidValue);
+  launches++;
+  if (emu_verbose())
+    fprintf(stderr, "ntp-emu: launch %llu: %s grid %u block %u on GPU %d%s\n", launches, k->name, grid.x, block.x,
+            current_device, mode ? " (race check)" : "");
+  if (mode) {
+    for (int i = 0; i < ns; i++) {
+      sp[i].before = malloc(sp[i].a->size + 1);
+      sp[i].after = malloc(sp[i].a->size + 1);
+      if (!sp[i].before || !sp[i].after) {
+        emu_fail("race check: out of host memory");
+        sticky = cudaErrorMemoryAllocation;
+        return fail(sticky);
+      }
+      memcpy(sp[i].before, sp[i].a->base, sp[i].a->size);
+    }
+  }
+  int rc = emu_run_grid(k, g, b, args, 0);
+  if (rc == 0 && mode) {
+    for (int i = 0; i < ns; i++) {
+      memcpy(sp[i].after, sp[i].a->base, sp[i].a->size);
+      memcpy(sp[i].a->base, sp[i].before, sp[i].a->size);
+    }
+    rc = emu_run_grid(k, g, b, args, mode);
+    for (int i = 0; rc == 0 && i < ns; i++) {
+      if (!memcmp(sp[i].after, sp[i].a->base, sp[i].a->size)) continue;
+      size_t off = 0;
+      while (sp[i].after[off] == sp[i].a->base[off]) off++;
+      emu_fail("kernel %s: race: its result depends on the order in which blocks and threads run (byte %zu of a "
+               "%zu-byte allocation differs between two orders: 0x%02x vs 0x%02x)",
+               k->name, off, sp[i].a->size, sp[i].after[off], sp[i].a->base[off]);
+      rc = -1;
+    }
+  }
+  for (int i = 0; mode && i < ns; i++) {
+    free(sp[i].before);
+    free(sp[i].after);
+  }
+  if (rc != 0) {
+    sticky = cudaErrorLaunchFailure;
+    return fail(sticky);
+  }
+  return cudaSuccess;
+}

@@ -1,0 +1,576 @@
+/* emu_nccl.c — the subset of libnccl the backend calls, over emulated GPUs, in one process
+ * (ncclCommInitAll) or across processes (ncclGetUniqueId + ncclCommInitRank: the id names a
+ * shared-memory file that every rank maps).
+ *
+ * Every call posts an operation on a board in that memory; grouped calls post at the
+ * outermost ncclGroupEnd. An operation completes when all its participants have posted a
+ * matching one: an all-reduce of every rank of the communicator (summed in fp32 in rank
+ * order and rounded once, as the loopback collectives do), a send with the receive that
+ * names it, a split of every rank of the parent. A mismatch (counts, types, a rank that
+ * never joins) would hang a real job; here it is an error: at once when every rank of the
+ * communicator lives in this process, after NTP_EMU_NCCL_TIMEOUT seconds (default 60)
+ * otherwise. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu.h"
+
+enum { MAX_OPS = 4096, MAX_RANKS = 64, HEAP_BYTES = 1 << 30 };
+enum { FREE, POSTED, DONE };
+enum { OP_INIT, OP_ALLREDUCE, OP_SEND, OP_RECV, OP_SPLIT };
+static const char *const OP_NAME[] = {"ncclCommInitRank", "ncclAllReduce", "ncclSend", "ncclRecv", "ncclCommSplit"};
+
+typedef struct op {
+  int state, kind;
+  uint64_t comm, seq;
+  int rank, nranks, peer;
+  size_t count;
+  int dtype, redop;
+  uint64_t data, result; /* heap offsets */
+  int color, key;
+  int new_rank, new_size; /* split results */
+  uint64_t new_comm;
+} op;
+
+typedef struct fabric {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;
+  uint64_t heap_used;
+  op ops[MAX_OPS];
+  char path[256];
+} fabric;
+
+struct ncclComm {
+  int magic;
+  fabric *fab;
+  uint64_t uid;
+  int rank, nranks, device;
+  bool all_local; /* every rank in this process: a wait that cannot complete is a hang */
+  uint64_t coll_seq;
+  uint64_t send_seq[MAX_RANKS], recv_seq[MAX_RANKS];
+};
+enum { COMM_MAGIC = 0x4e43434c };
+
+static unsigned char *heap(fabric *f) { return (unsigned char *)f + ((sizeof *f + 4095) & ~(size_t)4095); }
+static size_t fabric_bytes(void) { return ((sizeof(fabric) + 4095) & ~(size_t)4095) + HEAP_BYTES; }
+
+const char *ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+  case ncclSuccess: return "no error";
+  case ncclInvalidArgument: return "invalid argument (emulated NCCL: see the message above)";
+  case ncclInvalidUsage: return "invalid usage (emulated NCCL: see the message above)";
+  case ncclSystemError: return "system error (emulated NCCL)";
+  default: return "internal error (emulated NCCL)";
+  }
+}
+const char *ncclGetLastError(ncclComm_t c) {
+  (void)c;
+  return emu_last_message();
+}
+ncclResult_t ncclGetVersion(int *v) {
+  *v = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+static void fabric_init(fabric *f) {
+  pthread_mutexattr_t ma;
+  pthread_condattr_t ca;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+  pthread_condattr_init(&ca);
+  pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&f->mu, &ma);
+  pthread_cond_init(&f->cv, &ca);
+}
+
+static fabric *fabric_map(const char *path, bool create) {
+  int fd = open(path, O_RDWR | (create ? O_CREAT | O_EXCL : 0), 0600);
+  if (fd < 0) return NULL;
+  if (create && ftruncate(fd, (off_t)fabric_bytes()) != 0) {
+    close(fd);
+    return NULL;
+  }
+  void *m = mmap(NULL, fabric_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return NULL;
+  fabric *f = m;
+  if (create) {
+    fabric_init(f);
+    snprintf(f->path, sizeof f->path, "%s", path);
+  }
+  return f;
+}
+
+/* ---- the board ------------------------------------------------------------------------------ */
+
+static uint64_t heap_alloc(fabric *f, size_t n) {
+  uint64_t at = f->heap_used;
+  f->heap_used += (n + 255) / 256 * 256;
+  return f->heap_used > HEAP_BYTES ? UINT64_MAX : at;
+}
+
+static size_t esize(int dt) { return dt == ncclFloat32 || dt == ncclInt32 || dt == ncclUint32 ? 4 : 2; }
+static float ld(const unsigned char *p, int dt, size_t i) {
+  uint16_t h;
+  if (dt == ncclFloat32) {
+    float v;
+    memcpy(&v, p + 4 * i, 4);
+    return v;
+  }
+  memcpy(&h, p + 2 * i, 2);
+  uint32_t u;
+  float v;
+  if (dt == ncclBfloat16) u = (uint32_t)h << 16;
+  else {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+    if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else if (e) u = s | ((e + 112) << 23) | (m << 13);
+    else {
+      v = (float)m * 5.9604644775390625e-08f;
+      memcpy(&u, &v, 4);
+      u |= s;
+    }
+  }
+  memcpy(&v, &u, 4);
+  return v;
+}
+static void st(unsigned char *p, int dt, size_t i, float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  uint16_t h;
+  if (dt == ncclFloat32) {
+    memcpy(p + 4 * i, &v, 4);
+    return;
+  }
+  if (dt == ncclBfloat16) h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)
+                                                             : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  else {
+    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) h = (uint16_t)(s | 0x7e00u);
+    else if (a >= 0x477ff000u) h = (uint16_t)(s | 0x7c00u);
+    else if (a < 0x38800000u) {
+      float x;
+      memcpy(&x, &a, 4);
+      h = (uint16_t)(s | (uint32_t)__builtin_nearbyintf(x * 16777216.0f));
+    } else {
+      uint32_t r = a - 0x38000000u;
+      h = (uint16_t)(s | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+    }
+  }
+  memcpy(p + 2 * i, &h, 2);
+}
+
+static uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  return z ^ (z >> 31);
+}
+
+/* Completes what can be completed (the lock is held). Returns -1 on a mismatch. */
+static int complete(fabric *f) {
+  op *ops = f->ops;
+  for (int i = 0; i < MAX_OPS; i++) {
+    op *x = &ops[i];
+    if (x->state != POSTED) continue;
+    if (x->kind == OP_SEND || x->kind == OP_RECV) {
+      if (x->kind != OP_SEND) continue;
+      for (int j = 0; j < MAX_OPS; j++) {
+        op *y = &ops[j];
+        if (y->state != POSTED || y->kind != OP_RECV || y->comm != x->comm || y->rank != x->peer || y->peer != x->rank ||
+            y->seq != x->seq)
+          continue;
+        if (y->count != x->count || y->dtype != x->dtype) {
+          emu_fail("ncclSend/ncclRecv mismatch: rank %d sends %zu elements of type %d to rank %d, which receives %zu of "
+                   "type %d",
+                   x->rank, x->count, x->dtype, y->rank, y->count, y->dtype);
+          return -1;
+        }
+        y->result = x->data;
+        x->state = y->state = DONE;
+        break;
+      }
+      continue;
+    }
+    /* collectives: every rank of the communicator with the same sequence number */
+    int idx[MAX_RANKS], n = 0;
+    for (int j = 0; j < MAX_OPS && n <= x->nranks; j++) {
+      op *y = &ops[j];
+      if (y->state == POSTED && y->comm == x->comm && y->seq == x->seq && y->kind != OP_SEND && y->kind != OP_RECV) {
+        if (y->kind != x->kind) {
+          emu_fail("communicator mismatch: rank %d calls %s where rank %d calls %s (call %llu of the communicator)",
+                   x->rank, OP_NAME[x->kind], y->rank, OP_NAME[y->kind], (unsigned long long)x->seq);
+          return -1;
+        }
+        if (y->rank >= 0 && y->rank < MAX_RANKS) idx[n++] = j;
+      }
+    }
+    if (n < x->nranks) continue;
+    op *by_rank[MAX_RANKS] = {0};
+    for (int k = 0; k < n; k++) by_rank[ops[idx[k]].rank] = &ops[idx[k]];
+    if (x->kind == OP_ALLREDUCE) {
+      for (int r = 0; r < x->nranks; r++)
+        if (!by_rank[r] || by_rank[r]->count != x->count || by_rank[r]->dtype != x->dtype || by_rank[r]->redop != x->redop) {
+          emu_fail("ncclAllReduce mismatch in a communicator of %d ranks: rank %d reduces %zu elements of type %d, rank "
+                   "%d %zu of type %d",
+                   x->nranks, x->rank, x->count, x->dtype, r, by_rank[r] ? by_rank[r]->count : 0,
+                   by_rank[r] ? by_rank[r]->dtype : -1);
+          return -1;
+        }
+      uint64_t res = heap_alloc(f, x->count * esize(x->dtype));
+      if (res == UINT64_MAX) {
+        emu_fail("emulated NCCL: the shared heap is full");
+        return -1;
+      }
+      unsigned char *out = heap(f) + res;
+      for (size_t e = 0; e < x->count; e++) {
+        if (x->dtype == ncclInt32) {
+          int32_t s = 0, v;
+          for (int r = 0; r < x->nranks; r++) memcpy(&v, heap(f) + by_rank[r]->data + 4 * e, 4), s += v;
+          memcpy(out + 4 * e, &s, 4);
+          continue;
+        }
+        float s = 0.0f;
+        for (int r = 0; r < x->nranks; r++) s += ld(heap(f) + by_rank[r]->data, x->dtype, e);
+        st(out, x->dtype, e, s);
+      }
+      for (int r = 0; r < x->nranks; r++) by_rank[r]->result = res, by_rank[r]->state = DONE;
+    } else if (x->kind == OP_SPLIT) {
+      for (int r = 0; r < x->nranks; r++) {
+        op *y = by_rank[r];
+        y->new_rank = -1, y->new_size = 0;
+        if (y->color < 0) continue;
+        for (int q = 0; q < x->nranks; q++) {
+          op *z = by_rank[q];
+          if (z->color != y->color) continue;
+          y->new_size++;
+          if (z->key < y->key || (z->key == y->key && q < r)) y->new_rank++;
+        }
+        y->new_rank++;
+        y->new_comm = mix(mix(x->comm, x->seq), (uint64_t)y->color + 1);
+      }
+      for (int r = 0; r < x->nranks; r++) by_rank[r]->state = DONE;
+    } else {
+      for (int r = 0; r < x->nranks; r++) by_rank[r]->state = DONE;
+    }
+  }
+  return 0;
+}
+
+/* ---- groups: operations queue until the outermost ncclGroupEnd ---------------------------------- */
+
+typedef struct pending {
+  ncclComm_t comm;
+  int kind, peer, color, key;
+  const void *send;
+  void *recv;
+  size_t count;
+  int dtype, redop;
+  ncclComm_t *newcomm;
+  int slot;
+} pending;
+
+static __thread int depth;
+static __thread pending *queue;
+static __thread int nqueue, capqueue;
+
+static ncclResult_t enqueue(pending p) {
+  if (nqueue == capqueue) {
+    capqueue = capqueue ? 2 * capqueue : 64;
+    pending *q = realloc(queue, (size_t)capqueue * sizeof *q);
+    if (!q) return ncclSystemError;
+    queue = q;
+  }
+  queue[nqueue++] = p;
+  return ncclSuccess;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static ncclResult_t flush(void) {
+  ncclResult_t rc = ncclSuccess;
+  if (!nqueue) return rc;
+  fabric *f = queue[0].comm->fab;
+  for (int i = 1; i < nqueue; i++)
+    if (queue[i].comm->fab != f) {
+      emu_fail("a NCCL group mixes communicators of different worlds (not emulated)");
+      nqueue = 0;
+      return ncclInvalidUsage;
+    }
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < nqueue; i++) { /* post */
+    pending *p = &queue[i];
+    ncclComm_t c = p->comm;
+    int slot = -1;
+    for (int s = 0; s < MAX_OPS && slot < 0; s++)
+      if (f->ops[s].state == FREE) slot = s;
+    if (slot < 0) {
+      emu_fail("emulated NCCL: more than %d operations in flight", MAX_OPS);
+      rc = ncclInternalError;
+      goto out;
+    }
+    op *x = &f->ops[slot];
+    *x = (op){.state = POSTED, .kind = p->kind, .comm = c->uid, .rank = c->rank, .nranks = c->nranks, .peer = p->peer,
+              .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color, .key = p->key};
+    x->seq = p->kind == OP_SEND ? c->send_seq[p->peer]++ : p->kind == OP_RECV ? c->recv_seq[p->peer]++ : c->coll_seq++;
+    if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
+      size_t n = p->count * esize(p->dtype);
+      x->data = heap_alloc(f, n);
+      if (x->data == UINT64_MAX) {
+        emu_fail("emulated NCCL: the shared heap is full");
+        rc = ncclInternalError;
+        goto out;
+      }
+      memcpy(heap(f) + x->data, p->send, n);
+    }
+    p->slot = slot;
+  }
+  if (complete(f) != 0) {
+    rc = ncclInvalidUsage;
+    goto out;
+  }
+  pthread_cond_broadcast(&f->cv);
+  double limit = now() + (double)(getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 60.0);
+  for (int i = 0; i < nqueue; i++) { /* wait */
+    pending *p = &queue[i];
+    op *x = &f->ops[p->slot];
+    while (x->state != DONE) {
+      if (p->comm->all_local || now() > limit) {
+        emu_fail("%s on rank %d of a communicator of %d ranks would hang: %s%s", OP_NAME[p->kind], p->comm->rank,
+                 p->comm->nranks,
+                 p->kind == OP_SEND || p->kind == OP_RECV ? "no matching call of the peer"
+                                                          : "not every rank of the communicator makes this call",
+                 p->comm->all_local ? " (every rank is in this process and has made its calls)" : " (timed out)");
+        rc = ncclInvalidUsage;
+        goto out;
+      }
+      struct timespec t;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      t.tv_nsec += 50000000;
+      if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&f->cv, &f->mu, &t);
+      if (complete(f) != 0) {
+        rc = ncclInvalidUsage;
+        goto out;
+      }
+    }
+  }
+  for (int i = 0; i < nqueue; i++) { /* results back to this process's buffers */
+    pending *p = &queue[i];
+    op *x = &f->ops[p->slot];
+    if (p->kind == OP_ALLREDUCE || p->kind == OP_RECV)
+      memcpy(p->recv, heap(f) + x->result, p->count * esize(p->dtype));
+    if (p->kind == OP_SPLIT) {
+      *p->newcomm = NULL;
+      if (x->new_rank >= 0) {
+        ncclComm_t c = calloc(1, sizeof *c);
+        if (!c) {
+          rc = ncclSystemError;
+          goto out;
+        }
+        *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = x->new_comm, .rank = x->new_rank, .nranks = x->new_size,
+                               .device = p->comm->device, .all_local = p->comm->all_local};
+        __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);
+        *p->newcomm = c;
+      }
+    }
+    x->state = FREE;
+  }
+  bool idle = true;
+  for (int s = 0; s < MAX_OPS && idle; s++) idle = f->ops[s].state == FREE;
+  if (idle) f->heap_used = 0;
+out:
+  if (rc != ncclSuccess) /* what was posted can never complete now: take it back */
+    for (int i = 0; i < nqueue; i++)
+      if (queue[i].slot >= 0 && queue[i].slot < MAX_OPS) f->ops[queue[i].slot].state = FREE;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  nqueue = 0;
+  return rc;
+}
+
+ncclResult_t ncclGroupStart(void) {
+  depth++;
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+  if (depth == 0) {
+    emu_fail("ncclGroupEnd without ncclGroupStart");
+    return ncclInvalidUsage;
+  }
+  return --depth == 0 ? flush() : ncclSuccess;
+}
+static ncclResult_t submit(pending p) {
+  p.slot = -1;
+  ncclResult_t r = enqueue(p);
+  if (r != ncclSuccess || depth) return r;
+  return flush();
+}
+
+static bool comm_ok(ncclComm_t c, const char *call) {
+  if (c && c->magic == COMM_MAGIC) return true;
+  emu_fail("%s: not a communicator (destroyed, or never created)", call);
+  return false;
+}
+static bool buffer_ok(ncclComm_t c, const void *p, size_t bytes, const char *call) {
+  emu_alloc *a = emu_find(p, bytes);
+  if (!a) emu_fail("%s on rank %d: %zu bytes at %p are not inside one device allocation", call, c->rank, bytes, p);
+  else if (a->device != c->device)
+    emu_fail("%s on rank %d (GPU %d): the buffer is memory of GPU %d", call, c->rank, c->device, a->device);
+  return a && a->device == c->device;
+}
+static bool type_ok(int dt, const char *call) {
+  if (dt == ncclFloat32 || dt == ncclFloat16 || dt == ncclBfloat16 || dt == ncclInt32) return true;
+  emu_fail("%s: data type %d is not emulated", call, dt);
+  return false;
+}
+
+/* ---- communicators ------------------------------------------------------------------------------ */
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  static unsigned counter;
+  char path[100];
+  const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  snprintf(path, sizeof path, "%s/ntp-emu-nccl-%ld-%u", dir, (long)getpid(), counter++);
+  unlink(path);
+  fabric *f = fabric_map(path, true);
+  if (!f) {
+    emu_fail("ncclGetUniqueId: cannot create %s: %s", path, strerror(errno));
+    return ncclSystemError;
+  }
+  munmap(f, fabric_bytes());
+  memset(id, 0, sizeof *id);
+  snprintf(id->internal, sizeof id->internal, "ntp-emu:%s", path);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  *comm = NULL;
+  if (strncmp(id.internal, "ntp-emu:", 8) != 0) {
+    emu_fail("ncclCommInitRank: not a unique id of the emulated NCCL");
+    return ncclInvalidArgument;
+  }
+  if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) {
+    emu_fail("ncclCommInitRank: rank %d of %d ranks (at most %d emulated)", rank, nranks, MAX_RANKS);
+    return ncclInvalidArgument;
+  }
+  char path[256];
+  snprintf(path, sizeof path, "%.*s", (int)(sizeof id.internal - 8), id.internal + 8);
+  fabric *f = fabric_map(path, false);
+  if (!f) {
+    emu_fail("ncclCommInitRank: cannot map %s: %s", path, strerror(errno));
+    return ncclSystemError;
+  }
+  ncclComm_t c = calloc(1, sizeof *c);
+  if (!c) return ncclSystemError;
+  *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = mix(0x4e54504e43434cull, 1), .rank = rank, .nranks = nranks,
+                         .device = emu_current_device(), .all_local = nranks == 1};
+  __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);
+  ncclResult_t r = submit((pending){.comm = c, .kind = OP_INIT}); /* everyone joins before anyone proceeds */
+  if (r != ncclSuccess) {
+    free(c);
+    return r;
+  }
+  *comm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
+  if (n < 1 || n > MAX_RANKS) return ncclInvalidArgument;
+  fabric *f = mmap(NULL, fabric_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (f == MAP_FAILED) return ncclSystemError;
+  fabric_init(f);
+  static uint64_t worlds;
+  uint64_t uid = mix(0x494e4954414c4cull, ++worlds);
+  for (int i = 0; i < n; i++) {
+    int dev = devlist ? devlist[i] : i;
+    if (dev < 0 || dev >= emu_device_count()) {
+      emu_fail("ncclCommInitAll: GPU %d does not exist (%d emulated)", dev, emu_device_count());
+      return ncclInvalidArgument;
+    }
+    comms[i] = calloc(1, sizeof(struct ncclComm));
+    if (!comms[i]) return ncclSystemError;
+    *comms[i] = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = uid, .rank = i, .nranks = n, .device = dev, .all_local = true};
+    f->refs++;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+  (void)config;
+  if (!comm_ok(comm, "ncclCommSplit")) return ncclInvalidArgument;
+  return submit((pending){.comm = comm, .kind = OP_SPLIT, .color = color < 0 ? -1 : color, .key = key, .newcomm = newcomm});
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm_ok(comm, "ncclCommDestroy")) return ncclInvalidArgument;
+  fabric *f = comm->fab;
+  comm->magic = 0;
+  free(comm);
+  if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_SEQ_CST) == 0 && f->path[0]) unlink(f->path);
+  return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  if (!comm_ok(comm, "ncclCommCount")) return ncclInvalidArgument;
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  if (!comm_ok(comm, "ncclCommUserRank")) return ncclInvalidArgument;
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+/* ---- communication -------------------------------------------------------------------------------- */
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  if (!comm_ok(comm, "ncclAllReduce") || !type_ok(dt, "ncclAllReduce")) return ncclInvalidArgument;
+  if (op != ncclSum) {
+    emu_fail("ncclAllReduce: reduction %d is not emulated (only ncclSum)", (int)op);
+    return ncclInvalidArgument;
+  }
+  size_t bytes = count * esize(dt);
+  if (!buffer_ok(comm, send, bytes, "ncclAllReduce (send)") || !buffer_ok(comm, recv, bytes, "ncclAllReduce (receive)"))
+    return ncclInvalidArgument;
+  return submit((pending){.comm = comm, .kind = OP_ALLREDUCE, .send = send, .recv = recv, .count = count, .dtype = dt,
+                          .redop = op});
+}
+
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  if (!comm_ok(comm, "ncclSend") || !type_ok(dt, "ncclSend")) return ncclInvalidArgument;
+  if (peer < 0 || peer >= comm->nranks) {
+    emu_fail("ncclSend: peer %d of a communicator of %d ranks", peer, comm->nranks);
+    return ncclInvalidArgument;
+  }
+  if (!buffer_ok(comm, buf, count * esize(dt), "ncclSend")) return ncclInvalidArgument;
+  return submit((pending){.comm = comm, .kind = OP_SEND, .send = buf, .count = count, .dtype = dt, .peer = peer});
+}
+
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  if (!comm_ok(comm, "ncclRecv") || !type_ok(dt, "ncclRecv")) return ncclInvalidArgument;
+  if (peer < 0 || peer >= comm->nranks) {
+    emu_fail("ncclRecv: peer %d of a communicator of %d ranks", peer, comm->nranks);
+    return ncclInvalidArgument;
+  }
+  if (!buffer_ok(comm, buf, count * esize(dt), "ncclRecv")) return ncclInvalidArgument;
+  return submit((pending){.comm = comm, .kind = OP_RECV, .recv = buf, .count = count, .dtype = dt, .peer = peer});
+}
