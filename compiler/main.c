@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "artifact.h"
+#include "outfile.h"
 #include "cuda_backend.h"
 
 #include "ntpc.h"
@@ -48,6 +49,7 @@ static const char usage_text[] =
     "                     simulated rank reads only its slices)\n"
     "  --save-params FILE (run) write the parameters used to a safetensors file\n"
     "  --color=WHEN       auto | always | never (diagnostics)\n"
+    "  -ferror-limit=N    stop after N errors (default 20; 0: no limit)\n"
     "\n"
     "exit status: 0 ok, 1 errors in the input, 2 usage or environment errors\n";
 
@@ -78,26 +80,22 @@ static int emit_to(ntpc_session *s, const char *kind, const char *path) {
     if (ntpc_emit(s, kind, stdout) != NTPC_OK) return usage_error("%s", ntpc_last_error(s));
     return 0;
   }
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
-  if (!tmp) return 2;
-  snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    fprintf(stderr, "ntpc: error: cannot write '%s': %s\n", path, strerror(errno));
-    free(tmp);
+  char err[512];
+  ntp_outfile out;
+  if (ntp_outfile_open(&out, path, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
     return 2;
   }
-  ntpc_status st = ntpc_emit(s, kind, f);
-  int bad = fclose(f) != 0 || st != NTPC_OK;
-  if (bad || rename(tmp, path) != 0) {
-    remove(tmp);
-    free(tmp);
-    if (st != NTPC_OK) return usage_error("%s", ntpc_last_error(s));
-    fprintf(stderr, "ntpc: error: cannot write '%s'\n", path);
+  ntpc_status st = ntpc_emit(s, kind, out.f);
+  bool written = !ferror(out.f);
+  if (st != NTPC_OK) {
+    ntp_outfile_abort(&out);
+    return usage_error("%s", ntpc_last_error(s));
+  }
+  if (ntp_outfile_commit(&out, written, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
     return 2;
   }
-  free(tmp);
   return 0;
 }
 
@@ -133,20 +131,40 @@ static int build_library(ntpc_session *s, const char *out, bool keep_c) {
   const sh_program *p = ntpc_sharded(s);
   size_t n = strlen(out) + 32;
   char *csrc = malloc(n), *tmp = malloc(n);
+  if (!csrc || !tmp) {
+    free(csrc);
+    free(tmp);
+    fprintf(stderr, "ntpc: error: out of memory\n");
+    return 2;
+  }
   snprintf(csrc, n, "%s.c", out);
   snprintf(tmp, n, "%s.tmp%ld", out, (long)getpid());
   char err[512];
   int rc = 2;
-  FILE *f = fopen(csrc, "w");
-  if (!f) {
-    fprintf(stderr, "ntpc: error: cannot write '%s': %s\n", csrc, strerror(errno));
+  bool csrc_ours = false;
+  /* both targets must be regular files (or absent) before anything is written */
+  if (ntp_outfile_check_target(out, err, sizeof err) != 0 || ntp_outfile_check_target(csrc, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
     goto done;
   }
-  int w = artifact_write_c(p, f, err, sizeof err);
-  if (fclose(f) != 0 || w != 0) {
-    fprintf(stderr, "ntpc: error: writing %s: %s\n", csrc, w ? err : "write failed");
+  ntp_outfile cf; /* FILE.c, itself written whole: a killed build leaves neither it nor a part of it */
+  if (ntp_outfile_open(&cf, csrc, ".c", err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
     goto done;
   }
+  int w = artifact_write_c(p, cf.f, err, sizeof err);
+  if (w != 0) {
+    fprintf(stderr, "ntpc: error: writing %s: %s\n", csrc, err);
+    ntp_outfile_abort(&cf);
+    goto done;
+  }
+  ntp_outfile_track(csrc); /* from the rename on, removed if killed: --keep-c keeps it only on success */
+  csrc_ours = true;
+  if (ntp_outfile_commit(&cf, !ferror(cf.f), err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
+    goto done;
+  }
+  ntp_outfile_track(tmp);
   char inc[2 * PATH_MAX], lib[2 * PATH_MAX], rpath[2 * PATH_MAX + 16], libflag[2 * PATH_MAX + 8];
   runtime_dirs(inc, lib, sizeof inc);
   char *argv[64];
@@ -185,14 +203,18 @@ static int build_library(ntpc_session *s, const char *out, bool keep_c) {
     remove(tmp);
     goto done;
   }
-  if (rename(tmp, out) != 0) {
-    fprintf(stderr, "ntpc: error: cannot write '%s': %s\n", out, strerror(errno));
+  err[0] = 0;
+  if (ntp_outfile_check_target(out, err, sizeof err) != 0 || rename(tmp, out) != 0) {
+    if (!err[0]) snprintf(err, sizeof err, "cannot write '%s': %s", out, strerror(errno));
+    fprintf(stderr, "ntpc: error: %s\n", err);
     remove(tmp);
     goto done;
   }
   rc = 0;
 done:
-  if (!keep_c || rc) remove(csrc);
+  ntp_outfile_untrack(tmp);
+  if (csrc_ours && (!keep_c || rc)) remove(csrc);
+  ntp_outfile_untrack(csrc);
   free(csrc);
   free(tmp);
   return rc;
@@ -225,9 +247,15 @@ static int run_cuda(const ir_module *m, const sh_program *p, const options *o) {
     if (cg_generate(p, r, &cms[r], err, sizeof err) != 0) goto done;
   /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
   ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .rank_hi = p->world};
-  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) goto done;
+  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
+    rc = 1; /* a --params file that cannot be read is an input error, as on the cpu backend */
+    goto done;
+  }
   if (ntp_cuda_create(p, cms, &co, &c, err, sizeof err) != 0) goto done;
-  if (params && ntp_cuda_load(c, params, err, sizeof err) != 0) goto done;
+  if (params && ntp_cuda_load(c, params, err, sizeof err) != 0) {
+    rc = 1;
+    goto done;
+  }
   if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done; /* warm-up */
   double total = 0;
   for (long i = 0; i < o->iters; i++) {
@@ -294,7 +322,7 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
   ntp_safetensors *params = NULL;
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
-    return 2;
+    return 1; /* docs/cli.md: a --params file that cannot be read or does not fit is an input error */
   }
   if (ntp_cpu_run_params(m, o->seed, o->dump != NULL || o->save_params != NULL, params, &res, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
@@ -333,6 +361,7 @@ int ntpc_plan_command(int argc, char **argv); /* plan_cmd.c */
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
   options o = {.world = -1, .iters = 10};
+  ntp_outfile_install_cleanup(); /* a killed ntpc leaves no temporary or half-built file */
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
   int rc = 0;
@@ -363,8 +392,10 @@ int main(int argc, char **argv) {
       o.backend = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
       char *end;
+      errno = 0;
       o.seed = strtoull(v, &end, 10);
-      if (*end || !*v || *v == '-') { rc = usage_error("--seed needs a non-negative integer, got '%s'", v); goto out; }
+      if (*end || !*v || *v == '-' || *v == '+' || *v == ' ') { rc = usage_error("--seed needs a non-negative integer, got '%s'", v); goto out; }
+      if (errno == ERANGE) { rc = usage_error("--seed must be below 2^64, got '%s'", v); goto out; }
     } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       char *end;
       o.world = strtol(v, &end, 10);
@@ -384,7 +415,17 @@ int main(int argc, char **argv) {
     } else if ((v = cli_option_value(argc, argv, &i, "--dump", &missing))) {
       o.dump = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
+      if (strcmp(v, "auto") != 0 && strcmp(v, "always") != 0 && strcmp(v, "never") != 0) {
+        rc = usage_error("--color takes auto, always or never, got '%s'", v);
+        goto out;
+      }
       o.color = v;
+    } else if (strncmp(a, "-ferror-limit=", 14) == 0) {
+      char *end;
+      errno = 0;
+      unsigned long long n = strtoull(a + 14, &end, 10);
+      if (*end || !a[14] || a[14] == '-' || errno) { rc = usage_error("-ferror-limit needs a count (0: no limit), got '%s'", a + 14); goto out; }
+      ntpc_set_error_limit(s, (size_t)n);
     } else if ((v = cli_option_value(argc, argv, &i, "-o", &missing))) {
       o.out = v;
     } else if (missing) {

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "outfile.h"
 #include "ntpc.h"
 #include "planner.h"
 #include "shard.h"
@@ -146,29 +147,26 @@ static void print_error(const char *err) {
  * cap on some GPU (*shortfall: by how much); nothing is written then. */
 static int write_plan_checked(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
                               const char *name, const char *header, const char *path, double *shortfall) {
-  size_t n = strlen(path) + 32;
-  char *tmp = malloc(n);
-  if (!tmp) return 2;
-  snprintf(tmp, n, "%s.tmp%ld.ntp", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    fprintf(stderr, "ntpc plan: error: cannot write '%s': %s\n", path, strerror(errno));
-    free(tmp);
+  char err[512];
+  ntp_outfile out;
+  if (ntp_outfile_open(&out, path, ".ntp", err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
     return 2;
   }
-  plan_write_plan(f, pm, m, sol, name, header);
-  if (fclose(f) != 0) {
+  plan_write_plan(out.f, pm, m, sol, name, header);
+  bool written = !ferror(out.f) && fclose(out.f) == 0;
+  out.f = NULL; /* closed: the compiler reads it back before it is renamed into place */
+  if (!written) {
     fprintf(stderr, "ntpc plan: error: cannot write '%s'\n", path);
-    remove(tmp);
-    free(tmp);
+    ntp_outfile_abort(&out);
     return 2;
   }
+  const char *tmp = out.tmp;
   int rc = 0;
   ntpc_session *s = compile_model(o, tmp, name, 0, &rc);
   if (!s) {
     fprintf(stderr, "ntpc plan: internal error: the compiler rejects the plan written for it (not written)\n");
-    remove(tmp);
-    free(tmp);
+    ntp_outfile_abort(&out);
     return 3;
   }
   const sh_program *p = ntpc_sharded(s);
@@ -195,41 +193,30 @@ static int write_plan_checked(const plan_opts *o, const plan_model *pm, const ir
   }
   ntpc_session_free(s);
   if (*shortfall > 0) {
-    remove(tmp);
-    free(tmp);
+    ntp_outfile_abort(&out);
     return -1;
   }
-  if (rename(tmp, path) != 0) {
-    fprintf(stderr, "ntpc plan: error: cannot write '%s': %s\n", path, strerror(errno));
-    remove(tmp);
-    free(tmp);
+  if (ntp_outfile_commit(&out, true, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
     return 2;
   }
-  free(tmp);
   printf("wrote %s\n", path);
   return 0;
 }
 
 static int write_svg(const plan_model *pm, const plan_solution *sol, const plan_profile *prof, const char *title,
                      const char *path) {
-  size_t n = strlen(path) + 32;
-  char *tmp = malloc(n);
-  if (!tmp) return 2;
-  snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    fprintf(stderr, "ntpc plan: error: cannot write '%s': %s\n", path, strerror(errno));
-    free(tmp);
+  char err[512];
+  ntp_outfile out;
+  if (ntp_outfile_open(&out, path, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
     return 2;
   }
-  plan_write_svg(f, pm, sol, prof, title);
-  if (fclose(f) != 0 || rename(tmp, path) != 0) {
-    fprintf(stderr, "ntpc plan: error: cannot write '%s'\n", path);
-    remove(tmp);
-    free(tmp);
+  plan_write_svg(out.f, pm, sol, prof, title);
+  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
     return 2;
   }
-  free(tmp);
   printf("wrote %s\n", path);
   return 0;
 }

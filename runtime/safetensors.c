@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"
+#include "outfile.h"
 #include "ntprt.h"
 
 struct ntp_safetensors {
@@ -24,6 +25,98 @@ struct ntp_safetensors {
 
 static const char *st_dtype(ntp_dtype dt) {
   return dt == NTP_BF16 ? "BF16" : dt == NTP_FP16 ? "F16" : dt == NTP_FP32 ? "F32" : "I32";
+}
+
+enum { MAX_HEADER = 100000000 };
+
+/* Bytes per element of a safetensors dtype, 0 if unknown. */
+static size_t st_esize(const char *dt) {
+  static const struct { const char *name; size_t size; } sizes[] = {
+      {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (strcmp(dt, sizes[i].name) == 0) return sizes[i].size;
+  return 0;
+}
+
+static bool nonneg_int(json_object *j, int64_t *out) {
+  if (!j || !json_object_is_type(j, json_type_int)) return false;
+  *out = json_object_get_int64(j);
+  return *out >= 0;
+}
+
+typedef struct st_range {
+  uint64_t begin, end;
+  const char *name;
+} st_range;
+
+static int by_begin(const void *a, const void *b) {
+  const st_range *x = a, *y = b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+/* Every entry of the header checked once, when the file is opened, so that reading a box later
+ * can trust it: an object with a known dtype, a shape of non-negative integers and two data
+ * offsets inside the data block whose length is the shape's size, no two tensors overlapping. */
+static int validate_header(ntp_safetensors *f, const char *path, char *err, size_t cap) {
+  size_t n = (size_t)json_object_object_length(f->header), k = 0;
+  st_range *r = calloc(n ? n : 1, sizeof *r);
+  if (!r) {
+    snprintf(err, cap, "%s: out of memory", path);
+    return -1;
+  }
+  uint64_t data_len = f->size - f->data;
+  int rc = -1;
+  json_object_object_foreach(f->header, name, t) {
+    if (strcmp(name, "__metadata__") == 0) continue;
+    json_object *jd, *js, *jo;
+    if (!json_object_is_type(t, json_type_object) || !json_object_object_get_ex(t, "dtype", &jd) ||
+        !json_object_is_type(jd, json_type_string) || !json_object_object_get_ex(t, "shape", &js) ||
+        !json_object_is_type(js, json_type_array) || !json_object_object_get_ex(t, "data_offsets", &jo) ||
+        !json_object_is_type(jo, json_type_array) || json_object_array_length(jo) != 2) {
+      snprintf(err, cap, "%s: tensor '%s': the header entry needs a dtype string, a shape array and two data_offsets",
+               path, name);
+      goto done;
+    }
+    size_t esize = st_esize(json_object_get_string(jd));
+    if (!esize) {
+      snprintf(err, cap, "%s: tensor '%s': unknown dtype '%s'", path, name, json_object_get_string(jd));
+      goto done;
+    }
+    uint64_t bytes = esize;
+    size_t nd = json_object_array_length(js);
+    for (size_t d = 0; d < nd; d++) {
+      int64_t dim;
+      if (!nonneg_int(json_object_array_get_idx(js, d), &dim)) {
+        snprintf(err, cap, "%s: tensor '%s': shape entries must be non-negative integers", path, name);
+        goto done;
+      }
+      if (__builtin_mul_overflow(bytes, (uint64_t)dim, &bytes)) bytes = UINT64_MAX;
+    }
+    int64_t b, e;
+    if (!nonneg_int(json_object_array_get_idx(jo, 0), &b) || !nonneg_int(json_object_array_get_idx(jo, 1), &e) ||
+        b > e || (uint64_t)e > data_len) {
+      snprintf(err, cap, "%s: tensor '%s': data_offsets must be 0 <= begin <= end <= %llu (the data block)", path,
+               name, (unsigned long long)data_len);
+      goto done;
+    }
+    if ((uint64_t)(e - b) != bytes) {
+      snprintf(err, cap, "%s: tensor '%s': data_offsets span %lld bytes, but its dtype and shape need %llu", path, name,
+               (long long)(e - b), (unsigned long long)bytes);
+      goto done;
+    }
+    r[k++] = (st_range){(uint64_t)b, (uint64_t)e, name};
+  }
+  qsort(r, k, sizeof *r, by_begin);
+  for (size_t i = 1; i < k; i++)
+    if (r[i].begin < r[i - 1].end) {
+      snprintf(err, cap, "%s: tensors '%s' and '%s' overlap in the data block", path, r[i - 1].name, r[i].name);
+      goto done;
+    }
+  rc = 0;
+done:
+  free(r);
+  return rc;
 }
 
 void ntp_safetensors_close(ntp_safetensors *f) {
@@ -64,8 +157,13 @@ int ntp_safetensors_open(const char *path, ntp_safetensors **out, char *err, siz
     ntp_safetensors_close(f);
     return -1;
   }
+  if (n > MAX_HEADER) { /* the format's own limit; json-c takes an int length */
+    snprintf(err, cap, "%s: header length %llu is larger than the format allows (100 MB)", path, (unsigned long long)n);
+    ntp_safetensors_close(f);
+    return -1;
+  }
   json_tokener *tok = json_tokener_new();
-  f->header = json_tokener_parse_ex(tok, (const char *)f->map + 8, (int)n);
+  f->header = tok ? json_tokener_parse_ex(tok, (const char *)f->map + 8, (int)n) : NULL;
   json_tokener_free(tok);
   if (!f->header || !json_object_is_type(f->header, json_type_object)) {
     snprintf(err, cap, "%s: the header is not a JSON object", path);
@@ -73,6 +171,10 @@ int ntp_safetensors_open(const char *path, ntp_safetensors **out, char *err, siz
     return -1;
   }
   f->data = 8 + (size_t)n;
+  if (validate_header(f, path, err, cap) != 0) {
+    ntp_safetensors_close(f);
+    return -1;
+  }
   *out = f;
   return 0;
 }
@@ -133,8 +235,10 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
     snprintf(err, cap, "parameter '%s' is not in the file", name);
     return -1;
   }
-  if (!json_object_object_get_ex(t, "dtype", &jd) || !json_object_object_get_ex(t, "shape", &js) ||
-      !json_object_object_get_ex(t, "data_offsets", &jo) || json_object_array_length(jo) != 2) {
+  if (strcmp(name, "__metadata__") == 0 || !json_object_is_type(t, json_type_object) ||
+      !json_object_object_get_ex(t, "dtype", &jd) || !json_object_object_get_ex(t, "shape", &js) ||
+      !json_object_object_get_ex(t, "data_offsets", &jo) || !json_object_is_type(js, json_type_array) ||
+      !json_object_is_type(jo, json_type_array) || json_object_array_length(jo) != 2) {
     snprintf(err, cap, "parameter '%s': incomplete header entry", name);
     return -1;
   }
@@ -165,9 +269,14 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
   /* row-major walk of the box: runs along the last dim */
   int nd = shape->ndim;
   int64_t stride[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0};
-  for (int d = nd - 1, s = 1; d >= 0; d--) {
+  for (int d = nd - 1; d >= 0; d--)
+    if (box->lo[d] < 0 || box->hi[d] < box->lo[d] || box->hi[d] > shape->dim[d]) {
+      snprintf(err, cap, "parameter '%s': the slice asked for is outside the tensor", name);
+      return -1;
+    }
+  for (int64_t d = nd - 1, s = 1; d >= 0; d--) { /* 64-bit: a tensor may hold more than 2^31 elements */
     stride[d] = s;
-    s *= (int)shape->dim[d];
+    s *= shape->dim[d];
   }
   int64_t run = nd ? box->hi[nd - 1] - box->lo[nd - 1] : 1, k = 0, total = box_volume(box);
   while (k < total) {
@@ -215,15 +324,10 @@ int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, 
   const char *text = json_object_to_json_string_ext(h, JSON_C_TO_STRING_PLAIN);
   size_t len = strlen(text), padded = (len + 7) / 8 * 8; /* the data block starts 8-aligned */
 
-  size_t plen = strlen(path) + 32;
-  char *tmp = malloc(plen);
-  snprintf(tmp, plen, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
   int rc = -1;
-  if (!f) {
-    snprintf(err, cap, "cannot write %s: %s", path, strerror(errno));
-    goto done;
-  }
+  ntp_outfile out;
+  if (ntp_outfile_open(&out, path, NULL, err, cap) != 0) goto done;
+  FILE *f = out.f;
   unsigned char hl[8];
   for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)padded >> (8 * i));
   bool ok = fwrite(hl, 1, 8, f) == 8 && fwrite(text, 1, len, f) == len;
@@ -242,14 +346,9 @@ int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, 
       }
     }
   }
-  if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
-    remove(tmp);
-    snprintf(err, cap, "cannot write %s", path);
-    goto done;
-  }
+  if (ntp_outfile_commit(&out, ok && !ferror(f), err, cap) != 0) goto done;
   rc = 0;
 done:
-  free(tmp);
   json_object_put(h);
   return rc;
 }
