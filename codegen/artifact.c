@@ -259,7 +259,7 @@ int artifact_write_c(const sh_program *p, FILE *f, char *err, size_t cap) {
              "&program, .cuda = cuda,\n  .info = {NTP_MODEL_ABI_VERSION, ");
   cstr(f, m->name);
   fprintf(f, ", %d, sharding, %zu, %zu, %zu, inputs, outs, params}};\n\n", p->world, n_inputs, m->n_outputs, n);
-  fputs("EXPORT int ntp_model_get_info(const ntp_model_info **info) { *info = &artifact.info; return 0; }\n"
+  fputs("EXPORT int ntp_model_get_info(const ntp_model_info **info) { return ntprt_model_get_info(&artifact, info); }\n"
         "EXPORT int ntp_model_create(const ntp_model_options *o, ntp_model **m) { return ntprt_model_create(&artifact, o, m); }\n"
         "EXPORT int ntp_model_load(ntp_model *m, const char *path) { return ntprt_model_load(m, path); }\n"
         "EXPORT int ntp_model_set_param(ntp_model *m, const char *name, const DLTensor *t) { return ntprt_model_set_param(m, name, t); }\n"

@@ -168,7 +168,18 @@ void sh_print_report(const sh_program *p, FILE *out) {
   int64_t *live = live_bytes(p);
   int64_t *params = calloc(nl * (size_t)W, sizeof *params), *peak = calloc(nl * (size_t)W, sizeof *peak);
   int64_t *sent = calloc(nl * (size_t)W, sizeof *sent), *recv = calloc(nl * (size_t)W, sizeof *recv);
-  if (!live || !params || !peak || !sent || !recv) goto done;
+  /* the steps bucketed by layer (a counting sort), so printing each layer's collectives does
+   * not walk every step once per layer */
+  size_t *start = calloc(nl + 1, sizeof *start), *order = calloc(p->n_steps ? p->n_steps : 1, sizeof *order);
+  if (!live || !params || !peak || !sent || !recv || !start || !order) goto done;
+  for (size_t s = 0; s < p->n_steps; s++) start[(p->steps[s].layer >= 0 ? (size_t)p->steps[s].layer : nl - 1) + 1]++;
+  for (size_t l = 0; l < nl; l++) start[l + 1] += start[l];
+  for (size_t s = 0; s < p->n_steps; s++) {
+    size_t l = p->steps[s].layer >= 0 ? (size_t)p->steps[s].layer : nl - 1;
+    order[start[l]++] = s;
+  }
+  for (size_t l = nl; l > 0; l--) start[l] = start[l - 1]; /* the fill moved each start to the next's */
+  start[0] = 0;
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
     size_t l = st->layer >= 0 ? (size_t)st->layer : nl - 1;
@@ -207,9 +218,9 @@ void sh_print_report(const sh_program *p, FILE *out) {
       fprintf(out, "  %-5d %12s %14s %12s %12s\n", r, human(params[k], a, 32), human(peak[k], b, 32), human(sent[k], c, 32),
               human(recv[k], d, 32));
     }
-    for (size_t s = 0; s < p->n_steps; s++) {
-      const sh_step *st = &p->steps[s];
-      if (st->kind != SH_COMM || st->comm == COMM_LOCAL_COPY || (st->layer >= 0 ? (size_t)st->layer : nl - 1) != l) continue;
+    for (size_t k = start[l]; k < start[l + 1]; k++) {
+      const sh_step *st = &p->steps[order[k]];
+      if (st->kind != SH_COMM || st->comm == COMM_LOCAL_COPY) continue;
       fprintf(out, "  %-14s ranks {", sh_comm_name(st->comm));
       for (int i = 0; i < st->nranks; i++) fprintf(out, "%s%d", i ? "," : "", st->ranks[i]);
       fprintf(out, "}  %lld elems, %s sent by rank %d\n", (long long)st->elems, human(st->bytes_out[0], a, 32), st->ranks[0]);
@@ -228,6 +239,8 @@ void sh_print_report(const sh_program *p, FILE *out) {
   fprintf(out, "  all ranks: %s sent\n", human(tsent, a, 32));
   for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
 done:
+  free(start);
+  free(order);
   free(live);
   free(params);
   free(peak);

@@ -1,5 +1,6 @@
 /* model_abi.c — the ntp_model_* ABI over an artifact's tables: the CPU backend runs every
  * rank in this process (the simulation); the CUDA backend is chosen by options->backend. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,54 @@ struct ntp_model {
   ntp_sim *sim;   /* cpu backend */
   ntp_cuda *cuda; /* cuda backend */
   uint64_t seed;
+  struct ntp_model *next_live;
 };
+
+/* The models created and not yet destroyed. A call with any other handle (NULL, freed, a
+ * second destroy) is refused instead of touching freed memory: the ABI's callers are other
+ * languages' bindings, where a stale handle is an easy mistake. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static ntp_model *live_models;
+
+static void live_add(ntp_model *m) {
+  pthread_mutex_lock(&live_lock);
+  m->next_live = live_models;
+  live_models = m;
+  pthread_mutex_unlock(&live_lock);
+}
+
+static bool live_remove(ntp_model *m) {
+  pthread_mutex_lock(&live_lock);
+  bool found = false;
+  for (ntp_model **p = &live_models; *p; p = &(*p)->next_live)
+    if (*p == m) {
+      *p = m->next_live;
+      found = true;
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
+static bool is_live(const ntp_model *m) {
+  pthread_mutex_lock(&live_lock);
+  bool found = false;
+  for (const ntp_model *p = live_models; p && !found; p = p->next_live) found = p == m;
+  pthread_mutex_unlock(&live_lock);
+  return found;
+}
+
+#define CHECK_MODEL(m)                                                                                    \
+  do {                                                                                                    \
+    if (!(m)) return fail(NTP_EINVAL, "no model (NULL)");                                                 \
+    if (!is_live(m)) return fail(NTP_EINVAL, "not a live model: it was destroyed, or never created");     \
+  } while (0)
+
+int ntprt_model_get_info(const ntp_artifact *a, const ntp_model_info **info) {
+  if (!info) return fail(NTP_EINVAL, "info is NULL");
+  *info = &a->info;
+  return NTP_OK;
+}
 
 /* torchrun, Slurm and Open MPI name the rank (and the local rank: the GPU) in the environment. */
 static int launcher_rank(int *rank, int *device) {
@@ -44,6 +92,7 @@ static int launcher_rank(int *rank, int *device) {
 }
 
 int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_model **out) {
+  if (!out) return fail(NTP_EINVAL, "the model pointer (out) is NULL");
   *out = NULL;
   if (a->abi_version != NTP_MODEL_ABI_VERSION)
     return fail(NTP_EINVAL, "model library ABI %d, runtime ABI %d: rebuild the model", a->abi_version,
@@ -51,6 +100,13 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
   const char *backend = o && o->backend ? o->backend : "cpu";
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0)
     return fail(NTP_EINVAL, "unknown backend '%s' (expected cpu or cuda)", backend);
+  int32_t world = a->program->world;
+  if (o && backend[1] != 'u' && o->rank != -1 && !(o->rank == 0 && world == 1))
+    /* the simulation runs every rank in this process: one rank alone cannot run without the others */
+    return fail(NTP_EINVAL, "rank %d: the cpu backend runs every rank of the model in this process; set rank = -1",
+                o->rank);
+  if (o && (o->rank < NTP_RANK_FROM_ENV || o->rank >= world))
+    return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", o->rank, world);
   ntp_model *m = calloc(1, sizeof *m);
   if (!m) return fail(NTP_ENOMEM, "out of memory");
   m->a = a;
@@ -77,6 +133,7 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
       free(m);
       return fail(NTP_EBACKEND, "%s", err);
     }
+    live_add(m);
     *out = m;
     return NTP_OK;
   }
@@ -84,18 +141,21 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     free(m);
     return fail(NTP_ENOMEM, "%s", err);
   }
+  live_add(m);
   *out = m;
   return NTP_OK;
 }
 
 void ntprt_model_destroy(ntp_model *m) {
-  if (!m) return;
+  if (!m || !live_remove(m)) return; /* NULL, or destroyed already: nothing to do */
   ntp_sim_free(m->sim);
   ntp_cuda_free(m->cuda);
   free(m);
 }
 
 int ntprt_model_load(ntp_model *m, const char *path) {
+  CHECK_MODEL(m);
+  if (!path) return fail(NTP_EINVAL, "path is NULL");
   char err[512];
   ntp_safetensors *f;
   if (ntp_safetensors_open(path, &f, err, sizeof err) != 0) return fail(NTP_EIO, "%s", err);
@@ -117,9 +177,17 @@ static bool dl_matches(const DLTensor *t, ntp_dtype dt) {
 static int check_dl(const ntp_model *m, const DLTensor *t, int32_t v, const char *what) {
   const ir_value *val = &m->a->module->values[v];
   if (!t || !t->data) return fail(NTP_EINVAL, "%s '%s': no tensor", what, val->name);
+  if (t->ndim != val->shape.ndim) return fail(NTP_EINVAL, "%s '%s': %d dims, expected %d", what, val->name, t->ndim, val->shape.ndim);
+  if (t->ndim > 0 && !t->shape) return fail(NTP_EINVAL, "%s '%s': shape is NULL", what, val->name);
+  /* the data must not wrap around the address space; no 64-bit system maps user memory above 2^56 */
+  uint64_t bytes = (uint64_t)shape_numel(&val->shape) * dtype_bytes(val->dtype), addr = (uint64_t)(uintptr_t)t->data,
+           end;
+  if (__builtin_add_overflow(addr, t->byte_offset, &end) || __builtin_add_overflow(end, bytes, &end) ||
+      end > (UINT64_C(1) << 56))
+    return fail(NTP_EINVAL, "%s '%s': byte_offset %llu puts the data outside the address space", what, val->name,
+                (unsigned long long)t->byte_offset);
   if (t->device.device_type != kDLCPU) return fail(NTP_EINVAL, "%s '%s': the cpu backend takes host tensors", what, val->name);
   if (!dl_matches(t, val->dtype)) return fail(NTP_EINVAL, "%s '%s': dtype must be %s", what, val->name, dtype_name(val->dtype));
-  if (t->ndim != val->shape.ndim) return fail(NTP_EINVAL, "%s '%s': %d dims, expected %d", what, val->name, t->ndim, val->shape.ndim);
   int64_t stride = 1;
   for (int d = t->ndim - 1; d >= 0; d--) {
     if (t->shape[d] != val->shape.dim[d])
@@ -170,11 +238,35 @@ static void from_host(const ntp_host_tensor *h, DLTensor *t) {
   }
 }
 
+/* Token ids that a gather reads must index its table, as the CPU reference requires: the
+ * smallest table any gather reads this value with bounds them. INT64_MAX: no gather reads it. */
+static int64_t index_bound(const ir_module *mod, int32_t v) {
+  int64_t bound = INT64_MAX;
+  for (size_t i = 0; i < mod->n_ops; i++) {
+    const ir_op *op = &mod->ops[i];
+    if (op->code == IR_GATHER && op->nargs == 2 && op->args[1] == v) {
+      int64_t rows = mod->values[op->args[0]].shape.dim[0];
+      if (rows < bound) bound = rows;
+    }
+  }
+  return bound;
+}
+
 static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *what) {
   int rc = check_dl(m, t, v, what);
   if (rc) return rc;
   ntp_host_tensor h;
   if (to_host(t, &m->a->module->values[v], &h) != 0) return fail(NTP_ENOMEM, "out of memory");
+  if (h.i) {
+    int64_t bound = index_bound(m->a->module, v), n = shape_numel(&h.shape);
+    for (int64_t i = 0; i < n; i++)
+      if (h.i[i] < 0 || h.i[i] >= bound) {
+        int32_t bad = h.i[i];
+        free(h.i);
+        return fail(NTP_EINVAL, "%s '%s': element %lld is %d, outside [0, %lld) (the rows of the table it indexes)",
+                    what, m->a->module->values[v].name, (long long)i, bad, (long long)bound);
+      }
+  }
   char err[512];
   rc = m->cuda ? ntp_cuda_set(m->cuda, v, &h, err, sizeof err) : ntp_sim_set(m->sim, v, &h, err, sizeof err);
   free(h.f);
@@ -183,6 +275,8 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
 }
 
 int ntprt_model_set_param(ntp_model *m, const char *name, const DLTensor *global) {
+  CHECK_MODEL(m);
+  if (!name) return fail(NTP_EINVAL, "the parameter name is NULL");
   const ir_module *mod = m->a->module;
   for (size_t i = 0; i < mod->n_ops; i++)
     if (mod->ops[i].code == IR_PARAM && strcmp(mod->values[mod->ops[i].result].name, name) == 0)
@@ -191,6 +285,8 @@ int ntprt_model_set_param(ntp_model *m, const char *name, const DLTensor *global
 }
 
 int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *const *outputs) {
+  CHECK_MODEL(m);
+  if (!outputs) return fail(NTP_EINVAL, "outputs is NULL");
   const ir_module *mod = m->a->module;
   int k = 0;
   for (size_t i = 0; i < mod->n_ops; i++) {

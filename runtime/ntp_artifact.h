@@ -17,6 +17,7 @@ typedef struct ntp_artifact {
 } ntp_artifact;
 
 /* The generic implementation behind a model library's exported ntp_model_* functions. */
+int ntprt_model_get_info(const ntp_artifact *a, const ntp_model_info **info);
 int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *options, ntp_model **model);
 int ntprt_model_load(ntp_model *model, const char *path);
 int ntprt_model_set_param(ntp_model *model, const char *name, const DLTensor *global);
