@@ -55,6 +55,8 @@ typedef struct diag_sink {
   size_t errors;
   size_t error_limit; /* 0: none; else errors beyond it are dropped and `stopped` is set */
   bool stopped;       /* the limit was reached: the passes stop early */
+  struct strmap *seen; /* "file:line:col" of every error so far (see diag_vemit) */
+  bool dropping;       /* the last error was a repeat: drop its notes too */
   arena *pool;
   source_file **files; /* to render source lines */
   size_t nfiles, files_cap;

@@ -8,6 +8,21 @@ void diag_add_file(diag_sink *d, source_file *f) { VEC_PUSH(d->files, d->nfiles,
 
 void diag_vemit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt, va_list ap) {
   if (d->stopped) return; /* past the error limit: nothing more, not even notes */
+  if (sev == NTPC_NOTE && d->dropping) return;
+  d->dropping = false;
+  /* One report per source location: a mistake inside a 'repeat' body, or in an annotation that
+   * many layers share, is checked once per layer it produces but reported once (language.md). */
+  if (sev == NTPC_ERROR && loc.first_line > 0 && file) {
+    if (!d->seen) d->seen = calloc(1, sizeof *d->seen);
+    char *key = arena_printf(d->pool, "%s:%d:%d", file, loc.first_line, loc.first_column);
+    if (d->seen && key) {
+      if (strmap_get(d->seen, key, NULL)) {
+        d->dropping = true;
+        return;
+      }
+      strmap_put(d->seen, key, 1);
+    }
+  }
   if (sev == NTPC_ERROR && d->error_limit && d->errors >= d->error_limit) {
     d->stopped = true;
     char msg[96];
@@ -84,6 +99,9 @@ void diag_render(const diag_sink *d, FILE *out, int color) {
 }
 
 void diag_free(diag_sink *d) {
+  if (d->seen) strmap_free(d->seen);
+  free(d->seen);
+  d->seen = NULL;
   free(d->items);
   free(d->files);
   d->items = NULL;

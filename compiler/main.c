@@ -316,9 +316,74 @@ static int run_sharded(const sh_program *p, const ntp_safetensors *params, const
   return rc;
 }
 
+/* The host memory a CPU run may use: $NTP_CPU_MEMORY_LIMIT (bytes), else the machine's. */
+static double host_memory_limit(void) {
+  const char *e = getenv("NTP_CPU_MEMORY_LIMIT");
+  if (e && *e) {
+    char *end;
+    double v = strtod(e, &end);
+    if (!*end && v > 0) return v;
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (double)pages * (double)size : 1e300;
+}
+
+static const char *bytes_str(double b, char *buf, size_t cap) {
+  static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024 && u < 6) b /= 1024, u++;
+  snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
+/* Before anything is allocated: the CPU reference holds every value in fp32 (parameters and
+ * inputs throughout, each activation while it is live), and the simulation adds every rank's
+ * arena and slices. A model that cannot fit is refused with the tensor that dominates, instead
+ * of allocating until the machine gives out. */
+static int check_host_memory(const ir_module *m, const sh_program *p) {
+  double limit = host_memory_limit(), held = 0, biggest = 0;
+  int32_t big = -1;
+  for (size_t v = 0; v < m->n_values; v++) {
+    double b = (double)shape_numel(&m->values[v].shape) * 4;
+    ir_opcode code = m->ops[m->values[v].def].code;
+    if (code == IR_PARAM || code == IR_INPUT) held += b;
+    if (b > biggest) biggest = b, big = (int32_t)v;
+  }
+  double sim = 0;
+  for (int32_t r = 0; p && r < p->world; r++)
+    sim += (double)(p->mem[r].arena_bytes + p->mem[r].param_bytes + p->mem[r].input_bytes);
+  char a[32], b[32], c[32], shp[160];
+  if (big >= 0 && (biggest > limit || held + biggest > limit)) {
+    const ir_value *val = &m->values[big];
+    const ir_op *op = &m->ops[val->def];
+    const char *name = val->name ? val->name : op->layer >= 0 ? m->layers[op->layer].name : ir_op_name(op->code);
+    fprintf(stderr,
+            "ntpc: error: the cpu reference needs %s for parameters and inputs, and %s for tensor '%s' %s%s alone "
+            "(fp32 on the cpu); this machine allows %s (NTP_CPU_MEMORY_LIMIT)\n",
+            bytes_str(held, a, sizeof a), bytes_str(biggest, b, sizeof b), name, dtype_name(val->dtype),
+            shape_str(&val->shape, shp, sizeof shp), bytes_str(limit, c, sizeof c));
+    return 2;
+  }
+  if (sim > limit) {
+    int32_t worst = 0;
+    for (int32_t r = 1; r < p->world; r++)
+      if (p->mem[r].arena_bytes + p->mem[r].param_bytes > p->mem[worst].arena_bytes + p->mem[worst].param_bytes) worst = r;
+    fprintf(stderr,
+            "ntpc: error: simulating %d ranks needs %s (rank %d alone: %s); this machine allows %s (NTP_CPU_MEMORY_LIMIT)\n",
+            p->world, bytes_str(sim, a, sizeof a), worst,
+            bytes_str((double)(p->mem[worst].arena_bytes + p->mem[worst].param_bytes + p->mem[worst].input_bytes), b,
+                      sizeof b),
+            bytes_str(limit, c, sizeof c));
+    return 2;
+  }
+  return 0;
+}
+
 static int run_cpu(const ir_module *m, const sh_program *sharded, const options *o) {
   ntp_cpu_result res;
   char err[512];
+  int mem = check_host_memory(m, sharded);
+  if (mem) return mem;
   ntp_safetensors *params = NULL;
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
