@@ -30,17 +30,19 @@ static float u2f(uint32_t u)
 
 /* ---- rounding ---------------------------------------------------------- */
 
-float ntp_round_bf16(float x)
+/* Branch-free, so that ntp_round_buf's loop vectorises. */
+static inline float round_bf16(float x)
 {
     uint32_t u = f2u(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-        /* NaN: truncating could clear every payload bit and give inf, so force the quiet bit */
-        return u2f((u | 0x00400000u) & 0xFFFF0000u);
-    /* RNE on the low 16 bits; a carry into the exponent is the correct result
+    /* NaN: truncating could clear every payload bit and give inf, so force the quiet bit.
+     * Otherwise RNE on the low 16 bits; a carry into the exponent is the correct result
      * (including rounding past the bf16 max to inf). inf has zero low bits. */
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return u2f(u & 0xFFFF0000u);
+    uint32_t nan = (u | 0x00400000u) & 0xFFFF0000u;
+    uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    return u2f((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rne);
 }
+
+float ntp_round_bf16(float x) { return round_bf16(x); }
 
 float ntp_round_fp16(float x)
 {
@@ -78,9 +80,9 @@ void ntp_round_buf(float *x, size_t n, ntp_round_mode m)
     const int64_t len = (int64_t)n;
     switch (m) {
     case NTP_ROUND_BF16:
-#pragma omp parallel for schedule(static) if (len >= PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (len >= PAR_MIN)
         for (int64_t i = 0; i < len; i++)
-            x[i] = ntp_round_bf16(x[i]);
+            x[i] = round_bf16(x[i]);
         break;
     case NTP_ROUND_FP16:
 #pragma omp parallel for schedule(static) if (len >= PAR_MIN)
@@ -116,31 +118,48 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* Chained so seed, name and index each pass through a full mix; no shared state,
- * so any element can be produced independently. */
-static uint64_t init_bits(uint64_t seed, uint64_t name_hash, uint64_t index)
-{
-    return mix64(mix64(mix64(seed) ^ name_hash) ^ index);
-}
+/* Element bits are mix64(mix64(mix64(seed) ^ name_hash) ^ index): chained so seed, name and
+ * index each pass through a full mix, with no shared state, so any element can be produced
+ * independently. The first two mixes depend on the tensor only (its key), so loops hoist them. */
 
-float ntp_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index)
+uint64_t ntp_init_key(uint64_t seed, uint64_t name_hash) { return mix64(mix64(seed) ^ name_hash); }
+
+float ntp_init_uniform_key(uint64_t key, uint64_t index)
 {
-    uint64_t u = init_bits(seed, name_hash, index) >> 40; /* 24 bits */
+    uint64_t u = mix64(key ^ index) >> 40; /* 24 bits */
     /* (2u + 1 - 2^24) * 2^-24: an odd integer below 2^24 in magnitude times a
      * power of two, so exact in fp32, never 0, and in (-1, 1). */
     double v = ((double)u + 0.5) * 0x1p-23 - 1.0;
     return (float)v;
 }
 
-int32_t ntp_init_int(uint64_t seed, uint64_t name_hash, uint64_t index, int32_t range)
+float ntp_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index)
+{
+    return ntp_init_uniform_key(ntp_init_key(seed, name_hash), index);
+}
+
+void ntp_init_uniform_run(uint64_t key, uint64_t index0, int64_t n, float center, float scale, float *out)
+{
+    for (int64_t j = 0; j < n; j++)
+        out[j] = center + scale * ntp_init_uniform_key(key, index0 + (uint64_t)j);
+}
+
+/* The integer stream: a different one from init_uniform's, by perturbing the seed. */
+uint64_t ntp_init_int_key(uint64_t seed, uint64_t name_hash) { return ntp_init_key(seed ^ 0xA5A5A5A5A5A5A5A5u, name_hash); }
+
+int32_t ntp_init_int_at(uint64_t key, uint64_t index, int32_t range)
 {
     if (range <= 0)
         return 0;
     /* multiply-shift maps 32 random bits onto [0, range) without a modulo
-     * (bias <= range / 2^32, irrelevant for test data). Use a different
-     * stream from init_uniform by perturbing the seed. */
-    uint64_t r = init_bits(seed ^ 0xA5A5A5A5A5A5A5A5u, name_hash, index) >> 32;
+     * (bias <= range / 2^32, irrelevant for test data) */
+    uint64_t r = mix64(key ^ index) >> 32;
     return (int32_t)((r * (uint64_t)range) >> 32);
+}
+
+int32_t ntp_init_int(uint64_t seed, uint64_t name_hash, uint64_t index, int32_t range)
+{
+    return ntp_init_int_at(ntp_init_int_key(seed, name_hash), index, range);
 }
 
 /* ---- elementwise ------------------------------------------------------- */

@@ -44,6 +44,14 @@ uint64_t ntp_name_hash(const char *name);
 float ntp_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index);
 /* Uniform in [0, range); returns 0 when range <= 0. */
 int32_t ntp_init_int(uint64_t seed, uint64_t name_hash, uint64_t index, int32_t range);
+/* The same with the (seed, name) part computed once per tensor: ntp_init_uniform(seed, h, i) ==
+ * ntp_init_uniform_key(ntp_init_key(seed, h), i), and likewise for the integers. */
+uint64_t ntp_init_key(uint64_t seed, uint64_t name_hash);
+float ntp_init_uniform_key(uint64_t key, uint64_t index);
+uint64_t ntp_init_int_key(uint64_t seed, uint64_t name_hash);
+int32_t ntp_init_int_at(uint64_t key, uint64_t index, int32_t range);
+/* out[j] = center + scale * ntp_init_uniform_key(key, index0 + j) for j < n (fp32 arithmetic). */
+void ntp_init_uniform_run(uint64_t key, uint64_t index0, int64_t n, float center, float scale, float *out);
 
 /* ---- elementwise scalar functions (fp32) ------------------------------- */
 

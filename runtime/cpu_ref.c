@@ -47,21 +47,28 @@ void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint6
   int32_t range = op->attr.init.int_range > 0 ? op->attr.init.int_range : 1000;
   float center = op->code == IR_PARAM ? op->attr.init.center : 0.0f;
   float scale = op->code == IR_PARAM ? op->attr.init.scale : 1.0f;
-  /* each element depends only on its global index, so chunks of the box are independent */
+  uint64_t key = v->dtype == NTP_I32 ? ntp_init_int_key(seed, h) : ntp_init_key(seed, h);
+  const int64_t inner = nd ? ext[nd - 1] : 1;
+  /* each element depends only on its global index, so chunks of the box are independent; a
+   * chunk goes by runs along the last dim, where global indices are consecutive */
 #pragma omp parallel if (n >= PAR_MIN)
   {
-    int64_t idx[NTP_MAX_RANK] = {0}, k0, k1;
-    chunk_of(n, &k0, &k1);
-    unravel(k0, nd, ext, idx);
-    for (int64_t k = k0; k < k1; k++) {
-      /* element k of the box is global element g of the tensor */
-      uint64_t g = 0;
+    int64_t idx[NTP_MAX_RANK] = {0}, k, k1;
+    chunk_of(n, &k, &k1);
+    unravel(k, nd, ext, idx);
+    while (k < k1) {
+      int64_t run = nd ? inner - idx[nd - 1] : 1;
+      if (run > k1 - k) run = k1 - k;
+      uint64_t g = 0; /* global index of element k */
       for (int d = 0; d < nd; d++) g += (uint64_t)((box->lo[d] + idx[d]) * stride[d]);
-      if (v->dtype == NTP_I32) t->i[k] = ntp_init_int(seed, h, g, range);
-      else t->f[k] = center + scale * ntp_init_uniform(seed, h, g);
-      for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < ext[d]) break;
+      if (v->dtype == NTP_I32)
+        for (int64_t j = 0; j < run; j++) t->i[k + j] = ntp_init_int_at(key, g + (uint64_t)j, range);
+      else ntp_init_uniform_run(key, g, run, center, scale, t->f + k);
+      k += run;
+      if (nd) idx[nd - 1] += run;
+      for (int d = nd - 1; d > 0 && idx[d] >= ext[d]; d--) {
         idx[d] = 0;
+        idx[d - 1]++;
       }
     }
   }
@@ -89,6 +96,28 @@ static void free_tensor(ntp_host_tensor *t) {
   t->i = NULL;
 }
 
+/* o[j] = x[j*ix] (op) y[j*iy], ix and iy 0 or 1: one loop per case, so that each vectorises */
+static void binary_run(ir_opcode code, const float *x, int64_t ix, const float *y, int64_t iy, float *o, int64_t n) {
+#define NTP_BIN_LOOP(EXPR)                                                  \
+  do {                                                                      \
+    if (ix && iy)                                                           \
+      for (int64_t j = 0; j < n; j++) { float l = x[j], r = y[j]; o[j] = EXPR; } \
+    else if (ix)                                                            \
+      for (int64_t j = 0; j < n; j++) { float l = x[j], r = y[0]; o[j] = EXPR; } \
+    else if (iy)                                                            \
+      for (int64_t j = 0; j < n; j++) { float l = x[0], r = y[j]; o[j] = EXPR; } \
+    else                                                                    \
+      for (int64_t j = 0; j < n; j++) { float l = x[0], r = y[0]; o[j] = EXPR; } \
+  } while (0)
+  switch (code) {
+  case IR_ADD: NTP_BIN_LOOP(l + r); break;
+  case IR_SUB: NTP_BIN_LOOP(l - r); break;
+  case IR_MUL: NTP_BIN_LOOP(l * r); break;
+  default: NTP_BIN_LOOP(l / r); break;
+  }
+#undef NTP_BIN_LOOP
+}
+
 /* out = a (op) b with NumPy broadcasting, through per-dim strides (0 on broadcast dims). */
 static void broadcast_binary(ir_opcode code, const ntp_host_tensor *a, const ntp_host_tensor *b, ntp_host_tensor *o) {
   int nd = o->shape.ndim;
@@ -103,32 +132,27 @@ static void broadcast_binary(ir_opcode code, const ntp_host_tensor *a, const ntp
     stride_b *= db;
   }
   int64_t n = shape_numel(&o->shape);
+  /* by runs along the last dim, where each operand either steps by 1 or stays (broadcast) */
+  const int64_t inner = nd ? o->shape.dim[nd - 1] : 1, ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0;
 #pragma omp parallel if (n >= PAR_MIN)
   {
-    int64_t idx[NTP_MAX_RANK] = {0}, pa = 0, pb = 0, k0, k1;
-    chunk_of(n, &k0, &k1);
-    unravel(k0, nd, o->shape.dim, idx);
-    for (int d = 0; d < nd; d++) {
-      pa += idx[d] * sa[d];
-      pb += idx[d] * sb[d];
-    }
-    for (int64_t k = k0; k < k1; k++) {
-      float x = a->f[pa], y = b->f[pb], r;
-      switch (code) {
-      case IR_ADD: r = x + y; break;
-      case IR_SUB: r = x - y; break;
-      case IR_MUL: r = x * y; break;
-      default: r = x / y; break;
+    int64_t idx[NTP_MAX_RANK] = {0}, pa = 0, pb = 0, k, k1;
+    chunk_of(n, &k, &k1);
+    unravel(k, nd, o->shape.dim, idx);
+    while (k < k1) {
+      int64_t run = nd ? inner - idx[nd - 1] : 1;
+      if (run > k1 - k) run = k1 - k;
+      pa = pb = 0;
+      for (int d = 0; d < nd; d++) {
+        pa += idx[d] * sa[d];
+        pb += idx[d] * sb[d];
       }
-      o->f[k] = r;
-      /* odometer step over the output index */
-      for (int d = nd - 1; d >= 0; d--) {
-        pa += sa[d];
-        pb += sb[d];
-        if (++idx[d] < o->shape.dim[d]) break;
-        pa -= sa[d] * o->shape.dim[d];
-        pb -= sb[d] * o->shape.dim[d];
+      binary_run(code, a->f + pa, ia, b->f + pb, ib, o->f + k, run);
+      k += run;
+      if (nd) idx[nd - 1] += run;
+      for (int d = nd - 1; d > 0 && idx[d] >= o->shape.dim[d]; d--) {
         idx[d] = 0;
+        idx[d - 1]++;
       }
     }
   }

