@@ -44,6 +44,7 @@ static const char usage_text[] =
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --iters N          cuda: timed forwards after a warm-up (default 10)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
+    "  --quiet, -q        no progress line (otherwise shown on a terminal for work over 2 s)\n"
     "  --dump DIR         (run) write inputs, params and outputs as raw files + manifest.tsv\n"
     "  --params FILE      (run) read parameters from a safetensors file (global layout; each\n"
     "                     simulated rank reads only its slices)\n"
@@ -479,6 +480,8 @@ int main(int argc, char **argv) {
       o.save_params = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--dump", &missing))) {
       o.dump = v;
+    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      ntp_progress_enable(0);
     } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
       if (strcmp(v, "auto") != 0 && strcmp(v, "always") != 0 && strcmp(v, "never") != 0) {
         rc = usage_error("--color takes auto, always or never, got '%s'", v);

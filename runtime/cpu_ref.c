@@ -279,6 +279,7 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
   ntp_host_tensor *t = calloc(nv ? nv : 1, sizeof *t);
   int32_t *last_use = malloc((nv ? nv : 1) * sizeof *last_use);
   int rc = -1;
+  ntp_progress prog = {0};
   if (!t || !last_use) {
     snprintf(err, cap, "out of memory");
     goto done;
@@ -292,10 +293,17 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
     for (size_t i = 0; i < m->n_ops; i++)
       if (m->ops[i].code == IR_INPUT || m->ops[i].code == IR_PARAM) last_use[m->ops[i].result] = INT32_MAX;
 
-  double t0 = 0, init_time = 0;
+  double t0 = 0, init_time = 0, total_cost = 0, cost_done = 0;
+  for (size_t i = 0; i < m->n_ops; i++) {
+    const ir_op *op = &m->ops[i];
+    total_cost += ntp_op_cost(op, &m->values[op->result].shape, op->nargs ? &m->values[op->args[0]].shape : NULL);
+  }
+  ntp_progress_begin(&prog, "cpu reference", total_cost, (int32_t)m->n_layers);
   t0 = now_seconds();
   for (size_t i = 0; i < m->n_ops; i++) {
     const ir_op *op = &m->ops[i];
+    ntp_progress_update(&prog, cost_done, op->layer, op->layer >= 0 ? m->layers[op->layer].name : NULL);
+    cost_done += ntp_op_cost(op, &m->values[op->result].shape, op->nargs ? &m->values[op->args[0]].shape : NULL);
     if (!alloc_tensor(m, op->result, &t[op->result])) {
       snprintf(err, cap, "out of memory for %%%d", op->result);
       goto done;
@@ -317,6 +325,7 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
       if (last_use[op->args[a]] == (int32_t)i) free_tensor(&t[op->args[a]]);
   }
   res->seconds = now_seconds() - t0 - init_time;
+  ntp_progress_end(&prog);
 
   res->outputs = calloc(m->n_outputs ? m->n_outputs : 1, sizeof *res->outputs);
   if (!res->outputs) goto done;
@@ -338,6 +347,7 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
   }
   rc = 0;
 done:
+  ntp_progress_end(&prog);
   for (size_t v = 0; t && v < nv; v++) free_tensor(&t[v]);
   free(t);
   free(last_use);

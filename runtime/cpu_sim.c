@@ -3,6 +3,7 @@
  * (so a wrong plan corrupts results and fails the equivalence tests), collectives are
  * done in memory with NCCL's semantics (reductions sum in fp32, then round). */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -304,10 +305,27 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
   return bad < e ? -1 : 0;
 }
 
+static double step_cost(const sh_program *p, const sh_step *step) {
+  if (step->kind == SH_COMM) return (double)step->elems;
+  ntp_shape out = box_shape(&p->tensors[step->op.result].box), a;
+  if (step->op.nargs) a = box_shape(&p->tensors[step->op.args[0]].box);
+  return ntp_op_cost(&step->op, &out, step->op.nargs ? &a : NULL);
+}
+
+static const char *layer_name(const sh_program *p, int32_t layer) {
+  return layer >= 0 && (size_t)layer < p->global->n_layers ? p->global->layers[layer].name : NULL;
+}
+
 int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
   const sh_program *p = st->p;
   rank_mem *rm = st->rm;
   *res = (ntp_cpu_result){0};
+  double total = 0, done = 0;
+  for (size_t s = 0; s < p->n_steps; s++) total += step_cost(p, &p->steps[s]);
+  char stage[64];
+  snprintf(stage, sizeof stage, "simulating %d ranks", p->world);
+  ntp_progress prog;
+  ntp_progress_begin(&prog, stage, total, (int32_t)p->global->n_layers);
   /* The initialisation first, outside the timed forward (as ntp_cpu_run times it): an input
    * or parameter step only writes its own persistent slice, which nothing but later steps
    * reads, so running them all before the rest changes nothing else. They are independent of
@@ -315,23 +333,32 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *step = &p->steps[s];
-    if (step->kind == SH_COMPUTE && is_init(step)) run_compute(st, step, seed, NULL, 0);
+    if (step->kind != SH_COMPUTE || !is_init(step)) continue;
+    run_compute(st, step, seed, NULL, 0);
+    double c = step_cost(p, step), so_far;
+#pragma omp atomic capture
+    so_far = done += c;
+    /* the line is drawn by one thread only, so its state needs no lock */
+    if (omp_get_thread_num() == 0) ntp_progress_update(&prog, so_far, step->layer, layer_name(p, step->layer));
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (size_t s = 0; s < p->n_steps;) {
+  int rc = 0;
+  for (size_t s = 0; s < p->n_steps && rc == 0;) {
     const sh_step *step = &p->steps[s];
-    if (step->kind == SH_COMM) {
-      if (run_comm(p, rm, step, err, cap) != 0) return -1;
-      s++;
-      continue;
-    }
+    ntp_progress_update(&prog, done, step->layer, layer_name(p, step->layer));
     size_t e = s + 1;
-    while (e < p->n_steps && p->steps[e].kind != SH_COMM) e++;
-    if (run_segment(st, s, e, seed, err, cap) != 0) return -1;
-    s = e;
+    if (step->kind == SH_COMM) rc = run_comm(p, rm, step, err, cap);
+    else {
+      while (e < p->n_steps && p->steps[e].kind != SH_COMM) e++;
+      rc = run_segment(st, s, e, seed, err, cap);
+    }
+    for (; s < e; s++)
+      if (p->steps[s].kind == SH_COMM || !is_init(&p->steps[s])) done += step_cost(p, &p->steps[s]);
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
+  ntp_progress_end(&prog);
+  if (rc != 0) return -1;
   res->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   const ir_module *m = p->global;
   res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);

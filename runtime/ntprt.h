@@ -75,6 +75,25 @@ int ntp_safetensors_save(const char *path, const ntp_host_tensor *tensors, size_
 /* max_i |a_i - b_i| / max_i |b_i| (0 when b is all zero and a equals it) */
 double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref);
 
+/* progress.c: a status line on stderr while the CPU backend works for long — stage, layer i of
+ * N, share done, time so far and an estimate of the rest. Shown only when stderr is a terminal
+ * and the work has lasted 2 s; erased when it ends. */
+typedef struct ntp_progress {
+  const char *stage;
+  double total, t0, last; /* cost units (ntp_op_cost); seconds */
+  int32_t n_layers;
+  bool active, shown;
+} ntp_progress;
+/* On by default; off: nothing is ever printed (ntpc --quiet). */
+void ntp_progress_enable(int on);
+void ntp_progress_begin(ntp_progress *p, const char *stage, double total_cost, int32_t n_layers);
+/* layer: the current global layer (-1: none), layer_name its name */
+void ntp_progress_update(ntp_progress *p, double cost_done, int32_t layer, const char *layer_name);
+void ntp_progress_end(ntp_progress *p);
+/* A step's arithmetic for the estimate: a GEMM's multiply-adds, attention's scores and values,
+ * an init's hashes, otherwise the output's elements. a: the first argument's shape or NULL. */
+double ntp_op_cost(const ir_op *op, const ntp_shape *out, const ntp_shape *a);
+
 /* tensor_io.c */
 /* Writes DIR/manifest.tsv and one raw little-endian file per tensor (see docs/cli.md). */
 int ntp_dump_tensors(const ntp_cpu_result *res, const char *dir, char *err, size_t errlen);
