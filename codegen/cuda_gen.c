@@ -53,7 +53,7 @@ static const char prelude[] =
     "  v = warp_sum(v);\n"
     "  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;\n"
     "  __syncthreads();\n"
-    "  float t = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : 0.0f;\n"
+    "  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : 0.0f; /* every warp sums the partials */\n"
     "  t = warp_sum(t);\n"
     "  __syncthreads();\n"
     "  return t;\n"
@@ -62,7 +62,7 @@ static const char prelude[] =
     "  v = warp_max(v);\n"
     "  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;\n"
     "  __syncthreads();\n"
-    "  float t = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : -__int_as_float(0x7f800000);\n"
+    "  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : -__int_as_float(0x7f800000);\n"
     "  t = warp_max(t);\n"
     "  __syncthreads();\n"
     "  return t;\n"
@@ -309,12 +309,48 @@ static void declare_chain(gen *g, const int32_t *chain, int n, int32_t reg) {
   }
 }
 
+/* Do tensors a and b share bytes? (Persistent tensors and the arena are separate memory.) */
+static bool overlap(gen *g, int32_t a, int32_t b) {
+  const sh_tensor *x = &g->p->tensors[a], *y = &g->p->tensors[b];
+  if (x->persistent != y->persistent || x->rank != y->rank) return false;
+  int64_t xe = x->offset + box_volume(&x->box) * (int64_t)dtype_bytes(x->dtype);
+  int64_t ye = y->offset + box_volume(&y->box) * (int64_t)dtype_bytes(y->dtype);
+  return x->offset < ye && y->offset < xe;
+}
+
+/* May the kernel of chain[0..n) store its result in tensor out? The kernel reads every memory
+ * operand of the chain while it writes out, but the memory plan frees an operand after its
+ * own step, not knowing that fusion moved the write later: out may lie over an operand of an
+ * earlier step of the chain. Only an exact alias read at the element being written (same
+ * place, same shape: each thread reads its element before writing it) is safe; any other
+ * overlap is a race between threads and blocks. */
+static bool output_safe(gen *g, const int32_t *chain, int n, int32_t out) {
+  const sh_tensor *o = &g->p->tensors[out];
+  ntp_shape os = box_shape(&o->box);
+  for (int k = 0; k < n; k++) {
+    const sh_step *st = &g->p->steps[chain[k]];
+    for (int a = 0; a < st->op.nargs; a++) {
+      int32_t t = st->op.args[a];
+      if (k > 0 && t == g->p->steps[chain[k - 1]].op.result) continue; /* a register */
+      if (!overlap(g, t, out)) continue;
+      const sh_tensor *x = &g->p->tensors[t];
+      ntp_shape xs = box_shape(&x->box);
+      if (x->offset != o->offset || x->dtype != o->dtype || !shape_eq(&xs, &os)) return false;
+    }
+  }
+  return true;
+}
+
+/* The steps fused into the kernel of `first`: elementwise successors whose value is needed
+ * nowhere else, while the result may be written where the memory plan put it. */
 static int collect_chain(gen *g, int32_t first, int32_t *chain, int max) {
   int n = 0;
   chain[n++] = first;
   for (;;) {
     int32_t nx = next_step(g, chain[n - 1]);
-    if (n >= max || !fusable(g, g->p->steps[chain[n - 1]].op.result, nx)) break;
+    if (n >= max || !fusable(g, g->p->steps[chain[n - 1]].op.result, nx) ||
+        !output_safe(g, chain, n, g->p->steps[nx].op.result))
+      break;
     chain[n++] = nx;
   }
   for (int k = 1; k < n; k++) g->m->steps[chain[k]] = (cg_step){CG_FUSED, -1};
@@ -346,14 +382,7 @@ static void gen_row(gen *g, int32_t s) {
   ntp_shape ys = tshape(g, y);
   int64_t D = ys.dim[ys.ndim - 1], rows = shape_numel(&ys) / D;
   int32_t chain[16];
-  int n = 1;
-  chain[0] = s;
-  for (;;) { /* the tail: norm * g + b */
-    int32_t nx = next_step(g, chain[n - 1]);
-    if (n >= 16 || !fusable(g, g->p->steps[chain[n - 1]].op.result, nx)) break;
-    chain[n++] = nx;
-  }
-  for (int k = 1; k < n; k++) g->m->steps[chain[k]] = (cg_step){CG_FUSED, -1};
+  int n = collect_chain(g, s, chain, 16); /* the norm and its tail: norm * g + b */
   int32_t last = g->p->steps[chain[n - 1]].op.result;
   char fb[48];
   kernel_head(g, s, rows, ROW_BLOCK, 0);

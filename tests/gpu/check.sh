@@ -7,6 +7,8 @@
 #   tests/gpu/check.sh PATTERN       only the cases whose name matches the grep -E PATTERN
 #   tests/gpu/check.sh --list        list the cases and their commands, run nothing
 #   tests/gpu/check.sh --validate    no GPU needed: `ntpc check` every case (do the plans apply?)
+#   tests/gpu/check.sh --emu [PATTERN]  on the emulated GPU (tests/emu, no GPU needed): each case at
+#                                    its smaller emulator dims, the race check on, 8 emulated GPUs
 #
 # Environment: NTP_BUILD_DIR (default build; a tree configured for another source directory is
 # replaced by build-gpu), NTP_NO_BUILD=1 (use the build as it is), NTP_GPU_ITERS (timed forwards
@@ -21,11 +23,13 @@ cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
 
 mode=run
+emu=0
 pattern=""
 for a in "$@"; do
   case $a in
     --list) mode=list ;;
     --validate) mode=validate ;;
+    --emu) emu=1 ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "check.sh: unknown option '$a'" >&2; exit 2 ;;
     *) pattern=$a ;;
@@ -33,6 +37,7 @@ for a in "$@"; do
 done
 
 ITERS=${NTP_GPU_ITERS:-5}
+[ "$emu" = 1 ] && ITERS=${NTP_GPU_ITERS:-0} # the warm-up forward is the one compared
 CASE_TIMEOUT=${NTP_CASE_TIMEOUT:-240}
 T_START=$(date +%s.%N)
 
@@ -64,6 +69,19 @@ if [ "$mode" != list ] && [ ! -x "$NTPC" ]; then
   exit 2
 fi
 
+# --- the emulated GPU: the real backend over tests/emu's libraries --------------------------------
+if [ "$emu" = 1 ] && [ "$mode" = run ]; then
+  EMU_LIB=$ROOT/$BUILD/tests/emu/libntp_emu.so
+  case $BUILD in /*) EMU_LIB=$BUILD/tests/emu/libntp_emu.so ;; esac
+  if [ ! -f "$EMU_LIB" ]; then
+    echo "check.sh: $EMU_LIB not found (a build without the CUDA headers?)" >&2
+    exit 2
+  fi
+  export NTP_CUDART_LIB=$EMU_LIB NTP_CUBLASLT_LIB=$EMU_LIB NTP_NCCL_LIB=$EMU_LIB NTP_NVRTC_LIB=$EMU_LIB
+  export NTP_EMU_RACECHECK=${NTP_EMU_RACECHECK:-reverse} NTP_EMU_GPUS=${NTP_EMU_GPUS:-8}
+  export NTP_CACHE_DIR=${NTP_CACHE_DIR:-$(dirname "$EMU_LIB")/../../emu-cache}
+fi
+
 # --- plans that exist only for this check -------------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ntp-gpu-check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -85,37 +103,43 @@ plan llama3_w4 for llama3_8b {
 EOF
 
 # --- the cases ----------------------------------------------------------------------------------
-# name | world | expect | ntpc run arguments | what it covers
+# name | world | expect | ntpc run arguments | what it covers | emulator overrides (appended: later -D win)
 # expect: ok — every output ok; nccl — ranks on separate GPUs: with at least `world` GPUs visible
 # it must pass like an ok case, with fewer it must be refused cleanly (exit 1 or 2, a message
 # naming the GPUs or NCCL)
 # The CPU reference (single-threaded, ~2 GFLOP/s) recomputes the unsharded model for every case,
 # so the dims are chosen to keep it at a few seconds per case (about 80 s in all).
 CASES=(
-  "gpt2.full|1|ok|examples/gpt2.ntp -D B=2 -D S=64 -D L=12|GPT-2 124M: full width, 12 blocks, vocabulary 50257 (odd GEMM N)"
-  "gpt2.s1024|1|ok|examples/gpt2.ntp -D B=1 -D S=1024 -D L=1 -D V=4096|1024-token causal attention (the benchmark's sequence)"
-  "gpt2.world1|1|ok|examples/gpt2.ntp --world 1 -D B=2 -D S=32 -D L=2 -D V=8191|single rank (NCCL world 1 is not exercised: one rank never uses NCCL, and NCCL mode needs a GPU per rank)"
+  "gpt2.full|1|ok|examples/gpt2.ntp -D B=2 -D S=64 -D L=12|GPT-2 124M: full width, 12 blocks, vocabulary 50257 (odd GEMM N)|-D B=1 -D S=8 -D L=2"
+  "gpt2.s1024|1|ok|examples/gpt2.ntp -D B=1 -D S=1024 -D L=1 -D V=4096|1024-token causal attention (the benchmark's sequence)|-D S=96 -D D=128 -D H=2 -D V=512"
+  "gpt2.world1|1|ok|examples/gpt2.ntp --world 1 -D B=2 -D S=32 -D L=2 -D V=8191|single rank (NCCL world 1 is not exercised: one rank never uses NCCL, and NCCL mode needs a GPU per rank)|-D S=16 -D D=64 -D H=4 -D V=1001"
   "llama3_8b.L2|1|ok|examples/llama3_8b.ntp -D B=1 -D S=16 -D L=2 -D V=8192|Llama-3-8B width: D 4096, GQA 32/8, RoPE 5e5, SwiGLU 14336; 2 blocks"
-  "llama_block|1|ok|examples/llama_block.ntp -D B=2 -D S=128 -D D=1024 -D H=8 -D F=2816|Llama block: RMSNorm, GQA 8/2 (head 128), RoPE, SwiGLU"
+  "llama_block|1|ok|examples/llama_block.ntp -D B=2 -D S=128 -D D=1024 -D H=8 -D F=2816|Llama block: RMSNorm, GQA 8/2 (head 128), RoPE, SwiGLU|-D S=32 -D D=256 -D F=704"
   "gpt3.L1|1|ok|examples/gpt3_175b.ntp -D B=2 -D S=64 -D D=1536 -D H=12 -D L=1 -D V=4096|GPT-3 block shape, head size 128, D reduced to 1536"
-  "sharded_matmul|1|ok|examples/sharded_matmul.ntp -D M=256 -D K=512 -D N=384|explicit-layout matmul chain, unsharded"
-  "elementwise|1|ok|examples/elementwise.ntp|fp32: every elementwise function, broadcasting, batched matmul, softmax"
-  "gpt2.w2|2|ok|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp --loopback -D B=2 -D S=32 -D L=2|tp 2 everywhere; vocabulary 50257 split 25129 + 25128"
-  "gpt2.w2.nccl|2|nccl|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp -D B=2 -D S=32 -D L=2|2 ranks without --loopback (NCCL mode, a GPU per rank): with fewer GPUs, refused cleanly"
-  "llama_block.w3|3|ok|examples/llama_block.ntp --plan tests/plans/llama_block_w3_uneven.ntp --loopback -D B=6 -D S=32 -D D=1024 -D H=8 -D F=2816|tp 3, uneven: 8 heads 3/3/2 over 2 KV heads, hidden 2816 = 960+960+896"
-  "elementwise.w3|3|ok|examples/elementwise.ntp --world 3 --loopback|fp32 model on 3 ranks"
-  "llama3_8b.w4|4|ok|examples/llama3_8b.ntp --plan \$WORK/llama3_w4.ntp --loopback -D B=4 -D S=32 -D D=1024 -D H=16 -D L=2 -D V=8191|tp 4 everywhere, GQA 16/4, vocabulary 8191 uneven"
-  "llama_block.w5|5|ok|examples/llama_block.ntp --plan tests/plans/llama_block_w5_groups.ntp --loopback -D B=6 -D S=32 -D D=1024 -D H=8 -D F=2816|unequal groups: attention (3, 2) with batch 3:2, MLP (4, 1)"
-  "llama_block.w6|6|ok|examples/llama_block.ntp --plan tests/plans/llama_block_w6_sp.ntp --loopback -D B=6 -D S=32 -D D=1024 -D H=8 -D F=2816|attention tp 6: 8 heads 2/2/1/1/1/1, 2 KV heads replicated; MLP (3, 3) sequence parallel"
-  "gpt2.degraded7|7|ok|examples/gpt2.ntp --plan examples/plans/gpt2_degraded7.ntp --loopback -D B=7 -D S=16 -D L=1 -D V=8191|one GPU lost: groups (4, 3), batch 4:3, 12 heads 3/3/3/3 and 4/4/4"
-  "gpt2.mixed8|8|ok|examples/gpt2.ntp --plan examples/plans/gpt2_mixed8.ntp --loopback -D B=8 -D S=16 -D L=2 -D V=8191|degrees 8/4/2 per layer, attention (5, 3) with 12 heads 3/3/2/2/2, SP MLP"
-  "gpt2.inline8|8|ok|examples/gpt2.ntp --world 8 --loopback -D B=8 -D S=16 -D L=1 -D V=8191|inline @tp: vocabulary 8 ways (uneven), attention (4, 4), MLP (2, 2, 2, 2)"
-  "llama3_8b.w8|8|ok|examples/llama3_8b.ntp --world 8 --loopback -D B=8 -D S=16 -D D=1024 -D H=16 -D L=2 -D V=8191|tp 8, 4 KV heads over 8 ranks (replicated), vocabulary uneven"
-  "sharded_matmul.w8|8|ok|examples/sharded_matmul.ntp --world 8 --loopback -D M=256 -D K=512 -D N=384|2x4 mesh: row, column, block, diagonal layouts; requested output layout"
+  "sharded_matmul|1|ok|examples/sharded_matmul.ntp -D M=256 -D K=512 -D N=384|explicit-layout matmul chain, unsharded|-D M=64 -D K=96 -D N=80"
+  "elementwise|1|ok|examples/elementwise.ntp|fp32: every elementwise function, broadcasting, batched matmul, softmax|"
+  "gpt2.w2|2|ok|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp --loopback -D B=2 -D S=32 -D L=2|tp 2 everywhere; vocabulary 50257 split 25129 + 25128|-D S=16 -D D=64 -D H=4 -D V=1001"
+  "gpt2.w2.nccl|2|nccl|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp -D B=2 -D S=32 -D L=2|2 ranks without --loopback (NCCL mode, a GPU per rank): with fewer GPUs, refused cleanly|-D S=16 -D D=64 -D H=4 -D V=1001"
+  "llama_block.w3|3|ok|examples/llama_block.ntp --plan tests/plans/llama_block_w3_uneven.ntp --loopback -D B=6 -D S=32 -D D=1024 -D H=8 -D F=2816|tp 3, uneven: 8 heads 3/3/2 over 2 KV heads, hidden 2816 = 960+960+896|-D S=16 -D D=256 -D F=704"
+  "elementwise.w3|3|ok|examples/elementwise.ntp --world 3 --loopback|fp32 model on 3 ranks|"
+  "llama3_8b.w4|4|ok|examples/llama3_8b.ntp --plan \$WORK/llama3_w4.ntp --loopback -D B=4 -D S=32 -D D=1024 -D H=16 -D L=2 -D V=8191|tp 4 everywhere, GQA 16/4, vocabulary 8191 uneven|-D S=16 -D D=256 -D V=1001"
+  "llama_block.w5|5|ok|examples/llama_block.ntp --plan tests/plans/llama_block_w5_groups.ntp --loopback -D B=6 -D S=32 -D D=1024 -D H=8 -D F=2816|unequal groups: attention (3, 2) with batch 3:2, MLP (4, 1)|-D S=16 -D D=256 -D F=704"
+  "llama_block.w6|6|ok|examples/llama_block.ntp --plan tests/plans/llama_block_w6_sp.ntp --loopback -D B=6 -D S=32 -D D=1024 -D H=8 -D F=2816|attention tp 6: 8 heads 2/2/1/1/1/1, 2 KV heads replicated; MLP (3, 3) sequence parallel|-D S=16 -D D=256 -D F=704"
+  "gpt2.degraded7|7|ok|examples/gpt2.ntp --plan examples/plans/gpt2_degraded7.ntp --loopback -D B=7 -D S=16 -D L=1 -D V=8191|one GPU lost: groups (4, 3), batch 4:3, 12 heads 3/3/3/3 and 4/4/4|-D S=8 -D D=192 -D V=1001"
+  "gpt2.mixed8|8|ok|examples/gpt2.ntp --plan examples/plans/gpt2_mixed8.ntp --loopback -D B=8 -D S=16 -D L=2 -D V=8191|degrees 8/4/2 per layer, attention (5, 3) with 12 heads 3/3/2/2/2, SP MLP|-D S=8 -D D=192 -D V=1001"
+  "gpt2.inline8|8|ok|examples/gpt2.ntp --world 8 --loopback -D B=8 -D S=16 -D L=1 -D V=8191|inline @tp: vocabulary 8 ways (uneven), attention (4, 4), MLP (2, 2, 2, 2)|-D S=8 -D D=192 -D V=1001"
+  "llama3_8b.w8|8|ok|examples/llama3_8b.ntp --world 8 --loopback -D B=8 -D S=16 -D D=1024 -D H=16 -D L=2 -D V=8191|tp 8, 4 KV heads over 8 ranks (replicated), vocabulary uneven|-D S=8 -D D=256 -D V=1001"
+  "gpt2.mixed8.nccl|8|nccl|examples/gpt2.ntp --plan examples/plans/gpt2_mixed8.ntp -D B=8 -D S=16 -D L=2 -D V=8191|the mixed plan on 8 GPUs through NCCL: split communicators per reducing set, grouped send/recv|-D S=8 -D D=192 -D V=1001"
+  "sharded_matmul.w8|8|ok|examples/sharded_matmul.ntp --world 8 --loopback -D M=256 -D K=512 -D N=384|2x4 mesh: row, column, block, diagonal layouts; requested output layout|-D M=64 -D K=96 -D N=80"
 )
 
 field() { echo "$1" | cut -d'|' -f"$2"; }
-case_args() { field "$1" 4 | sed "s|\\\$WORK|$WORK|g"; }
+case_args() {
+  local a
+  a=$(field "$1" 4 | sed "s|\\\$WORK|$WORK|g")
+  if [ "$emu" = 1 ]; then a="$a $(field "$1" 6)"; fi
+  echo "$a"
+}
 
 selected=()
 for c in "${CASES[@]}"; do
@@ -178,6 +202,10 @@ NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
   nv=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
   [ "$nv" -lt "$NGPUS" ] && NGPUS=$nv
+fi
+if [ "$emu" = 1 ]; then
+  NGPUS=$NTP_EMU_GPUS
+  echo "== GPU: emulated ($NTP_EMU_GPUS GPUs, race check $NTP_EMU_RACECHECK; $EMU_LIB)"
 fi
 echo "== ntpc: $NTPC ($("$NTPC" --version)); NVRTC cache: ${NTP_CACHE_DIR:-~/.cache/ntp}; logs: $LOGS"
 echo "== ${#selected[@]} cases, $ITERS timed forwards each; $NGPUS GPU(s) visible"
