@@ -464,9 +464,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
   int ns = reached(k, args, sp, 64);
   if (ns < 0) return fail(cudaErrorInvalidValue);
   launches++;
-  if (emu_verbose())
-    fprintf(stderr, "ntp-emu: launch %llu: %s grid %u block %u on GPU %d%s\n", launches, k->name, grid.x, block.x,
-            current_device, mode ? " (race check)" : "");
+  double t0 = now();
   if (mode) {
     for (int i = 0; i < ns; i++) {
       sp[i].before = malloc(sp[i].a->size + 1);
@@ -496,6 +494,9 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
       rc = -1;
     }
   }
+  if (emu_verbose())
+    fprintf(stderr, "ntp-emu: launch %llu: %s grid %u block %u on GPU %d%s: %.3f ms\n", launches, k->name, grid.x,
+            block.x, current_device, mode ? " (race check)" : "", (now() - t0) * 1e3);
   for (int i = 0; mode && i < ns; i++) {
     free(sp[i].before);
     free(sp[i].after);

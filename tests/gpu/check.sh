@@ -6,6 +6,7 @@
 #   tests/gpu/check.sh               build if needed, run every case, print one table
 #   tests/gpu/check.sh PATTERN       only the cases whose name matches the grep -E PATTERN
 #   tests/gpu/check.sh --list        list the cases and their commands, run nothing
+#   tests/gpu/check.sh --names       the case names, one a line (CTest registers one test each)
 #   tests/gpu/check.sh --validate    no GPU needed: `ntpc check` every case (do the plans apply?)
 #   tests/gpu/check.sh --emu [PATTERN]  on the emulated GPU (tests/emu, no GPU needed): each case at
 #                                    its smaller emulator dims, the race check on, 8 emulated GPUs
@@ -28,6 +29,7 @@ pattern=""
 for a in "$@"; do
   case $a in
     --list) mode=list ;;
+    --names) mode=names ;;
     --validate) mode=validate ;;
     --emu) emu=1 ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -51,6 +53,10 @@ if [ -f "$BUILD/CMakeCache.txt" ]; then
   fi
 fi
 NTPC=$BUILD/ntpc
+if [ "$mode" = names ]; then
+  sed -n 's/^  "\([A-Za-z0-9_.]*\)|.*/\1/p' "$0"
+  exit 0
+fi
 if [ "${NTP_NO_BUILD:-0}" != 1 ] && [ "$mode" != list ]; then
   if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     echo "== configuring $BUILD"
@@ -113,9 +119,9 @@ CASES=(
   "gpt2.full|1|ok|examples/gpt2.ntp -D B=2 -D S=64 -D L=12|GPT-2 124M: full width, 12 blocks, vocabulary 50257 (odd GEMM N)|-D B=1 -D S=8 -D L=2"
   "gpt2.s1024|1|ok|examples/gpt2.ntp -D B=1 -D S=1024 -D L=1 -D V=4096|1024-token causal attention (the benchmark's sequence)|-D S=96 -D D=128 -D H=2 -D V=512"
   "gpt2.world1|1|ok|examples/gpt2.ntp --world 1 -D B=2 -D S=32 -D L=2 -D V=8191|single rank (NCCL world 1 is not exercised: one rank never uses NCCL, and NCCL mode needs a GPU per rank)|-D S=16 -D D=64 -D H=4 -D V=1001"
-  "llama3_8b.L2|1|ok|examples/llama3_8b.ntp -D B=1 -D S=16 -D L=2 -D V=8192|Llama-3-8B width: D 4096, GQA 32/8, RoPE 5e5, SwiGLU 14336; 2 blocks"
+  "llama3_8b.L2|1|ok|examples/llama3_8b.ntp -D B=1 -D S=16 -D L=2 -D V=8192|Llama-3-8B width: D 4096, GQA 32/8, RoPE 5e5, SwiGLU 14336; 2 blocks|-D D=512 -D H=16 -D V=1024"
   "llama_block|1|ok|examples/llama_block.ntp -D B=2 -D S=128 -D D=1024 -D H=8 -D F=2816|Llama block: RMSNorm, GQA 8/2 (head 128), RoPE, SwiGLU|-D S=32 -D D=256 -D F=704"
-  "gpt3.L1|1|ok|examples/gpt3_175b.ntp -D B=2 -D S=64 -D D=1536 -D H=12 -D L=1 -D V=4096|GPT-3 block shape, head size 128, D reduced to 1536"
+  "gpt3.L1|1|ok|examples/gpt3_175b.ntp -D B=2 -D S=64 -D D=1536 -D H=12 -D L=1 -D V=4096|GPT-3 block shape, head size 128, D reduced to 1536|-D S=16 -D D=384 -D H=3 -D V=1000"
   "sharded_matmul|1|ok|examples/sharded_matmul.ntp -D M=256 -D K=512 -D N=384|explicit-layout matmul chain, unsharded|-D M=64 -D K=96 -D N=80"
   "elementwise|1|ok|examples/elementwise.ntp|fp32: every elementwise function, broadcasting, batched matmul, softmax|"
   "gpt2.w2|2|ok|examples/gpt2.ntp --plan \$WORK/gpt2_w2.ntp --loopback -D B=2 -D S=32 -D L=2|tp 2 everywhere; vocabulary 50257 split 25129 + 25128|-D S=16 -D D=64 -D H=4 -D V=1001"
