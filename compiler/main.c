@@ -198,8 +198,11 @@ static int build_library(ntpc_session *s, const char *out, bool keep_c) {
     fprintf(stderr, "ntpc: error: cannot run the C compiler '%s': %s\n", cc, strerror(errno));
     _exit(127);
   }
+  ntp_outfile_set_child(pid);
   int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  int waited = pid < 0 ? -1 : waitpid(pid, &status, 0);
+  ntp_outfile_set_child(0);
+  if (pid < 0 || waited < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     fprintf(stderr, "ntpc: error: the C compiler failed on %s (set CC to choose another)\n", csrc);
     remove(tmp);
     goto done;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- cleanup on signals -------------------------------------------------------------- */
@@ -31,7 +32,15 @@ void ntp_outfile_untrack(const char *path) {
     if (in_use[i] && strcmp(tracked[i], path) == 0) in_use[i] = 0;
 }
 
+static volatile sig_atomic_t child_pid;
+
+void ntp_outfile_set_child(long pid) { child_pid = (sig_atomic_t)pid; }
+
 static void on_fatal_signal(int sig) {
+  if (child_pid > 0) { /* it may still be writing a tracked file: stop it before removing them */
+    kill((pid_t)child_pid, SIGTERM);
+    waitpid((pid_t)child_pid, NULL, 0);
+  }
   for (int i = 0; i < MAX_TRACKED; i++)
     if (in_use[i]) unlink(tracked[i]); /* async-signal-safe */
   signal(sig, SIG_DFL);

@@ -32,5 +32,7 @@ int ntp_outfile_check_target(const char *path, char *err, size_t cap);
 void ntp_outfile_install_cleanup(void);
 void ntp_outfile_track(const char *path);   /* also for other transient files (FILE.c) */
 void ntp_outfile_untrack(const char *path);
+/* A child process (the C compiler) writing one of them: stopped and waited for first; 0: none. */
+void ntp_outfile_set_child(long pid);
 
 #endif
