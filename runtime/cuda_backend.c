@@ -12,6 +12,7 @@
 #include "cuda_backend.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ static struct {
   FN(cudaEventSynchronize);
   FN(cudaEventElapsedTime);
   FN(cudaEventDestroy);
+  FN(cudaPointerGetAttributes);
   FN(cublasLtCreate);
   FN(cublasLtDestroy);
   FN(cublasLtMatmulDescCreate);
@@ -122,7 +124,7 @@ static int load_libs(char *err, size_t cap) {
   GET(rt, cudaStreamDestroy) GET(rt, cudaStreamSynchronize) GET(rt, cudaGetErrorString)
   GET(rt, cudaLibraryLoadData) GET(rt, cudaLibraryUnload) GET(rt, cudaLibraryGetKernel) GET(rt, cudaLaunchKernel)
   GET(rt, cudaEventCreate) GET(rt, cudaEventRecord) GET(rt, cudaEventSynchronize) GET(rt, cudaEventElapsedTime)
-  GET(rt, cudaEventDestroy)
+  GET(rt, cudaEventDestroy) GET(rt, cudaPointerGetAttributes)
   GET(lt, cublasLtCreate) GET(lt, cublasLtDestroy) GET(lt, cublasLtMatmulDescCreate) GET(lt, cublasLtMatmulDescDestroy)
   GET(lt, cublasLtMatmulDescSetAttribute) GET(lt, cublasLtMatrixLayoutCreate) GET(lt, cublasLtMatrixLayoutDestroy)
   GET(lt, cublasLtMatrixLayoutSetAttribute) GET(lt, cublasLtMatmulPreferenceCreate)
@@ -758,9 +760,8 @@ int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) 
   return 0;
 }
 
-int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
   const sh_program *p = c->p;
-  *res = (ntp_cpu_result){0};
   const float one = 1.0f, zero = 0.0f;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev0, c->stream[c->rank_lo]));
@@ -802,55 +803,220 @@ int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err,
   }
   float ms = 0;
   CU(cu.cudaEventElapsedTime(&ms, c->ev0, c->ev1));
-  res->seconds = ms / 1e3;
-  /* outputs: the pieces held here back to the host, placed into the global tensor (one
-   * rank per process fills only the elements its rank holds) */
-  const ir_module *m = p->global;
-  res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
-  for (size_t o = 0; res->outputs && o < m->n_outputs; o++) {
-    int32_t v = m->outputs[o].value;
-    const ir_value *gv = &m->values[v];
-    ntp_host_tensor *h = &res->outputs[o];
-    *h = (ntp_host_tensor){.name = m->outputs[o].name, .dtype = gv->dtype, .shape = gv->shape};
-    int64_t n = shape_numel(&gv->shape);
-    float *f = calloc((size_t)(n ? n : 1), sizeof(float)); /* int32 outputs share the 4-byte slots */
-    if (gv->dtype == NTP_I32) h->i = (int32_t *)f;
-    else h->f = f;
-    res->n_outputs++;
-    for (size_t k = 0; f && k < p->npieces[v]; k++) {
-      int32_t t = p->pieces[v][k];
-      const sh_tensor *s = &p->tensors[t];
-      if (!local_rank(c, s->rank)) continue;
-      int64_t pn = box_volume(&s->box);
-      size_t es = dtype_bytes(s->dtype);
-      unsigned char *buf = malloc((size_t)pn * es + 1);
-      if (!buf) break;
-      CU(cu.cudaSetDevice(c->dev[s->rank]));
-      CU(cu.cudaMemcpy(buf, dev_ptr(c, t), (size_t)pn * es, cudaMemcpyDeviceToHost));
-      int nd = s->box.ndim;
-      int64_t idx[NTP_MAX_RANK] = {0};
-      for (int64_t e = 0; e < pn; e++) {
-        int64_t gi = 0;
-        for (int d = 0; d < nd; d++) gi = gi * gv->shape.dim[d] + s->box.lo[d] + idx[d];
-        if (es == 4) {
-          memcpy(&f[gi], buf + 4 * e, 4);
-        } else {
-          uint16_t b16;
-          memcpy(&b16, buf + 2 * e, 2);
-          f[gi] = s->dtype == NTP_BF16 ? ntp_bf16_bits_to_float(b16) : ntp_f16_bits_to_float(b16);
-        }
-        for (int d = nd - 1; d >= 0; d--) {
-          if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
-          idx[d] = 0;
-        }
-      }
-      free(buf);
-    }
-  }
+  if (seconds) *seconds = ms / 1e3;
   return 0;
 fail:
-  ntp_cpu_result_free(res);
   return -1;
+}
+
+/* Visits the runs of box x (contiguous along the last dim) inside a row-major tensor of
+ * shape `outer`: fn(offset of the run in the tensor, offset in x packed, run length). */
+static int box_runs(const ntp_box *x, const ntp_shape *outer, int (*fn)(void *, int64_t, int64_t, int64_t), void *ctx) {
+  int nd = x->ndim;
+  if (nd == 0) return fn(ctx, 0, 0, 1);
+  int64_t len = x->hi[nd - 1] - x->lo[nd - 1], idx[NTP_MAX_RANK] = {0}, packed = 0;
+  if (len <= 0) return 0;
+  for (;;) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off = off * outer->dim[d] + x->lo[d] + (d == nd - 1 ? 0 : idx[d]);
+    if (fn(ctx, off, packed, len) != 0) return -1;
+    packed += len;
+    int d = nd - 2;
+    for (; d >= 0; d--) {
+      if (++idx[d] < x->hi[d] - x->lo[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return 0;
+  }
+}
+
+typedef struct run_copy {
+  unsigned char *global, *packed;
+  size_t es;
+  enum cudaMemcpyKind kind; /* the direction of the global tensor's side */
+  bool to_global;
+} run_copy;
+
+static int copy_run(void *ctx, int64_t goff, int64_t poff, int64_t len) {
+  run_copy *rc = ctx;
+  unsigned char *g = rc->global + (size_t)goff * rc->es, *p = rc->packed + (size_t)poff * rc->es;
+  size_t n = (size_t)len * rc->es;
+  return (rc->to_global ? cu.cudaMemcpy(g, p, n, cudaMemcpyHostToDevice) : cu.cudaMemcpy(p, g, n, cudaMemcpyDeviceToHost)) ==
+                 cudaSuccess
+             ? 0
+             : -1;
+}
+
+static ntp_box whole(const ntp_shape *s) {
+  ntp_box b = {.ndim = s->ndim};
+  for (int d = 0; d < s->ndim; d++) b.hi[d] = s->dim[d];
+  return b;
+}
+
+int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes, char *err, size_t cap) {
+  (void)c;
+  CU(cu.cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  return 0;
+fail:
+  return -1;
+}
+
+int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev) {
+  (void)c;
+  struct cudaPointerAttributes at;
+  if (cu.cudaPointerGetAttributes(&at, data) != cudaSuccess || at.type != cudaMemoryTypeDevice) return -1;
+  *dev = at.device;
+  return 0;
+}
+
+/* Value v from a global tensor in device memory on GPU dev (storage dtype): each rank's box
+ * is copied by a kernel on its own GPU, or through the host from another GPU. */
+int ntp_cuda_set_device(ntp_cuda *c, int32_t v, const void *data, int dev, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  const ir_value *gv = &p->global->values[v];
+  ntp_box all = whole(&gv->shape);
+  unsigned char *buf = NULL;
+  for (size_t t = 0; t < p->n_tensors; t++) {
+    const sh_tensor *s = &p->tensors[t];
+    if (!s->persistent || s->init_value != v || !local_rank(c, s->rank)) continue;
+    size_t es = dtype_bytes(s->dtype), n = (size_t)box_volume(&s->init_box) * es;
+    CU(cu.cudaSetDevice(c->dev[s->rank]));
+    if (c->dev[s->rank] == dev) {
+      if (copy_box(c, &s->init_box, &all, (unsigned char *)data, &s->init_box, dev_ptr(c, (int32_t)t), s->dtype,
+                   c->stream[s->rank], err, cap))
+        goto fail;
+      CU(cu.cudaStreamSynchronize(c->stream[s->rank]));
+    } else {
+      free(buf);
+      if (!(buf = malloc(n + 1))) goto fail;
+      run_copy rc = {(unsigned char *)data, buf, es, cudaMemcpyDeviceToHost, false};
+      CU(cu.cudaSetDevice(dev));
+      if (box_runs(&s->init_box, &gv->shape, copy_run, &rc) != 0) {
+        snprintf(err, cap, "copying '%s' from GPU %d failed", gv->name, dev);
+        goto fail;
+      }
+      CU(cu.cudaSetDevice(c->dev[s->rank]));
+      CU(cu.cudaMemcpy(dev_ptr(c, (int32_t)t), buf, n, cudaMemcpyHostToDevice));
+    }
+    c->filled[t] = true;
+  }
+  free(buf);
+  return 0;
+fail:
+  free(buf);
+  return -1;
+}
+
+/* Output o into a global tensor in device memory on GPU dev: the pieces this process holds
+ * (a kernel copy on the same GPU, through the host from another); the rest is left as it was. */
+int ntp_cuda_output_device(ntp_cuda *c, size_t o, void *data, int dev, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  int32_t v = p->global->outputs[o].value;
+  const ir_value *gv = &p->global->values[v];
+  ntp_box all = whole(&gv->shape);
+  unsigned char *buf = NULL;
+  for (size_t k = 0; k < p->npieces[v]; k++) {
+    int32_t t = p->pieces[v][k];
+    const sh_tensor *s = &p->tensors[t];
+    if (!local_rank(c, s->rank)) continue;
+    size_t es = dtype_bytes(s->dtype), n = (size_t)box_volume(&s->box) * es;
+    CU(cu.cudaSetDevice(c->dev[s->rank]));
+    if (c->dev[s->rank] == dev) {
+      if (copy_box(c, &s->box, &s->box, dev_ptr(c, t), &all, data, s->dtype, c->stream[s->rank], err, cap)) goto fail;
+      CU(cu.cudaStreamSynchronize(c->stream[s->rank]));
+      continue;
+    }
+    free(buf);
+    if (!(buf = malloc(n + 1))) goto fail;
+    CU(cu.cudaMemcpy(buf, dev_ptr(c, t), n, cudaMemcpyDeviceToHost));
+    CU(cu.cudaSetDevice(dev));
+    run_copy rc = {data, buf, es, cudaMemcpyHostToDevice, true};
+    if (box_runs(&s->box, &gv->shape, copy_run, &rc) != 0) {
+      snprintf(err, cap, "copying output '%s' to GPU %d failed", gv->name, dev);
+      goto fail;
+    }
+  }
+  free(buf);
+  return 0;
+fail:
+  free(buf);
+  return -1;
+}
+
+/* Output o into a host tensor in the global layout (fp32 values, int32 bits), from the pieces
+ * this process holds; with one rank per process, the elements held elsewhere are NaN. */
+int ntp_cuda_output_host(ntp_cuda *c, size_t o, ntp_host_tensor *h, char *err, size_t cap) {
+  const sh_program *p = c->p;
+  const ir_module *m = p->global;
+  int32_t v = m->outputs[o].value;
+  const ir_value *gv = &m->values[v];
+  *h = (ntp_host_tensor){.name = m->outputs[o].name, .dtype = gv->dtype, .shape = gv->shape};
+  int64_t n = shape_numel(&gv->shape);
+  float *f = malloc((size_t)(n ? n : 1) * sizeof(float)); /* int32 outputs share the 4-byte slots */
+  if (!f) {
+    snprintf(err, cap, "out of host memory for output '%s'", gv->name);
+    return -1;
+  }
+  for (int64_t i = 0; i < n; i++) f[i] = gv->dtype == NTP_I32 ? 0.0f : NAN;
+  if (gv->dtype == NTP_I32) h->i = (int32_t *)f;
+  else h->f = f;
+  unsigned char *buf = NULL;
+  for (size_t k = 0; k < p->npieces[v]; k++) {
+    int32_t t = p->pieces[v][k];
+    const sh_tensor *s = &p->tensors[t];
+    if (!local_rank(c, s->rank)) continue;
+    int64_t pn = box_volume(&s->box);
+    size_t es = dtype_bytes(s->dtype);
+    free(buf);
+    if (!(buf = malloc((size_t)pn * es + 1))) goto fail;
+    CU(cu.cudaSetDevice(c->dev[s->rank]));
+    CU(cu.cudaMemcpy(buf, dev_ptr(c, t), (size_t)pn * es, cudaMemcpyDeviceToHost));
+    int nd = s->box.ndim;
+    int64_t idx[NTP_MAX_RANK] = {0};
+    for (int64_t e = 0; e < pn; e++) {
+      int64_t gi = 0;
+      for (int d = 0; d < nd; d++) gi = gi * gv->shape.dim[d] + s->box.lo[d] + idx[d];
+      if (es == 4) {
+        memcpy(&f[gi], buf + 4 * e, 4);
+      } else {
+        uint16_t b16;
+        memcpy(&b16, buf + 2 * e, 2);
+        f[gi] = s->dtype == NTP_BF16 ? ntp_bf16_bits_to_float(b16) : ntp_f16_bits_to_float(b16);
+      }
+      for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+  free(buf);
+  return 0;
+fail:
+  free(buf);
+  free(f);
+  h->f = NULL;
+  h->i = NULL;
+  if (!err[0]) snprintf(err, cap, "out of host memory for output '%s'", gv->name);
+  return -1;
+}
+
+int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+  const ir_module *m = c->p->global;
+  *res = (ntp_cpu_result){0};
+  if (ntp_cuda_run(c, seed, &res->seconds, err, cap) != 0) return -1;
+  res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
+  if (!res->outputs) {
+    snprintf(err, cap, "out of host memory");
+    return -1;
+  }
+  for (size_t o = 0; o < m->n_outputs; o++) {
+    if (ntp_cuda_output_host(c, o, &res->outputs[o], err, cap) != 0) {
+      ntp_cpu_result_free(res);
+      return -1;
+    }
+    res->n_outputs++;
+  }
+  return 0;
 }
 
 void ntp_cuda_free(ntp_cuda *c) {
@@ -926,6 +1092,30 @@ int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) 
 }
 int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
   (void)c, (void)seed, (void)res;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
+  (void)c, (void)seed, (void)seconds;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev) {
+  (void)c, (void)data, (void)dev;
+  return -1;
+}
+int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes, char *err, size_t cap) {
+  (void)c, (void)dst, (void)src, (void)bytes;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_set_device(ntp_cuda *c, int32_t v, const void *data, int dev, char *err, size_t cap) {
+  (void)c, (void)v, (void)data, (void)dev;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_output_device(ntp_cuda *c, size_t o, void *data, int dev, char *err, size_t cap) {
+  (void)c, (void)o, (void)data, (void)dev;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_output_host(ntp_cuda *c, size_t o, ntp_host_tensor *h, char *err, size_t cap) {
+  (void)c, (void)o, (void)h;
   return ntp_cuda_available(err, cap);
 }
 void ntp_cuda_free(ntp_cuda *c) { (void)c; }

@@ -24,8 +24,20 @@ int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_o
                     size_t cap);
 int ntp_cuda_set(ntp_cuda *c, int32_t value, const ntp_host_tensor *global, char *err, size_t cap);
 int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap);
-/* One forward; outputs assembled on the host. seconds: device time of the forward. */
+/* One forward; outputs assembled on the host. seconds: device time of the forward. With one
+ * rank per process, output elements held by other processes are NaN. */
 int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap);
+/* The same in parts: the forward (outputs stay on the GPUs), then each output to the host, or
+ * into a global tensor in device memory on GPU dev (storage dtype; only the elements this
+ * process holds are written). */
+int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap);
+int ntp_cuda_output_host(ntp_cuda *c, size_t output, ntp_host_tensor *h, char *err, size_t cap);
+int ntp_cuda_output_device(ntp_cuda *c, size_t output, void *data, int dev, char *err, size_t cap);
+/* Value v (an input or parameter) from a global tensor in device memory on GPU dev, storage dtype. */
+int ntp_cuda_set_device(ntp_cuda *c, int32_t v, const void *data, int dev, char *err, size_t cap);
+int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes, char *err, size_t cap);
+/* 0 and the GPU when data is device memory (cudaPointerGetAttributes); -1 otherwise. */
+int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev);
 void ntp_cuda_free(ntp_cuda *c);
 
 /* The NVRTC JIT with its disk cache: key = hash of (source, options, NVRTC version, arch),

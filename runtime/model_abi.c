@@ -186,7 +186,17 @@ static int check_dl(const ntp_model *m, const DLTensor *t, int32_t v, const char
       end > (UINT64_C(1) << 56))
     return fail(NTP_EINVAL, "%s '%s': byte_offset %llu puts the data outside the address space", what, val->name,
                 (unsigned long long)t->byte_offset);
-  if (t->device.device_type != kDLCPU) return fail(NTP_EINVAL, "%s '%s': the cpu backend takes host tensors", what, val->name);
+  if (t->device.device_type == kDLCUDA) { /* device memory: the cuda backend, on a GPU of this process */
+    int dev = -1;
+    if (!m->cuda) return fail(NTP_EINVAL, "%s '%s': the cpu backend takes host tensors (kDLCPU)", what, val->name);
+    if (ntp_cuda_device_of(m->cuda, (const unsigned char *)t->data + t->byte_offset, &dev) != 0 ||
+        dev != t->device.device_id)
+      return fail(NTP_EINVAL, "%s '%s': kDLCUDA tensor whose data is not device memory of GPU %d", what, val->name,
+                  t->device.device_id);
+  } else if (t->device.device_type != kDLCPU) {
+    return fail(NTP_EINVAL, "%s '%s': device type %d (expected kDLCPU or, on the cuda backend, kDLCUDA)", what,
+                val->name, (int)t->device.device_type);
+  }
   if (!dl_matches(t, val->dtype)) return fail(NTP_EINVAL, "%s '%s': dtype must be %s", what, val->name, dtype_name(val->dtype));
   int64_t stride = 1;
   for (int d = t->ndim - 1; d >= 0; d--) {
@@ -255,6 +265,29 @@ static int64_t index_bound(const ir_module *mod, int32_t v) {
 static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *what) {
   int rc = check_dl(m, t, v, what);
   if (rc) return rc;
+  if (t->device.device_type == kDLCUDA) { /* stays on the GPUs: each rank copies its slice */
+    char err[512];
+    const void *data = (const unsigned char *)t->data + t->byte_offset;
+    if (m->a->module->values[v].dtype == NTP_I32) { /* token ids are checked like host ones */
+      int64_t n = shape_numel(&m->a->module->values[v].shape), bound = index_bound(m->a->module, v);
+      int32_t *ids = malloc((size_t)(n ? n : 1) * 4);
+      if (!ids) return fail(NTP_ENOMEM, "out of memory");
+      if (ntp_cuda_copy_to_host(m->cuda, ids, data, (size_t)n * 4, err, sizeof err) != 0) {
+        free(ids);
+        return fail(NTP_ERUN, "%s", err);
+      }
+      for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= bound) {
+          int32_t bad = ids[i];
+          free(ids);
+          return fail(NTP_EINVAL, "%s '%s': element %lld is %d, outside [0, %lld) (the rows of the table it indexes)",
+                      what, m->a->module->values[v].name, (long long)i, bad, (long long)bound);
+        }
+      free(ids);
+    }
+    rc = ntp_cuda_set_device(m->cuda, v, data, t->device.device_id, err, sizeof err);
+    return rc == 0 ? NTP_OK : fail(NTP_ERUN, "%s", err);
+  }
   ntp_host_tensor h;
   if (to_host(t, &m->a->module->values[v], &h) != 0) return fail(NTP_ENOMEM, "out of memory");
   if (h.i) {
@@ -302,11 +335,27 @@ int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *c
     int rc = check_dl(m, outputs ? outputs[o] : NULL, mod->outputs[o].value, "output");
     if (rc) return rc;
   }
+  char err[512] = "";
+  if (m->cuda) { /* device outputs are written on the GPU; host outputs come back through the host */
+    if (ntp_cuda_run(m->cuda, m->seed, NULL, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+    for (size_t o = 0; o < mod->n_outputs; o++) {
+      DLTensor *t = outputs[o];
+      if (t->device.device_type == kDLCUDA) {
+        if (ntp_cuda_output_device(m->cuda, o, (unsigned char *)t->data + t->byte_offset, t->device.device_id, err,
+                                   sizeof err) != 0)
+          return fail(NTP_ERUN, "%s", err);
+        continue;
+      }
+      ntp_host_tensor h;
+      if (ntp_cuda_output_host(m->cuda, o, &h, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+      from_host(&h, t);
+      free(h.f);
+      free(h.i);
+    }
+    return NTP_OK;
+  }
   ntp_cpu_result res;
-  char err[512];
-  int rc = m->cuda ? ntp_cuda_forward(m->cuda, m->seed, &res, err, sizeof err)
-                   : ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err);
-  if (rc != 0) return fail(NTP_ERUN, "%s", err);
+  if (ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
   for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
   ntp_cpu_result_free(&res);
   return NTP_OK;

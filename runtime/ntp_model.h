@@ -4,7 +4,12 @@
  * why (thread-local). Tensors cross the boundary as DLPack DLTensors in the global layout:
  * the library gives each rank the slices its plan assigns. Inputs and outputs are dense,
  * row-major, with the model's storage dtype (bf16 = kDLBfloat 16, fp16 = kDLFloat 16,
- * fp32 = kDLFloat 32, i32 = kDLInt 32).
+ * fp32 = kDLFloat 32, i32 = kDLInt 32). Host tensors (kDLCPU) work on every backend; on the
+ * cuda backend tensors may also live in device memory (kDLCUDA, device_id = the GPU): inputs
+ * are copied slice by slice on the GPUs, outputs written there without a trip through the
+ * host (a rank on another GPU goes through the host). With one rank per process, an output
+ * holds the elements of that rank's pieces: NaN elsewhere in a host tensor, untouched
+ * elsewhere in a device tensor.
  */
 #ifndef NTP_MODEL_H
 #define NTP_MODEL_H
