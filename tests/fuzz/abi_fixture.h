@@ -1,0 +1,47 @@
+/* abi_fixture.h — a model library without the library: a small model compiled and sharded
+ * in-process, wrapped in the ntp_artifact a generated model.so would carry, so that the model
+ * ABI (runtime/model_abi.c) can be called directly by the misuse test and the ABI fuzzer. */
+#ifndef NTP_ABI_FIXTURE_H
+#define NTP_ABI_FIXTURE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ntp_artifact.h"
+#include "ntpc.h"
+
+/* tokens i32[2, 4] -> embedding (V = 16, D = 8, with positions) -> layernorm -> tied head:
+ * a gather (token ids must lie in [0, 16)), a parameter per kind, one output. */
+static const char abi_fixture_src[] =
+    "model m {\n"
+    "  dim B = 2, S = 4, D = 8, V = 16;\n"
+    "  input tokens : i32[B, S];\n"
+    "  x = embed: embedding(tokens, vocab = V, dim = D, positions = S) @tp(2);\n"
+    "  x = ln: layernorm(x);\n"
+    "  output logits = head: linear(x, tied = embed) @tp(2);\n"
+    "}\n";
+
+typedef struct abi_fixture {
+  ntpc_session *s;
+  ntp_artifact a;
+} abi_fixture;
+
+/* 0, or -1 with the diagnostics printed. world: 1 or 2 ranks. */
+static int abi_fixture_init(abi_fixture *f, int32_t world) {
+  f->s = ntpc_session_new();
+  ntpc_set_world(f->s, world);
+  if (!f->s || ntpc_compile_string(f->s, "fixture.ntp", abi_fixture_src) != NTPC_OK) {
+    if (f->s) ntpc_print_diags(f->s, stderr, 0);
+    return -1;
+  }
+  f->a = (ntp_artifact){.abi_version = NTP_MODEL_ABI_VERSION, .module = ntpc_module(f->s),
+                        .program = ntpc_sharded(f->s)};
+  f->a.info.abi_version = NTP_MODEL_ABI_VERSION;
+  f->a.info.name = "m";
+  f->a.info.world = world;
+  return 0;
+}
+
+static void abi_fixture_free(abi_fixture *f) { ntpc_session_free(f->s); }
+
+#endif
