@@ -327,7 +327,9 @@ typedef struct emu_library {
   const ntp_emu_kernel *table;
   size_t n;
   emu_kernel_h *handles;
+  struct emu_library *next_retired;
 } emu_library;
+static emu_library *retired; /* unloaded libraries: kept so that a stale handle is caught, not a crash */
 enum { LIB_MAGIC = 0x4c494252, KERN_MAGIC = 0x4b45524e };
 
 cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code, enum cudaJitOption *jo, void **jv, unsigned njo,
@@ -385,7 +387,8 @@ cudaError_t cudaLibraryUnload(cudaLibrary_t lib) {
   for (size_t i = 0; i < L->n; i++) L->handles[i].magic = 0;
   L->magic = 0;
   dlclose(L->dl);
-  /* handles stay allocated so that a launch through a stale one is caught, not a crash */
+  L->next_retired = retired;
+  retired = L;
   return cudaSuccess;
 }
 
