@@ -8,9 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Loops over fewer elements than this stay on one thread: below it, waking the pool costs
- * more than the work (a few microseconds against ~1 ns per element). */
-enum { PAR_MIN = 1 << 14 };
+enum { PAR_MIN = NTP_CPU_PAR_MIN };
 
 /* ---- bit helpers (memcpy is the defined way to type-pun in C) ---------- */
 
@@ -357,7 +355,8 @@ int ntp_cpu_attention_heads(const float *q, const float *k, const float *v, floa
      * run on the tensors in place: scores = scale * Q K^T, softmax per row, out = P V. */
     const int64_t ldq = h * hd, ldk = kv * hd, tiles = (s + ATT_TILE - 1) / ATT_TILE, jobs = b * h * tiles;
     int failed = 0;
-#pragma omp parallel reduction(| : failed)
+    /* threads only for work that outweighs waking them (toy sizes in the tests stay serial) */
+#pragma omp parallel reduction(| : failed) if (b * h * s * s * hd >= (int64_t)PAR_MIN * 16)
     {
         float *p = malloc((size_t)(ATT_TILE * s) * sizeof *p); /* one tile's scores, then probabilities */
         failed = !p;

@@ -20,6 +20,13 @@
 extern "C" {
 #endif
 
+/* Work below this many elements (or multiply-adds) stays on one thread. Waking the pool
+ * costs microseconds on an idle machine, and on a machine whose cores are busy with other
+ * processes each parallel region can cost a scheduler time slice: the tests' toy models,
+ * thousands of small ops, ran 4x slower threaded than serial there. 2^17 elements are
+ * some 0.1 ms of single-thread work, where threads start to pay. */
+enum { NTP_CPU_PAR_MIN = 1 << 17 };
+
 /* ---- storage-dtype rounding ------------------------------------------- */
 
 typedef enum { NTP_ROUND_NONE, NTP_ROUND_BF16, NTP_ROUND_FP16 } ntp_round_mode;

@@ -13,8 +13,7 @@ static ntp_round_mode round_mode(ntp_dtype dt) {
   return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
 }
 
-/* Below this many elements a loop stays on one thread (waking the pool costs more). */
-enum { PAR_MIN = 1 << 14 };
+enum { PAR_MIN = NTP_CPU_PAR_MIN };
 
 /* This thread's share [lo, hi) of [0, n) in a parallel region: one contiguous chunk per thread,
  * so each thread sets up its odometer once at its chunk's start and then does what the serial

@@ -242,6 +242,23 @@ int ntp_sim_load(ntp_sim *st, const ntp_safetensors *f, char *err, size_t cap) {
   return 0;
 }
 
+/* Ranks in parallel only for segments of this much work (ntp_op_cost units: about one per
+ * element or multiply-add; some milliseconds): a parallel region of rank threads costs far more
+ * than a kernel's when the machine is busy, and the tests run thousands of toy segments (see
+ * NTP_CPU_PAR_MIN). */
+#define SIM_PAR_MIN (16.0 * NTP_CPU_PAR_MIN)
+
+static double step_cost(const sh_program *p, const sh_step *step) {
+  if (step->kind == SH_COMM) return (double)step->elems;
+  ntp_shape out = box_shape(&p->tensors[step->op.result].box), a;
+  if (step->op.nargs) a = box_shape(&p->tensors[step->op.args[0]].box);
+  return ntp_op_cost(&step->op, &out, step->op.nargs ? &a : NULL);
+}
+
+static const char *layer_name(const sh_program *p, int32_t layer) {
+  return layer >= 0 && (size_t)layer < p->global->n_layers ? p->global->layers[layer].name : NULL;
+}
+
 static bool is_init(const sh_step *step) { return step->op.code == IR_INPUT || step->op.code == IR_PARAM; }
 
 /* One compute step on its rank's memory (an init step cannot fail). */
@@ -281,7 +298,10 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
     own &= p->tensors[step->op.result].rank == step->rank;
     for (int a = 0; a < step->op.nargs; a++) own &= p->tensors[step->op.args[a]].rank == step->rank;
   }
-  if (!several || !own) { /* !own: not a program this reasoning covers; run it as written */
+  /* threads only when the segment outweighs waking them: tests run thousands of toy segments */
+  double cost = 0;
+  for (size_t i = s; i < e && cost < SIM_PAR_MIN; i++) cost += step_cost(p, &p->steps[i]);
+  if (!several || !own || cost < SIM_PAR_MIN) { /* !own: not a program this reasoning covers; run it as written */
     for (size_t i = s; i < e; i++)
       if (!is_init(&p->steps[i]) && run_compute(st, &p->steps[i], seed, err, cap) != 0) return -1;
     return 0;
@@ -305,17 +325,6 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
   return bad < e ? -1 : 0;
 }
 
-static double step_cost(const sh_program *p, const sh_step *step) {
-  if (step->kind == SH_COMM) return (double)step->elems;
-  ntp_shape out = box_shape(&p->tensors[step->op.result].box), a;
-  if (step->op.nargs) a = box_shape(&p->tensors[step->op.args[0]].box);
-  return ntp_op_cost(&step->op, &out, step->op.nargs ? &a : NULL);
-}
-
-static const char *layer_name(const sh_program *p, int32_t layer) {
-  return layer >= 0 && (size_t)layer < p->global->n_layers ? p->global->layers[layer].name : NULL;
-}
-
 int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
   const sh_program *p = st->p;
   rank_mem *rm = st->rm;
@@ -330,7 +339,10 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
    * or parameter step only writes its own persistent slice, which nothing but later steps
    * reads, so running them all before the rest changes nothing else. They are independent of
    * each other, hence one parallel loop over all of them. */
-#pragma omp parallel for schedule(dynamic, 1)
+  double init_cost = 0;
+  for (size_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == SH_COMPUTE && is_init(&p->steps[s])) init_cost += step_cost(p, &p->steps[s]);
+#pragma omp parallel for schedule(dynamic, 1) if (init_cost >= SIM_PAR_MIN)
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *step = &p->steps[s];
     if (step->kind != SH_COMPUTE || !is_init(step)) continue;
