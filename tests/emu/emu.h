@@ -43,6 +43,12 @@ bool emu_verbose(void);
 /* race-check mode: 0 off, 1 reverse, else a shuffle seed */
 uint64_t emu_racecheck(void);
 
+/* storage formats (emu_numbers.c): round to nearest even, NaN kept quiet */
+float emu_bf16_to_f32(uint16_t h);
+uint16_t emu_f32_to_bf16(float f);
+float emu_f16_to_f32(uint16_t h);
+uint16_t emu_f32_to_f16(float f);
+
 /* Runs a kernel over a grid (launch.c). Returns 0, or -1 after emu_fail(). */
 int emu_run_grid(const ntp_emu_kernel *k, ntp_emu_dim grid, ntp_emu_dim block, void **args, uint64_t order);
 

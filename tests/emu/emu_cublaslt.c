@@ -206,25 +206,7 @@ static float load(const unsigned char *p, cudaDataType_t t, int64_t i) {
   }
   uint16_t h;
   memcpy(&h, p + 2 * i, 2);
-  if (t == CUDA_R_16BF) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-  }
-  /* binary16 -> binary32, exactly */
-  uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, mant = h & 1023, u;
-  if (e == 31) u = s | 0x7f800000u | (mant << 13);
-  else if (e) u = s | ((e + 112) << 23) | (mant << 13);
-  else if (!mant) u = s;
-  else {
-    float f = ldexpf((float)mant, -24);
-    memcpy(&u, &f, 4);
-    u |= s;
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+  return t == CUDA_R_16BF ? emu_bf16_to_f32(h) : emu_f16_to_f32(h);
 }
 
 static void store(unsigned char *p, cudaDataType_t t, int64_t i, float f) {
@@ -232,25 +214,7 @@ static void store(unsigned char *p, cudaDataType_t t, int64_t i, float f) {
     memcpy(p + 4 * i, &f, 4);
     return;
   }
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint16_t h;
-  if (t == CUDA_R_16BF) {
-    if ((u & 0x7fffffffu) > 0x7f800000u) h = (uint16_t)((u >> 16) | 0x40u);
-    else h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  } else { /* binary32 -> binary16, round to nearest even */
-    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) h = (uint16_t)(s | 0x7e00u);
-    else if (a >= 0x477ff000u) h = (uint16_t)(s | 0x7c00u); /* rounds to infinity */
-    else if (a < 0x38800000u) {                              /* subnormal or zero */
-      float v;
-      memcpy(&v, &a, 4);
-      h = (uint16_t)(s | (uint32_t)nearbyintf(v * 16777216.0f));
-    } else {
-      uint32_t r = a - 0x38000000u, lsb = (r >> 13) & 1u;
-      h = (uint16_t)(s | ((r + 0xfffu + lsb) >> 13));
-    }
-  }
+  uint16_t h = t == CUDA_R_16BF ? emu_f32_to_bf16(f) : emu_f32_to_f16(f);
   memcpy(p + 2 * i, &h, 2);
 }
 

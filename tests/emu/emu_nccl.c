@@ -122,52 +122,21 @@ static uint64_t heap_alloc(fabric *f, size_t n) {
 
 static size_t esize(int dt) { return dt == ncclFloat32 || dt == ncclInt32 || dt == ncclUint32 ? 4 : 2; }
 static float ld(const unsigned char *p, int dt, size_t i) {
-  uint16_t h;
   if (dt == ncclFloat32) {
     float v;
     memcpy(&v, p + 4 * i, 4);
     return v;
   }
+  uint16_t h;
   memcpy(&h, p + 2 * i, 2);
-  uint32_t u;
-  float v;
-  if (dt == ncclBfloat16) u = (uint32_t)h << 16;
-  else {
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
-    if (e == 31) u = s | 0x7f800000u | (m << 13);
-    else if (e) u = s | ((e + 112) << 23) | (m << 13);
-    else {
-      v = (float)m * 5.9604644775390625e-08f;
-      memcpy(&u, &v, 4);
-      u |= s;
-    }
-  }
-  memcpy(&v, &u, 4);
-  return v;
+  return dt == ncclBfloat16 ? emu_bf16_to_f32(h) : emu_f16_to_f32(h);
 }
 static void st(unsigned char *p, int dt, size_t i, float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  uint16_t h;
   if (dt == ncclFloat32) {
     memcpy(p + 4 * i, &v, 4);
     return;
   }
-  if (dt == ncclBfloat16) h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)
-                                                             : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  else {
-    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) h = (uint16_t)(s | 0x7e00u);
-    else if (a >= 0x477ff000u) h = (uint16_t)(s | 0x7c00u);
-    else if (a < 0x38800000u) {
-      float x;
-      memcpy(&x, &a, 4);
-      h = (uint16_t)(s | (uint32_t)__builtin_nearbyintf(x * 16777216.0f));
-    } else {
-      uint32_t r = a - 0x38000000u;
-      h = (uint16_t)(s | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-    }
-  }
+  uint16_t h = dt == ncclBfloat16 ? emu_f32_to_bf16(v) : emu_f32_to_f16(v);
   memcpy(p + 2 * i, &h, 2);
 }
 
