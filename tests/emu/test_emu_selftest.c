@@ -3,7 +3,9 @@
  * that must pass with the race check on. Each case runs in a child process, since a launch
  * failure is sticky for the rest of a process (as on a GPU). */
 #define _GNU_SOURCE
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <nvrtc.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -154,6 +156,102 @@ static cudaError_t c_host_pointer(void) {
   return launch("missing_barrier", 1, 64, a);
 }
 
+/* the libraries: what would hang or be ignored on a GPU is an error */
+static cudaError_t as_cuda(int ok) { return ok ? cudaSuccess : cudaErrorUnknown; }
+static cudaError_t c_nccl_missing_rank(void) {
+  ncclComm_t comm[2];
+  float *buf[2];
+  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
+  if (ncclCommInitAll(comm, 2, NULL) != ncclSuccess) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  ncclGroupStart();
+  ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], NULL); /* rank 1 never joins */
+  return as_cuda(ncclGroupEnd() == ncclSuccess);
+}
+static cudaError_t c_nccl_mismatch(void) {
+  ncclComm_t comm[2];
+  float *buf[2];
+  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
+  if (ncclCommInitAll(comm, 2, NULL) != ncclSuccess) return cudaErrorUnknown;
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) {
+    cudaSetDevice(r);
+    ncclAllReduce(buf[r], buf[r], r ? 32 : 64, ncclFloat32, ncclSum, comm[r], NULL);
+  }
+  return as_cuda(ncclGroupEnd() == ncclSuccess);
+}
+static cudaError_t c_nccl_unmatched_send(void) {
+  ncclComm_t comm[2];
+  float *buf[2];
+  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
+  if (ncclCommInitAll(comm, 2, NULL) != ncclSuccess) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  ncclGroupStart();
+  ncclSend(buf[0], 64, ncclFloat32, 1, comm[0], NULL);
+  return as_cuda(ncclGroupEnd() == ncclSuccess);
+}
+static cudaError_t c_nccl_reduces_in_rank_order(void) {
+  ncclComm_t comm[3];
+  float *buf[3], h[3][4] = {{1e8f, 1, 0, 0}, {-1e8f, 2, 0, 0}, {1, 3, 0, 0}}, r[4];
+  for (int k = 0; k < 3; k++) {
+    cudaSetDevice(k);
+    cudaMalloc((void **)&buf[k], sizeof h[k]);
+    cudaMemcpy(buf[k], h[k], sizeof h[k], cudaMemcpyHostToDevice);
+  }
+  if (ncclCommInitAll(comm, 3, NULL) != ncclSuccess) return cudaErrorUnknown;
+  ncclGroupStart();
+  for (int k = 0; k < 3; k++) cudaSetDevice(k), ncclAllReduce(buf[k], buf[k], 4, ncclFloat32, ncclSum, comm[k], NULL);
+  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
+  cudaSetDevice(2);
+  cudaMemcpy(r, buf[2], sizeof r, cudaMemcpyDeviceToHost);
+  /* fp32 in rank order: (1e8 + -1e8) + 1 = 1, not 1e8 + (-1e8 + 1) = 0 */
+  return as_cuda(r[0] == 1.0f && r[1] == 6.0f);
+}
+static cudaError_t c_cublaslt_epilogue(void) {
+  cublasLtMatmulDesc_t d;
+  if (cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_GELU;
+  return as_cuda(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e) == CUBLAS_STATUS_SUCCESS);
+}
+static cudaError_t c_cublaslt_gemm(void) { /* column-major, op(A) = A^T, a strided batch of 2 */
+  enum { M = 3, N = 2, K = 4 };
+  float a[2][K * M], b[2][K * N], d[2][M * N], *da, *db, *dd;
+  for (int i = 0; i < 2 * K * M; i++) (&a[0][0])[i] = (float)(i % 5) - 2;
+  for (int i = 0; i < 2 * K * N; i++) (&b[0][0])[i] = (float)(i % 3) + 0.5f;
+  cudaMalloc((void **)&da, sizeof a), cudaMalloc((void **)&db, sizeof b), cudaMalloc((void **)&dd, sizeof d);
+  cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice), cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+  cublasLtHandle_t h;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasOperation_t t = CUBLAS_OP_T;
+  int32_t batch = 2;
+  int64_t sa = K * M, sb = K * N, sd = M * N;
+  cublasLtCreate(&h);
+  cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, K, M, K); /* A stored K x M: op(A) is M x K */
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, K, N, K);
+  cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, M, N, M);
+  cublasLtMatrixLayout_t ls[] = {la, lb, ld};
+  int64_t strides[] = {sa, sb, sd};
+  for (int i = 0; i < 3; i++) {
+    cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+    cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof strides[i]);
+  }
+  float one = 1, zero = 0;
+  if (cublasLtMatmul(h, op, &one, da, la, db, lb, &zero, dd, ld, dd, ld, NULL, NULL, 0, NULL) != CUBLAS_STATUS_SUCCESS)
+    return cudaErrorUnknown;
+  cudaMemcpy(d, dd, sizeof d, cudaMemcpyDeviceToHost);
+  for (int q = 0; q < 2; q++)
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        float s = 0;
+        for (int k = 0; k < K; k++) s += a[q][k + i * K] * b[q][k + j * K];
+        if (d[q][i + j * M] != s) return cudaErrorUnknown;
+      }
+  return cudaSuccess;
+}
+
 static const struct {
   const char *name;
   cudaError_t (*run)(void);
@@ -168,6 +266,12 @@ static const struct {
     {"launch beyond __launch_bounds__", c_launch_bounds, "kernel bounded: launch of grid"},
     {"stray pointer", c_stray_pointer, "kernel stray_pointer: invalid memory access"},
     {"host memory as an argument", c_host_pointer, "kernel missing_barrier: argument 0"},
+    {"NCCL: a rank that never joins", c_nccl_missing_rank, "ncclAllReduce on rank 0 of a communicator of 2 ranks would hang"},
+    {"NCCL: all-reduce counts that differ", c_nccl_mismatch, "ncclAllReduce mismatch"},
+    {"NCCL: a send nobody receives", c_nccl_unmatched_send, "ncclSend on rank 0 of a communicator of 2 ranks would hang"},
+    {"NCCL: all-reduce in fp32 in rank order", c_nccl_reduces_in_rank_order, NULL},
+    {"cuBLASLt: an attribute it does not emulate", c_cublaslt_epilogue, "attribute 7"},
+    {"cuBLASLt: transposed, strided-batch GEMM", c_cublaslt_gemm, NULL},
 };
 
 int main(void) {
