@@ -10,16 +10,11 @@
 #include "ntp_artifact.h"
 #include "ntpc.h"
 
-/* tokens i32[2, 4] -> embedding (V = 16, D = 8, with positions) -> layernorm -> tied head:
- * a gather (token ids must lie in [0, 16)), a parameter per kind, one output. */
-static const char abi_fixture_src[] =
-    "model m {\n"
-    "  dim B = 2, S = 4, D = 8, V = 16;\n"
-    "  input tokens : i32[B, S];\n"
-    "  x = embed: embedding(tokens, vocab = V, dim = D, positions = S) @tp(2);\n"
-    "  x = ln: layernorm(x);\n"
-    "  output logits = head: linear(x, tied = embed) @tp(2);\n"
-    "}\n";
+/* The model: tests/fuzz/fixture.ntp, found through NTP_FIXTURE (an absolute path that the
+ * build defines). */
+#ifndef NTP_FIXTURE
+#error "NTP_FIXTURE: the path of tests/fuzz/fixture.ntp"
+#endif
 
 typedef struct abi_fixture {
   ntpc_session *s;
@@ -27,10 +22,10 @@ typedef struct abi_fixture {
 } abi_fixture;
 
 /* 0, or -1 with the diagnostics printed. world: 1 or 2 ranks. */
-static int abi_fixture_init(abi_fixture *f, int32_t world) {
+static inline int abi_fixture_init(abi_fixture *f, int32_t world) {
   f->s = ntpc_session_new();
   ntpc_set_world(f->s, world);
-  if (!f->s || ntpc_compile_string(f->s, "fixture.ntp", abi_fixture_src) != NTPC_OK) {
+  if (!f->s || ntpc_compile_file(f->s, NTP_FIXTURE) != NTPC_OK) {
     if (f->s) ntpc_print_diags(f->s, stderr, 0);
     return -1;
   }
@@ -42,6 +37,6 @@ static int abi_fixture_init(abi_fixture *f, int32_t world) {
   return 0;
 }
 
-static void abi_fixture_free(abi_fixture *f) { ntpc_session_free(f->s); }
+static inline void abi_fixture_free(abi_fixture *f) { ntpc_session_free(f->s); }
 
 #endif
