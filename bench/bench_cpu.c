@@ -262,6 +262,7 @@ int main(int argc, char **argv) {
     }
   }
   if (repeats < 1) repeats = 1;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is measured: a long run stopped early keeps its rows */
   for (int k = 0; k < NCASES && !any; k++) want[k] = !quick || !strcmp(cases[k].name, "gpt2_b1s128") ||
                                                     !strcmp(cases[k].name, "sim_mixed8");
   print_load();
