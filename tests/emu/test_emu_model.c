@@ -74,6 +74,10 @@ static double value(const tensor *t, size_t i) {
   return f;
 }
 
+static void release(tensor *t, int n) {
+  for (int i = 0; i < n; i++) free(t[i].dl.data);
+}
+
 static void random_inputs(tensor *in) {
   uint64_t s = 0x1234567;
   for (int i = 0; i < info->n_inputs; i++) {
@@ -240,11 +244,13 @@ int main(int argc, char **argv) {
           }
         printf("rank process %d holds %zu of the %zu elements of %s\n", r, held, n, info->outputs[i].name);
       }
+      free(part.dl.data);
     }
     rmdir(outdir);
     char what[64];
     snprintf(what, sizeof what, "cuda, %d processes (NCCL) vs cpu", procs);
     compare(what, got, ref, tolerance());
+    release(in, info->n_inputs), release(ref, info->n_outputs), release(got, info->n_outputs);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;
   }
@@ -256,11 +262,13 @@ int main(int argc, char **argv) {
   identical("cuda loopback, kDLCUDA in and out, vs host", dev, got);
   if (info->world > 1) {
     ntp_model_options nccl = {.backend = "cuda", .rank = -1, .seed = 5};
+    release(got, info->n_outputs), release(dev, info->n_outputs);
     if (run(&nccl, in, got, false, 0) != 0) return 1;
     compare("cuda, a GPU per rank (NCCL) vs cpu", got, ref, tolerance());
     if (run(&nccl, in, dev, true, 1) != 0) return 1; /* tensors on GPU 1: rank 1's; the others through the host */
     identical("cuda NCCL, kDLCUDA on GPU 1, vs host", dev, got);
   }
+  release(in, info->n_inputs), release(ref, info->n_outputs), release(got, info->n_outputs), release(dev, info->n_outputs);
   printf("%d failed\n", failures);
   return failures ? 1 : 0;
 }
