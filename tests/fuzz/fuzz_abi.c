@@ -76,7 +76,7 @@ static void make(reader *r, int32_t v, made *m) {
   case 3: if (m->t.ndim) m->shape[next(r) % m->t.ndim] = (int64_t)(int8_t)next(r); break;
   case 4: m->t.dtype.code = next(r) % 8; m->t.dtype.bits = next(r); m->t.dtype.lanes = next(r); break;
   case 5: m->t.byte_offset = UINT64_MAX - next(r); break;
-  case 6: m->t.byte_offset = (uint64_t)1 << (40 + next(r) % 24); break;
+  case 6: m->t.byte_offset = (uint64_t)1 << (56 + next(r) % 8); break; /* past any user address */
   case 7: m->t.byte_offset = next(r) % 17; break; /* inside the buffer's slack */
   case 8:
     m->t.strides = m->strides;
