@@ -261,6 +261,12 @@ static const char *layer_name(const sh_program *p, int32_t layer) {
 
 static bool is_init(const sh_step *step) { return step->op.code == IR_INPUT || step->op.code == IR_PARAM; }
 
+/* An init step whose slice lives outside the arena: nothing else can overwrite it or be
+ * overwritten by it, so it may run before the forward (ntp_sim_forward). */
+static bool early_init(const sh_program *p, const sh_step *step) {
+  return step->kind == SH_COMPUTE && is_init(step) && p->tensors[step->op.result].persistent;
+}
+
 /* One compute step on its rank's memory (an init step cannot fail). */
 static int run_compute(ntp_sim *st, const sh_step *step, uint64_t seed, char *err, size_t cap) {
   const sh_program *p = st->p;
@@ -292,7 +298,7 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
   bool several = false, own = true;
   for (size_t i = s; i < e; i++) {
     const sh_step *step = &p->steps[i];
-    if (is_init(step)) continue; /* done before the forward */
+    if (early_init(p, step)) continue; /* done before the forward */
     if (first < 0) first = step->rank;
     several |= step->rank != first;
     own &= p->tensors[step->op.result].rank == step->rank;
@@ -303,7 +309,7 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
   for (size_t i = s; i < e && cost < SIM_PAR_MIN; i++) cost += step_cost(p, &p->steps[i]);
   if (!several || !own || cost < SIM_PAR_MIN) { /* !own: not a program this reasoning covers; run it as written */
     for (size_t i = s; i < e; i++)
-      if (!is_init(&p->steps[i]) && run_compute(st, &p->steps[i], seed, err, cap) != 0) return -1;
+      if (!early_init(p, &p->steps[i]) && run_compute(st, &p->steps[i], seed, err, cap) != 0) return -1;
     return 0;
   }
   size_t bad = e; /* the first failing step, so the message is the one a serial run gives */
@@ -311,7 +317,7 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
   for (int32_t r = 0; r < p->world; r++) {
     char msg[256];
     for (size_t i = s; i < e; i++) {
-      if (p->steps[i].rank != r || is_init(&p->steps[i])) continue;
+      if (p->steps[i].rank != r || early_init(p, &p->steps[i])) continue;
       if (run_compute(st, &p->steps[i], seed, msg, sizeof msg) != 0) {
 #pragma omp critical(ntp_sim_error)
         if (i < bad) {
@@ -341,11 +347,11 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
    * each other, hence one parallel loop over all of them. */
   double init_cost = 0;
   for (size_t s = 0; s < p->n_steps; s++)
-    if (p->steps[s].kind == SH_COMPUTE && is_init(&p->steps[s])) init_cost += step_cost(p, &p->steps[s]);
+    if (early_init(p, &p->steps[s])) init_cost += step_cost(p, &p->steps[s]);
 #pragma omp parallel for schedule(dynamic, 1) if (init_cost >= SIM_PAR_MIN)
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *step = &p->steps[s];
-    if (step->kind != SH_COMPUTE || !is_init(step)) continue;
+    if (!early_init(p, step)) continue;
     run_compute(st, step, seed, NULL, 0);
     double c = step_cost(p, step), so_far;
 #pragma omp atomic capture
@@ -366,7 +372,7 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
       rc = run_segment(st, s, e, seed, err, cap);
     }
     for (; s < e; s++)
-      if (p->steps[s].kind == SH_COMM || !is_init(&p->steps[s])) done += step_cost(p, &p->steps[s]);
+      if (!early_init(p, &p->steps[s])) done += step_cost(p, &p->steps[s]);
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ntp_progress_end(&prog);
