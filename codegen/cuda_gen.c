@@ -570,6 +570,79 @@ static void gen_attention(gen *g, int32_t s) {
   out(g->m, "  } }\n}\n");
 }
 
+/* Flash-attention style: a block takes ATT_BQ queries of one (batch, head); key and value
+ * tiles of ATT_BK rows stream through shared memory and an online softmax keeps, per query,
+ * the running maximum, the sum of exponentials and the weighted sum of values; no S x S
+ * matrix exists anywhere. Tiles wholly above the causal diagonal are skipped. Eight threads
+ * share a query: each scores 4 of the tile's keys and owns every 8th dim of the output.
+ * For head dims up to ATT_TILED_MAX_HD (shared memory: Q, K, V tiles and the probabilities). */
+enum { ATT_BQ = 16, ATT_BK = 32, ATT_TILED_MAX_HD = 128 };
+static void gen_attention_tiled(gen *g, int32_t s) {
+  const sh_step *st = &g->p->steps[s];
+  int32_t q = st->op.args[0], k = st->op.args[1], v = st->op.args[2], y = st->op.result;
+  ntp_shape qs = tshape(g, q), ks = tshape(g, k);
+  long long B = qs.dim[0], S = qs.dim[1], H = qs.dim[2], HD = qs.dim[3], KV = ks.dim[2];
+  long long group = st->op.attr.attn.group ? st->op.attr.attn.group : H / KV;
+  long long nqt = (S + ATT_BQ - 1) / ATT_BQ, per = (HD + 7) / 8;
+  bool causal = st->op.attr.attn.causal;
+  char fb[48];
+  kernel_head(g, s, B * H * nqt, ATT_BQ * 8, 0);
+  decl(g, q);
+  decl(g, k);
+  decl(g, v);
+  decl(g, y);
+  out(g->m, "  __shared__ float sq[%d][%lld], sk[%d][%lld], sv[%d][%lld], sp[%d][%d];\n", ATT_BQ, HD, ATT_BK, HD + 1,
+      ATT_BK, HD, ATT_BQ, ATT_BK);
+  out(g->m, "  const i64 S = %lldll, H = %lldll, KV = %lldll, HD = %lldll;\n", S, H, KV, HD);
+  out(g->m, "  i64 qt = blockIdx.x %% %lldll, h = (blockIdx.x / %lldll) %% H, b = blockIdx.x / (%lldll * H);\n", nqt, nqt,
+      nqt);
+  out(g->m, "  int r = threadIdx.x >> 3, t = threadIdx.x & 7;\n  i64 q0 = qt * %d, qi = q0 + r;\n", ATT_BQ);
+  out(g->m, "  i64 kvh = (%lldll + h) / %lldll - %lldll;\n", (long long)st->op.attr.attn.q_off, group,
+      (long long)st->op.attr.attn.kv_off);
+  /* the query tile */
+  out(g->m, "  for (int e = threadIdx.x; e < %lld; e += %d) {\n    int rr = e / %lld, d = e %% %lld; i64 qq = q0 + rr;\n",
+      ATT_BQ * HD, ATT_BQ * 8, HD, HD);
+  out(g->m, "    sq[rr][d] = qq < S ? ");
+  load(g, q, "((b * S + qq) * H + h) * HD + d");
+  out(g->m, " : 0.0f;\n  }\n");
+  out(g->m, "  float m = -__int_as_float(0x7f800000), l = 0.0f, o[%lld];\n", per);
+  out(g->m, "  for (int j = 0; j < %lld; j++) o[j] = 0.0f;\n", per);
+  if (causal) out(g->m, "  i64 kend = q0 + %d < S ? q0 + %d : S; /* no key tile past the diagonal */\n", ATT_BQ, ATT_BQ);
+  else out(g->m, "  i64 kend = S;\n");
+  /* key and value tiles */
+  out(g->m, "  for (i64 k0 = 0; k0 < kend; k0 += %d) {\n    __syncthreads();\n", ATT_BK);
+  out(g->m, "    for (int e = threadIdx.x; e < %lld; e += %d) {\n      int j = e / %lld, d = e %% %lld; i64 kk = k0 + j;\n",
+      ATT_BK * HD, ATT_BQ * 8, HD, HD);
+  out(g->m, "      i64 at = ((b * S + kk) * KV + kvh) * HD + d;\n      sk[j][d] = kk < S ? ");
+  load(g, k, "at");
+  out(g->m, " : 0.0f;\n      sv[j][d] = kk < S ? ");
+  load(g, v, "at");
+  out(g->m, " : 0.0f;\n    }\n    __syncthreads();\n");
+  /* scores of this thread's 4 keys; the row's maximum and sum over its 8 threads */
+  out(g->m, "    float sc[4], tmax = -__int_as_float(0x7f800000);\n");
+  out(g->m, "    for (int jj = 0; jj < 4; jj++) {\n      int j = t + 8 * jj; i64 kk = k0 + j;\n");
+  out(g->m, "      bool ok = kk < S && qi < S%s;\n", causal ? " && kk <= qi" : "");
+  out(g->m, "      float dot = 0.0f;\n      for (int d = 0; d < HD; d++) dot += sq[r][d] * sk[j][d];\n");
+  out(g->m, "      sc[jj] = ok ? dot * %s : -__int_as_float(0x7f800000);\n      tmax = fmaxf(tmax, sc[jj]);\n    }\n",
+      flit(st->op.attr.attn.scale, fb, sizeof fb));
+  out(g->m, "    for (int w = 1; w < 8; w <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, w));\n");
+  out(g->m, "    float mn = fmaxf(m, tmax), ps = 0.0f;\n"
+            "    float corr = m == -__int_as_float(0x7f800000) ? 0.0f : expf(m - mn);\n");
+  out(g->m, "    for (int jj = 0; jj < 4; jj++) {\n"
+            "      float p = sc[jj] == -__int_as_float(0x7f800000) ? 0.0f : expf(sc[jj] - mn);\n"
+            "      sp[r][t + 8 * jj] = p;\n      ps += p;\n    }\n");
+  out(g->m, "    for (int w = 1; w < 8; w <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, w);\n");
+  out(g->m, "    l = l * corr + ps;\n    __syncwarp(); /* the row's probabilities, written by its 8 lanes */\n");
+  out(g->m, "    for (int jj = 0; jj < %lld; jj++) {\n      int d = t + 8 * jj;\n      if (d >= HD) break;\n"
+            "      float acc = o[jj] * corr;\n      for (int j = 0; j < %d; j++) acc += sp[r][j] * sv[j][d];\n"
+            "      o[jj] = acc;\n    }\n    m = mn;\n  }\n",
+      per, ATT_BK);
+  out(g->m, "  if (qi < S) for (int jj = 0; jj < %lld; jj++) {\n    int d = t + 8 * jj;\n    if (d >= HD) break;\n", per);
+  out(g->m, "  ");
+  store(g, y, "((b * S + qi) * H + h) * HD + d", "o[jj] / l");
+  out(g->m, "  }\n}\n");
+}
+
 /* Inputs and parameters generated on the device from (seed, name, global index): the
  * same values as the CPU reference, for runs without a parameter file. */
 static void gen_init(gen *g, int32_t s) {
@@ -640,7 +713,10 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     case IR_RMSNORM:
     case IR_SOFTMAX: gen_row(&g, (int32_t)s); break;
     case IR_ROPE: gen_rope(&g, (int32_t)s); break;
-    case IR_ATTENTION: gen_attention(&g, (int32_t)s); break;
+    case IR_ATTENTION: /* tiled where the tiles fit in shared memory */
+      if (box_shape(&p->tensors[st->op.args[0]].box).dim[3] <= ATT_TILED_MAX_HD) gen_attention_tiled(&g, (int32_t)s);
+      else gen_attention(&g, (int32_t)s);
+      break;
     default:
       if (is_ew(st->op.code)) {
         gen_ew(&g, (int32_t)s);
