@@ -21,7 +21,7 @@ typedef struct ntp_host_tensor {
 typedef struct ntp_cpu_result {
   ntp_host_tensor *outputs, *inputs, *params;
   size_t n_outputs, n_inputs, n_params;
-  double seconds; /* forward time, init excluded */
+  double seconds; /* forward time; the init, and freeing the parameters after their last use, excluded */
 } ntp_cpu_result;
 
 /* Deterministic default initialisation: element i of tensor `name` depends only on
