@@ -78,9 +78,20 @@ void ntp_round_buf(float *x, size_t n, ntp_round_mode m)
     const int64_t len = (int64_t)n;
     switch (m) {
     case NTP_ROUND_BF16:
-#pragma omp parallel for simd schedule(static) if (len >= PAR_MIN)
-        for (int64_t i = 0; i < len; i++)
-            x[i] = round_bf16(x[i]);
+        /* in blocks copied to integers and back: the bit operations then vectorise, which they
+         * do not through the per-element memcpy of round_bf16 */
+#pragma omp parallel for schedule(static) if (len >= PAR_MIN)
+        for (int64_t b0 = 0; b0 < len; b0 += 256) {
+            uint32_t u[256] = {0};
+            const int64_t nb = len - b0 < 256 ? len - b0 : 256;
+            memcpy(u, x + b0, (size_t)nb * sizeof *u);
+            for (int i = 0; i < 256; i++) { /* a fixed count, which GCC's -O2 cost model vectorises */
+                uint32_t nan = (u[i] | 0x00400000u) & 0xFFFF0000u;
+                uint32_t rne = (u[i] + 0x7FFFu + ((u[i] >> 16) & 1u)) & 0xFFFF0000u;
+                u[i] = (u[i] & 0x7FFFFFFFu) > 0x7F800000u ? nan : rne; /* as round_bf16 */
+            }
+            memcpy(x + b0, u, (size_t)nb * sizeof *u);
+        }
         break;
     case NTP_ROUND_FP16:
 #pragma omp parallel for schedule(static) if (len >= PAR_MIN)

@@ -1,12 +1,12 @@
 /* cpu_ref.c — the CPU reference executor: runs the global IR op by op in fp32,
  * rounding every stored value to its storage dtype as the GPU stores it. */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cpu_kernels.h"
+#include "cpu_threads.h"
 #include "ntprt.h"
 
 static ntp_round_mode round_mode(ntp_dtype dt) {
@@ -120,7 +120,7 @@ static void binary_run(ir_opcode code, const float *x, int64_t ix, const float *
 /* out = a (op) b with NumPy broadcasting, through per-dim strides (0 on broadcast dims). */
 static void broadcast_binary(ir_opcode code, const ntp_host_tensor *a, const ntp_host_tensor *b, ntp_host_tensor *o) {
   int nd = o->shape.ndim;
-  int64_t sa[NTP_MAX_RANK], sb[NTP_MAX_RANK];
+  int64_t sa[NTP_MAX_RANK] = {0}, sb[NTP_MAX_RANK] = {0};
   int64_t stride_a = 1, stride_b = 1;
   for (int i = nd - 1; i >= 0; i--) {
     int ia = a->shape.ndim - nd + i, ib = b->shape.ndim - nd + i;

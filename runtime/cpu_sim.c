@@ -3,12 +3,12 @@
  * (so a wrong plan corrupts results and fails the equivalence tests), collectives are
  * done in memory with NCCL's semantics (reductions sum in fp32, then round). */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cpu_kernels.h"
+#include "cpu_threads.h"
 #include "ntprt.h"
 
 typedef struct rank_mem {
