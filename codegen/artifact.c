@@ -195,7 +195,9 @@ int artifact_write_c(const sh_program *p, FILE *f, char *err, size_t cap) {
               cm.kernels[k].block, cm.kernels[k].smem);
     if (!cm.nkernels) fputs("  {{0}}\n", f);
     fprintf(f, "};\nstatic cg_step cuda_steps%d[] = {", r);
-    for (size_t s = 0; s < p->n_steps; s++) fprintf(f, "{%d, %d}, ", cm.steps[s].kind, cm.steps[s].kernel);
+    for (size_t s = 0; s < p->n_steps; s++)
+      fprintf(f, "{%d, %d, %d, %d, %d}, ", cm.steps[s].kind, cm.steps[s].kernel, cm.steps[s].epilogue, cm.steps[s].bias,
+              cm.steps[s].out);
     fprintf(f, "};\n");
     cg_module_free(&cm);
   }

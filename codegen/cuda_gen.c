@@ -159,7 +159,7 @@ static void kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32
   cg_kernel k = {.step = step, .grid = grid, .block = block, .smem = smem};
   snprintf(k.name, sizeof k.name, "k%d", step);
   VEC_PUSH(g->m->kernels, g->m->nkernels, g->m->cap_kernels, k);
-  g->m->steps[step] = (cg_step){CG_KERNEL, (int32_t)g->m->nkernels - 1};
+  g->m->steps[step] = (cg_step){.kind = CG_KERNEL, .kernel = (int32_t)g->m->nkernels - 1, .bias = -1, .out = -1};
   if (st->loc.first_line > 0) g->line = st->loc.first_line;
   out(g->m, "#line %d \"%s\"\n", g->line, g->p->global->file);
   out(g->m, "extern \"C\" __global__ void __launch_bounds__(%d) %s(unsigned char *__restrict__ A, unsigned char *__restrict__ P, u64 seed) {\n",
@@ -353,7 +353,7 @@ static int collect_chain(gen *g, int32_t first, int32_t *chain, int max) {
       break;
     chain[n++] = nx;
   }
-  for (int k = 1; k < n; k++) g->m->steps[chain[k]] = (cg_step){CG_FUSED, -1};
+  for (int k = 1; k < n; k++) g->m->steps[chain[k]] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .out = -1};
   return n;
 }
 
@@ -570,6 +570,43 @@ static void gen_attention(gen *g, int32_t s) {
   out(g->m, "  } }\n}\n");
 }
 
+/* A GEMM for cuBLASLt, with what follows it folded into the epilogue where cuBLASLt can do
+ * it: a bias over the output columns (x @ w + b) and then GELU. The chain may only end in a
+ * tensor that shares no byte with the GEMM's operands or the bias (the memory plan, which
+ * knows nothing of the fusion, could have placed it there: a GEMM reads all of both operands
+ * while it writes). A batched right operand (attention-style) gets no epilogue. */
+static void gen_gemm(gen *g, int32_t s) {
+  const sh_step *st = &g->p->steps[s];
+  int32_t a = st->op.args[0], b = st->op.args[1], out = st->op.result;
+  cg_step cs = {.kind = CG_GEMM, .kernel = -1, .epilogue = CG_EPI_NONE, .bias = -1, .out = out};
+  ntp_shape bs = tshape(g, b), os = tshape(g, out);
+  int32_t nx = next_step(g, s);
+  if (bs.ndim == 2 && fusable(g, out, nx) && g->p->steps[nx].op.code == IR_ADD) {
+    const sh_step *ad = &g->p->steps[nx];
+    int32_t other = ad->op.args[0] == out ? ad->op.args[1] : ad->op.args[0];
+    ntp_shape vs = tshape(g, other);
+    int32_t res = ad->op.result;
+    if (other != out && vs.ndim == 1 && vs.dim[0] == os.dim[os.ndim - 1] &&
+        g->p->tensors[other].dtype == g->p->tensors[out].dtype && !overlap(g, res, a) && !overlap(g, res, b) &&
+        !overlap(g, res, other)) {
+      cs.epilogue = CG_EPI_BIAS;
+      cs.bias = other;
+      cs.out = res;
+      g->m->steps[nx] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .out = -1};
+    }
+  }
+  nx = next_step(g, cs.out == out ? s : nx);
+  if (bs.ndim == 2 && fusable(g, cs.out, nx) && g->p->steps[nx].op.code == IR_GELU) {
+    int32_t res = g->p->steps[nx].op.result;
+    if (!overlap(g, res, a) && !overlap(g, res, b) && (cs.bias < 0 || !overlap(g, res, cs.bias))) {
+      cs.epilogue = cs.epilogue == CG_EPI_BIAS ? CG_EPI_GELU_BIAS : CG_EPI_GELU;
+      cs.out = res;
+      g->m->steps[nx] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .out = -1};
+    }
+  }
+  g->m->steps[s] = cs;
+}
+
 /* Flash-attention style: a block takes ATT_BQ queries of one (batch, head); key and value
  * tiles of ATT_BK rows stream through shared memory and an online softmax keeps, per query,
  * the running maximum, the sum of exponentials and the weighted sum of values; no S x S
@@ -705,7 +742,7 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     case IR_INPUT:
     case IR_PARAM: gen_init(&g, (int32_t)s); break;
     case IR_CONST: gen_const(&g, (int32_t)s); break;
-    case IR_MATMUL: m->steps[s] = (cg_step){CG_GEMM, -1}; break;
+    case IR_MATMUL: gen_gemm(&g, (int32_t)s); break;
     case IR_GATHER: gen_gather(&g, (int32_t)s); break;
     case IR_SLICE:
     case IR_RESHAPE: gen_copy(&g, (int32_t)s); break;

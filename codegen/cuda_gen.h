@@ -22,11 +22,16 @@
 #include "shard.h"
 
 typedef enum { CG_NONE, CG_KERNEL, CG_GEMM, CG_FUSED } cg_step_kind;
+/* What a GEMM's epilogue adds to the product before its one rounding (cuBLASLt epilogues). */
+typedef enum { CG_EPI_NONE, CG_EPI_BIAS, CG_EPI_GELU, CG_EPI_GELU_BIAS } cg_epilogue;
 
 /* How the runtime runs one compute step of the rank. */
 typedef struct cg_step {
-  cg_step_kind kind; /* CG_FUSED: done by the kernel of an earlier step */
-  int32_t kernel;    /* index into kernels, for CG_KERNEL */
+  cg_step_kind kind;    /* CG_FUSED: done by the kernel (or GEMM epilogue) of an earlier step */
+  int32_t kernel;       /* index into kernels, for CG_KERNEL */
+  cg_epilogue epilogue; /* CG_GEMM: a bias over the output columns and/or GELU, fused */
+  int32_t bias;         /* CG_GEMM with a bias: its tensor ([N], the product's dtype) */
+  int32_t out;          /* CG_GEMM: the tensor written (the last fused step's result) */
 } cg_step;
 
 typedef struct cg_kernel {

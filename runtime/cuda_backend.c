@@ -262,7 +262,7 @@ static cudaDataType_t cuda_type(ntp_dtype dt) {
 
 /* Row-major C[M,N] = A[M,K] B (B: [K,N], or [N,K] with trans_b) as column-major
  * C^T (N x M) = op(B^T) (N x K) * A^T (K x M); a batched right operand is a strided batch. */
-static int gemm_setup(ntp_cuda *c, const sh_step *st, gemm *g, char *err, size_t cap) {
+static int gemm_setup(ntp_cuda *c, const sh_step *st, const cg_step *cs, gemm *g, char *err, size_t cap) {
   const sh_tensor *ta = &c->p->tensors[st->op.args[0]], *tb = &c->p->tensors[st->op.args[1]];
   ntp_shape as = box_shape(&ta->box), bs = box_shape(&tb->box);
   bool tr = st->op.attr.mm.trans_b, bbatch = bs.ndim > 2;
@@ -274,6 +274,18 @@ static int gemm_setup(ntp_cuda *c, const sh_step *st, gemm *g, char *err, size_t
   LT(cu.cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  if (cs->epilogue != CG_EPI_NONE) { /* bias (over the rows of the column-major D: the features) and GELU */
+    cublasLtEpilogue_t epi = cs->epilogue == CG_EPI_BIAS   ? CUBLASLT_EPILOGUE_BIAS
+                             : cs->epilogue == CG_EPI_GELU ? CUBLASLT_EPILOGUE_GELU
+                                                           : CUBLASLT_EPILOGUE_GELU_BIAS;
+    LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (cs->bias >= 0) {
+      const void *bias = dev_ptr(c, cs->bias);
+      cudaDataType_t bt = cuda_type(c->p->tensors[cs->bias].dtype);
+      LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+      LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+  }
   LT(cu.cublasLtMatrixLayoutCreate(&g->a, t, (uint64_t)(tr ? K : N), (uint64_t)(tr ? N : K), tr ? K : N));
   LT(cu.cublasLtMatrixLayoutCreate(&g->b, t, (uint64_t)K, (uint64_t)cols, K));
   LT(cu.cublasLtMatrixLayoutCreate(&g->c, t, (uint64_t)N, (uint64_t)cols, N));
@@ -678,7 +690,7 @@ int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_o
     const sh_step *st = &p->steps[s];
     if (st->kind != SH_COMPUTE || !local_rank(c, st->rank) || cuda[st->rank].steps[s].kind != CG_GEMM) continue;
     CU(cu.cudaSetDevice(c->dev[st->rank]));
-    if (gemm_setup(c, st, &c->gemms[s], err, cap) != 0) goto fail;
+    if (gemm_setup(c, st, &cuda[st->rank].steps[s], &c->gemms[s], err, cap) != 0) goto fail;
   }
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
   *out = c;
@@ -782,7 +794,7 @@ int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t 
     if (c->nccl) CU(cu.cudaSetDevice(c->dev[r]));
     if (cs->kind == CG_GEMM) {
       gemm *g = &c->gemms[s];
-      unsigned char *a = dev_ptr(c, st->op.args[0]), *b = dev_ptr(c, st->op.args[1]), *d = dev_ptr(c, st->op.result);
+      unsigned char *a = dev_ptr(c, st->op.args[0]), *b = dev_ptr(c, st->op.args[1]), *d = dev_ptr(c, cs->out);
       LT(cu.cublasLtMatmul(c->lt[r], g->op, &one, b, g->a, a, g->b, &zero, d, g->c, d, g->c, &g->algo.algo,
                            c->workspace[r], c->workspace_bytes, c->stream[r]));
       continue;

@@ -18,6 +18,10 @@ typedef struct emu_desc {
   cublasComputeType_t compute;
   cudaDataType_t scale;
   cublasOperation_t ta, tb;
+  cublasLtEpilogue_t epilogue; /* DEFAULT, BIAS, GELU or GELU_BIAS */
+  const void *bias;            /* one value per row of D */
+  cudaDataType_t bias_type;
+  bool bias_type_set;
 } emu_desc;
 typedef struct emu_layout {
   int magic;
@@ -67,7 +71,8 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
   }
   emu_desc *x = calloc(1, sizeof *x);
   if (!x) return CUBLAS_STATUS_ALLOC_FAILED;
-  *x = (emu_desc){DESC_MAGIC, compute, scale, CUBLAS_OP_N, CUBLAS_OP_N};
+  *x = (emu_desc){.magic = DESC_MAGIC, .compute = compute, .scale = scale, .ta = CUBLAS_OP_N, .tb = CUBLAS_OP_N,
+                  .epilogue = CUBLASLT_EPILOGUE_DEFAULT};
   *d = (cublasLtMatmulDesc_t)x;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -90,6 +95,32 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     }
     if (a == CUBLASLT_MATMUL_DESC_TRANSA) x->ta = (cublasOperation_t)op;
     else x->tb = (cublasOperation_t)op;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE && n == sizeof(uint32_t)) {
+    uint32_t e;
+    memcpy(&e, buf, sizeof e);
+    if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU &&
+        e != CUBLASLT_EPILOGUE_GELU_BIAS) {
+      emu_fail("cublasLtMatmulDescSetAttribute: epilogue %u is not emulated (DEFAULT, BIAS, GELU, GELU_BIAS)", e);
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    x->epilogue = (cublasLtEpilogue_t)e;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER && n == sizeof(void *)) {
+    memcpy(&x->bias, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE && n == sizeof(int32_t)) {
+    int32_t t;
+    memcpy(&t, buf, n);
+    if (!storage_type((cudaDataType_t)t)) {
+      emu_fail("cublasLtMatmulDescSetAttribute: bias data type %d is not emulated", t);
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    x->bias_type = (cudaDataType_t)t;
+    x->bias_type_set = true;
     return CUBLAS_STATUS_SUCCESS;
   }
   emu_fail("cublasLtMatmulDescSetAttribute: attribute %d (%zu bytes) is not emulated", (int)a, n);
@@ -267,6 +298,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     emu_fail("cublasLtMatmul: C and D differ (out-of-place accumulation is not emulated)");
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+  bool with_gelu = d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+  /* the bias: one value per row of D, of D's type unless set; the same for every batch */
+  cudaDataType_t bias_t = d->bias_type_set ? d->bias_type : o->type;
+  if (with_bias && (!d->bias || !emu_find(d->bias, m * tbytes(bias_t)))) {
+    emu_fail("cublasLtMatmul: the bias epilogue needs a bias of %llu values in device memory",
+             (unsigned long long)m);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
   /* op(A) as m x k rows and op(B) as n x k rows in fp32: contiguous dot products */
   float *pa = malloc(sizeof(float) * (m * k + 1)), *pb = malloc(sizeof(float) * (n * k + 1));
   float *acc = malloc(sizeof(float) * (m * n + 1));
@@ -296,6 +336,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
         int64_t at = (int64_t)(i + j * (uint64_t)o->ld);
         float v = al * acc[j * m + i];
         if (be != 0.0f) v += be * load(db, o->type, at);
+        if (with_bias) v += load(d->bias, bias_t, (int64_t)i);
+        if (with_gelu) /* cuBLASLt's GELU: the tanh form */
+          v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         store(db, o->type, at, v);
       }
   }

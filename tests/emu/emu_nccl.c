@@ -29,7 +29,7 @@ enum { FREE, POSTED, DONE };
 enum { OP_INIT, OP_ALLREDUCE, OP_SEND, OP_RECV, OP_SPLIT };
 static const char *const OP_NAME[] = {"ncclCommInitRank", "ncclAllReduce", "ncclSend", "ncclRecv", "ncclCommSplit"};
 
-typedef struct op {
+typedef struct board_op {
   int state, kind;
   uint64_t comm, seq;
   int rank, nranks, peer;
@@ -39,14 +39,14 @@ typedef struct op {
   int color, key;
   int new_rank, new_size; /* split results */
   uint64_t new_comm;
-} op;
+} board_op;
 
 typedef struct fabric {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int refs;
   uint64_t heap_used;
-  op ops[MAX_OPS];
+  board_op ops[MAX_OPS];
   char path[256];
 } fabric;
 
@@ -148,14 +148,14 @@ static uint64_t mix(uint64_t a, uint64_t b) {
 
 /* Completes what can be completed (the lock is held). Returns -1 on a mismatch. */
 static int complete(fabric *f) {
-  op *ops = f->ops;
+  board_op *ops = f->ops;
   for (int i = 0; i < MAX_OPS; i++) {
-    op *x = &ops[i];
+    board_op *x = &ops[i];
     if (x->state != POSTED) continue;
     if (x->kind == OP_SEND || x->kind == OP_RECV) {
       if (x->kind != OP_SEND) continue;
       for (int j = 0; j < MAX_OPS; j++) {
-        op *y = &ops[j];
+        board_op *y = &ops[j];
         if (y->state != POSTED || y->kind != OP_RECV || y->comm != x->comm || y->rank != x->peer || y->peer != x->rank ||
             y->seq != x->seq)
           continue;
@@ -174,7 +174,7 @@ static int complete(fabric *f) {
     /* collectives: every rank of the communicator with the same sequence number */
     int idx[MAX_RANKS], n = 0;
     for (int j = 0; j < MAX_OPS && n <= x->nranks; j++) {
-      op *y = &ops[j];
+      board_op *y = &ops[j];
       if (y->state == POSTED && y->comm == x->comm && y->seq == x->seq && y->kind != OP_SEND && y->kind != OP_RECV) {
         if (y->kind != x->kind) {
           emu_fail("communicator mismatch: rank %d calls %s where rank %d calls %s (call %llu of the communicator)",
@@ -185,7 +185,7 @@ static int complete(fabric *f) {
       }
     }
     if (n < x->nranks) continue;
-    op *by_rank[MAX_RANKS] = {0};
+    board_op *by_rank[MAX_RANKS] = {0};
     for (int k = 0; k < n; k++) by_rank[ops[idx[k]].rank] = &ops[idx[k]];
     if (x->kind == OP_ALLREDUCE) {
       for (int r = 0; r < x->nranks; r++)
@@ -216,11 +216,11 @@ static int complete(fabric *f) {
       for (int r = 0; r < x->nranks; r++) by_rank[r]->result = res, by_rank[r]->state = DONE;
     } else if (x->kind == OP_SPLIT) {
       for (int r = 0; r < x->nranks; r++) {
-        op *y = by_rank[r];
+        board_op *y = by_rank[r];
         y->new_rank = -1, y->new_size = 0;
         if (y->color < 0) continue;
         for (int q = 0; q < x->nranks; q++) {
-          op *z = by_rank[q];
+          board_op *z = by_rank[q];
           if (z->color != y->color) continue;
           y->new_size++;
           if (z->key < y->key || (z->key == y->key && q < r)) y->new_rank++;
@@ -292,8 +292,8 @@ static ncclResult_t flush(void) {
       rc = ncclInternalError;
       goto out;
     }
-    op *x = &f->ops[slot];
-    *x = (op){.state = POSTED, .kind = p->kind, .comm = c->uid, .rank = c->rank, .nranks = c->nranks, .peer = p->peer,
+    board_op *x = &f->ops[slot];
+    *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .rank = c->rank, .nranks = c->nranks, .peer = p->peer,
               .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color, .key = p->key};
     x->seq = p->kind == OP_SEND ? c->send_seq[p->peer]++ : p->kind == OP_RECV ? c->recv_seq[p->peer]++ : c->coll_seq++;
     if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
@@ -316,7 +316,7 @@ static ncclResult_t flush(void) {
   double limit = now() + (double)(getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 60.0);
   for (int i = 0; i < nqueue; i++) { /* wait */
     pending *p = &queue[i];
-    op *x = &f->ops[p->slot];
+    board_op *x = &f->ops[p->slot];
     while (x->state != DONE) {
       if (p->comm->all_local || now() > limit) {
         emu_fail("%s on rank %d of a communicator of %d ranks would hang: %s%s", OP_NAME[p->kind], p->comm->rank,
@@ -340,7 +340,7 @@ static ncclResult_t flush(void) {
   }
   for (int i = 0; i < nqueue; i++) { /* results back to this process's buffers */
     pending *p = &queue[i];
-    op *x = &f->ops[p->slot];
+    board_op *x = &f->ops[p->slot];
     if (p->kind == OP_ALLREDUCE || p->kind == OP_RECV)
       memcpy(p->recv, heap(f) + x->result, p->count * esize(p->dtype));
     if (p->kind == OP_SPLIT) {

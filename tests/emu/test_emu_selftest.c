@@ -210,7 +210,7 @@ static cudaError_t c_nccl_reduces_in_rank_order(void) {
 static cudaError_t c_cublaslt_epilogue(void) {
   cublasLtMatmulDesc_t d;
   if (cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
-  cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_GELU;
+  cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_RELU; /* not one the backend uses */
   return as_cuda(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e) == CUBLAS_STATUS_SUCCESS);
 }
 static cudaError_t c_cublaslt_gemm(void) { /* column-major, op(A) = A^T, a strided batch of 2 */
@@ -270,7 +270,7 @@ static const struct {
     {"NCCL: all-reduce counts that differ", c_nccl_mismatch, "ncclAllReduce mismatch"},
     {"NCCL: a send nobody receives", c_nccl_unmatched_send, "ncclSend on rank 0 of a communicator of 2 ranks would hang"},
     {"NCCL: all-reduce in fp32 in rank order", c_nccl_reduces_in_rank_order, NULL},
-    {"cuBLASLt: an attribute it does not emulate", c_cublaslt_epilogue, "attribute 7"},
+    {"cuBLASLt: an epilogue it does not emulate", c_cublaslt_epilogue, "epilogue 2 is not emulated"},
     {"cuBLASLt: transposed, strided-batch GEMM", c_cublaslt_gemm, NULL},
 };
 
