@@ -10,22 +10,26 @@
  * Per case it prints the median forward time of `ntp_cpu_run` (the initialisation excluded, as
  * `ntpc run` reports it), the model's FLOPs over that time, and:
  *   - torch: the median forward of transformers' model with the same configuration, fp32,
- *     eager, under torch.inference_mode(), in a child process (bench/bench_cpu_ref.py) — the
- *     column says "-" when PY cannot import torch and transformers;
- *   - gemm share: ntp's GEMM throughput (ntp_cpu_matmul) over NumPy's (np.matmul, the same
- *     BLAS class, same process count) on the model's own GEMM shapes, each weighted by how
- *     often the model runs it; both time the same shape list.
- * The NumPy child runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment
+ *     eager, under torch.inference_mode(), in a child process (bench/bench_cpu_ref.py serve),
+ *     each of its forwards right after one of ntp's — the column says "-" when PY cannot
+ *     import torch and transformers;
+ *   - GEMM: ntp's GEMM throughput (ntp_cpu_matmul) and NumPy's (np.matmul in the same child)
+ *     on the model's own GEMM shapes, each weighted by how often the model runs it, the two
+ *     products timed alternately, and ntp's share of NumPy's.
+ * The child runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment
  * (they may be set on machines whose OpenBLAS misbehaves; they would slow NumPy's), and prints
- * the BLAS threadpoolctl sees. Every ratio is measured within one run of this program; the load
- * average is printed first, since on a shared machine that is what the figures depend on.
+ * the BLAS threadpoolctl sees. Every ratio is measured within one run of this program, with
+ * the two sides interleaved; the load average is printed first, since on a shared machine the
+ * absolute figures follow it.
  * Exit 0, 1 when a model fails to compile or run. Not a CTest test. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cpu_kernels.h"
 #include "ntpc.h"
@@ -126,68 +130,123 @@ static float *rand_floats(int64_t n, uint64_t salt) {
   return p;
 }
 
-/* seconds for the whole list (each shape's median time times its count) */
-static double time_gemms_ntp(const gemms *g, int repeats) {
-  double total = 0;
+/* ---- the Python child: NumPy and PyTorch, one command at a time ----
+ * bench_cpu_ref.py serve reads commands on stdin and answers one line each, so that ntp's and
+ * the reference's repeats alternate: on a machine shared with other work, the load then drifts
+ * under both alike and their ratio holds (a block of ntp runs, then a block of PyTorch runs,
+ * gave ratios that moved by 2x between two runs of this program). */
+
+typedef struct child {
+  pid_t pid;
+  FILE *to, *from;
+} child;
+
+static bool child_start(child *c, const char *python) {
+  int in[2], out[2];
+  *c = (child){.pid = -1};
+  if (pipe(in) != 0) return false;
+  if (pipe(out) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return false;
+  }
+  fflush(stdout);
+  c->pid = fork();
+  if (c->pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[0]);
+    close(in[1]);
+    close(out[0]);
+    close(out[1]);
+    /* set on machines whose OpenBLAS misbehaves; NumPy's own OpenBLAS needs neither */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("OPENBLAS_L2_SIZE");
+    if (getenv("NTP_SET_GOMP_SPINCOUNT")) { /* ours (omp_env.c), not the user's: PyTorch runs as it would */
+      unsetenv("GOMP_SPINCOUNT");
+      unsetenv("NTP_SET_GOMP_SPINCOUNT");
+    }
+    execlp(python, python, "bench/bench_cpu_ref.py", "serve", (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  if (c->pid < 0) {
+    close(in[1]);
+    close(out[0]);
+    return false;
+  }
+  c->to = fdopen(in[1], "w");
+  c->from = fdopen(out[0], "r");
+  return c->to && c->from;
+}
+
+/* Sends one command; returns the number after "t=", 0 for "ok", NAN for "skip" / an error / a
+ * child that is gone. "info: " lines on the way are printed. */
+static double child_ask(child *c, const char *cmd) {
+  if (!c->to || !c->from) return NAN;
+  fprintf(c->to, "%s\n", cmd);
+  fflush(c->to);
+  char line[1024];
+  while (fgets(line, sizeof line, c->from)) {
+    if (!strncmp(line, "info: ", 6)) printf("  %s", line + 6);
+    else if (!strncmp(line, "t=", 2)) return strtod(line + 2, NULL);
+    else if (!strncmp(line, "ok", 2)) return 0;
+    else if (!strncmp(line, "skip", 4)) return NAN;
+    else {
+      printf("  reference: %s", line);
+      return NAN;
+    }
+  }
+  fclose(c->to);
+  fclose(c->from);
+  c->to = c->from = NULL;
+  return NAN;
+}
+
+static void child_stop(child *c) {
+  if (c->to) {
+    fputs("quit\n", c->to);
+    fclose(c->to);
+  }
+  if (c->from) fclose(c->from);
+  if (c->pid > 0) waitpid(c->pid, NULL, 0);
+  *c = (child){.pid = -1};
+}
+
+/* Seconds for the whole list, ntp's and NumPy's (each shape's median time times its count),
+ * the two timed alternately. *np is NAN when the child has no NumPy. */
+static double time_gemms(const gemms *g, int repeats, child *py, double *np) {
+  double total = 0, total_np = 0;
+  bool have_np = true;
   for (size_t i = 0; i < g->n; i++) {
     const gemm *x = &g->v[i];
-    int64_t nb = x->shared_b ? 1 : x->batch;
+    int64_t nb = x->shared_b ? 1 : x->batch, bs = x->shared_b ? 0 : x->k * x->n;
     float *a = rand_floats(x->batch * x->m * x->k, 1), *b = rand_floats(nb * x->k * x->n, 2);
     float *c = malloc((size_t)(x->batch * x->m * x->n) * sizeof *c);
     if (!c) exit(2);
-    double t[16];
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "gemm %lld %lld %lld %lld %d %d", (long long)x->batch, (long long)x->m,
+             (long long)x->k, (long long)x->n, x->trans_b, x->shared_b);
+    have_np = have_np && !isnan(child_ask(py, cmd)); /* the child allocates and warms up */
+    double t[16], tn[16];
     int r = repeats < 16 ? repeats : 16;
-    ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, x->shared_b ? 0 : x->k * x->n); /* warm */
+    ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, bs); /* warm */
     for (int j = 0; j < r; j++) {
       double t0 = now_s();
-      ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, x->shared_b ? 0 : x->k * x->n);
+      ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, bs);
       t[j] = now_s() - t0;
+      tn[j] = have_np ? child_ask(py, "mm") : NAN;
+      have_np = have_np && !isnan(tn[j]);
     }
     total += (double)x->count * median(t, r);
+    if (have_np) total_np += (double)x->count * median(tn, r);
     free(a);
     free(b);
     free(c);
   }
+  *np = have_np ? total_np : NAN;
   return total;
-}
-
-/* ---- the Python child: NumPy and PyTorch ---- */
-
-/* Runs the helper and returns the value of `key=` in its output, or NAN (skipped / failed);
- * other lines it prints (the BLAS it found) are echoed to stdout with a prefix. */
-static double run_helper(const char *python, const char *args, const char *key) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s bench/bench_cpu_ref.py %s 2>&1", python,
-           args);
-  FILE *f = popen(cmd, "r");
-  if (!f) return NAN;
-  char line[1024];
-  double v = NAN;
-  size_t kl = strlen(key);
-  while (fgets(line, sizeof line, f)) {
-    if (strncmp(line, key, kl) == 0 && line[kl] == '=') v = strtod(line + kl + 1, NULL);
-    else if (strncmp(line, "info: ", 6) == 0) printf("  %s", line + 6);
-  }
-  int rc = pclose(f);
-  return rc == 0 ? v : NAN;
-}
-
-static double numpy_gemms(const char *python, const gemms *g, int repeats) {
-  char path[] = "/tmp/ntp_bench_gemmsXXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return NAN;
-  FILE *f = fdopen(fd, "w");
-  for (size_t i = 0; i < g->n; i++) {
-    const gemm *x = &g->v[i];
-    fprintf(f, "%lld %lld %lld %lld %d %d %lld\n", (long long)x->batch, (long long)x->m, (long long)x->k,
-            (long long)x->n, x->trans_b, x->shared_b, (long long)x->count);
-  }
-  fclose(f);
-  char args[512];
-  snprintf(args, sizeof args, "gemm %s %d", path, repeats);
-  double v = run_helper(python, args, "gemm_seconds");
-  remove(path);
-  return v;
 }
 
 /* ---- ntp runs ---- */
@@ -208,10 +267,13 @@ static ntpc_session *compile(const bcase *c, bool sharded) {
   return s;
 }
 
-/* Median forward seconds over `repeats` runs (init excluded); wall: one run's total with init. */
-static int time_ntp(const ir_module *m, const sh_program *p, int repeats, double *fwd, double *wall) {
-  double t[16];
+/* Median forward seconds over `repeats` runs (init excluded); wall: one run's total with init.
+ * With a reference model loaded in the child, its forwards alternate with ntp's (*ref: median). */
+static int time_ntp(const ir_module *m, const sh_program *p, int repeats, double *fwd, double *wall, child *py,
+                    double *ref) {
+  double t[16], tr[16];
   int r = repeats < 16 ? repeats : 16;
+  bool have_ref = py != NULL;
   char err[512];
   for (int j = 0; j < r; j++) {
     ntp_cpu_result res;
@@ -224,8 +286,11 @@ static int time_ntp(const ir_module *m, const sh_program *p, int repeats, double
     if (j == 0) *wall = now_s() - t0;
     t[j] = res.seconds;
     ntp_cpu_result_free(&res);
+    tr[j] = have_ref ? child_ask(py, "fwd") : NAN;
+    have_ref = have_ref && !isnan(tr[j]);
   }
   *fwd = median(t, r);
+  if (ref) *ref = have_ref ? median(tr, r) : NAN;
   return 0;
 }
 
@@ -269,6 +334,12 @@ int main(int argc, char **argv) {
   printf("python for NumPy / PyTorch: %s; medians of %d runs\n", python, repeats);
   printf("%-12s %10s %9s %10s %8s %9s %9s %7s\n", "case", "ntp fwd", "GFLOP/s", "torch fwd", "ntp/pt", "GEMM ntp",
          "GEMM np", "share");
+  /* NumPy and PyTorch in separate processes: PyTorch's idle OpenMP threads would spin beside
+   * NumPy's BLAS threads */
+  child py, np;
+  bool started = child_start(&py, python);
+  started = child_start(&np, python) && started;
+  if (!started) printf("  (cannot start %s: no NumPy / PyTorch columns)\n", python);
   int rc = 0;
   for (int k = 0; k < NCASES; k++) {
     if (!want[k]) continue;
@@ -276,34 +347,41 @@ int main(int argc, char **argv) {
     ntpc_session *s = compile(c, false);
     if (!s) return 1;
     const ir_module *m = ntpc_module(s);
-    double fwd, wall;
+    double fwd = 0, wall = 0;
     int reps = strstr(c->name, "llama") ? (repeats < 3 ? repeats : 3) : repeats;
-    if (time_ntp(m, NULL, reps, &fwd, &wall) != 0) {
-      ntpc_session_free(s);
-      return 1;
-    }
-    if (c->plan) { /* the simulation over the unsharded run */
+    if (c->plan) { /* the simulation over the unsharded run, the two alternating */
       ntpc_session *ss = compile(c, true);
       if (!ss) return 1;
-      double sfwd, swall;
-      if (time_ntp(ntpc_module(ss), ntpc_sharded(ss), reps, &sfwd, &swall) != 0) rc = 1;
-      else
+      double tu[16], tsim[16], u1, s1, swall = 0;
+      int r = reps < 16 ? reps : 16;
+      for (int j = 0; j < r && rc == 0; j++) {
+        if (time_ntp(m, NULL, 1, &tu[j], &u1, NULL, NULL) != 0 ||
+            time_ntp(ntpc_module(ss), ntpc_sharded(ss), 1, &tsim[j], &s1, NULL, NULL) != 0)
+          rc = 1;
+        else if (j == 0)
+          wall = u1, swall = s1;
+      }
+      if (rc == 0) {
+        double uf = median(tu, r), sf = median(tsim, r);
         printf("%-12s unsharded %.3f s, %d ranks simulated %.3f s: %.2fx (target <= 1.3); with init %.2f s / %.2f s\n",
-               c->name, fwd, ntpc_sharded(ss)->world, sfwd, sfwd / fwd, wall, swall);
+               c->name, uf, ntpc_sharded(ss)->world, sf, sf / uf, wall, swall);
+      }
       ntpc_session_free(ss);
       ntpc_session_free(s);
       continue;
     }
+    double torch = NAN;
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "torch %s", c->torch_args ? c->torch_args : "");
+    bool ref = c->torch_args && !isnan(child_ask(&py, cmd)); /* builds the model, warms up */
+    if (time_ntp(m, NULL, reps, &fwd, &wall, ref ? &py : NULL, &torch) != 0) {
+      ntpc_session_free(s);
+      return 1;
+    }
     gemms g = {0};
     collect_gemms(m, &g);
-    double gemm_ntp = time_gemms_ntp(&g, reps);
-    double gemm_np = numpy_gemms(python, &g, reps);
-    double torch = NAN;
-    if (c->torch_args) {
-      char args[160];
-      snprintf(args, sizeof args, "torch %s %d", c->torch_args, reps);
-      torch = run_helper(python, args, "torch_seconds");
-    }
+    child_ask(&py, "free"); /* the reference model's memory back before the GEMMs */
+    double gemm_np, gemm_ntp = time_gemms(&g, reps, &np, &gemm_np);
     char tcol[16] = "-", rcol[16] = "-", npcol[16] = "-", shcol[16] = "-";
     if (!isnan(torch)) {
       snprintf(tcol, sizeof tcol, "%.3f s", torch);
@@ -321,6 +399,8 @@ int main(int argc, char **argv) {
     free(g.v);
     ntpc_session_free(s);
   }
+  child_stop(&py);
+  child_stop(&np);
   printf("columns: forward seconds; model GFLOP/s (GEMMs + attention) over it; PyTorch CPU eager fp32 forward and\n"
          "ntp / PyTorch (target <= 1.0 for gpt2_b1s128); GEMM GFLOP/s of ntp_cpu_matmul and of NumPy's matmul on\n"
          "the model's shapes, and ntp's share of NumPy's (target >= 0.9)\n");

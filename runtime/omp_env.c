@@ -22,6 +22,7 @@ __attribute__((constructor)) static void ntp_omp_env(int argc, char **argv, char
   (void)argc;
   (void)envp;
   if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY") || !argv || !argv[0]) return;
-  if (setenv("GOMP_SPINCOUNT", "1000", 0) != 0) return;
+  /* the marker lets a child process go back to its own default (bench_cpu's PyTorch) */
+  if (setenv("GOMP_SPINCOUNT", "1000", 0) != 0 || setenv("NTP_SET_GOMP_SPINCOUNT", "1", 1) != 0) return;
   execv("/proc/self/exe", argv); /* returns only on failure: go on as we are */
 }
