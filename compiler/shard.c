@@ -611,6 +611,7 @@ static int32_t core_end(lower *L, const ir_layer *ly, ir_opcode code) {
 
 static ntp_box rows_box(lower *L, int32_t v, const group_ctx *g) {
   ntp_box b = box_full(&L->m->values[v].shape);
+  if (b.ndim < 2) return b; /* no batch dim (dim 0 of a vector is its features): whole */
   b.lo[0] = g->b0;
   b.hi[0] = g->b1;
   return b;
@@ -815,7 +816,8 @@ static void lower_layer(lower *L, int32_t l) {
   }
   int32_t core = L->m->ops[end].result;
   ntp_shape xs = vshape(L, x);
-  shard_split_rows(xs.ndim ? xs.dim[0] : 1, L->shares[l], pl->ngroups, pl->row_start);
+  /* batch rows over the groups; a vector input has none (one group takes it, the others idle) */
+  shard_split_rows(xs.ndim >= 2 ? xs.dim[0] : 1, L->shares[l], pl->ngroups, pl->row_start);
   L->why = arena_printf(&L->p->pool, "%s: input redistribution", ly->name);
   /* every group's input first, so the redistribution is one collective per set of ranks */
   for (int g = 0; g < pl->ngroups; g++) {

@@ -107,6 +107,16 @@ plan_group_sum_overflow)
   printf 'plan p for m {\n  world 2;\n  lin tp (2305843009213693951 * 4, 2305843009213693951 * 4, 2);\n}\n' >"$tmp/p.ntp"
   expect "$case" 1 20 "a TP degree must be at most 4096" "$ntpc" check "$tmp/m.ntp" --plan "$tmp/p.ntp" ;;
 
+# found by fuzz_source: a layer whose input is a vector (no batch dim) was split over groups
+# along its features, and the sharded-program verifier rejected the result (exit 3)
+shard_vector_layer_input)
+  model "$tmp/m.ntp" '  dim D = 16, F = 40;
+  input x : fp32[D];
+  h = ffn: mlp(x, hidden = F, act = geglu, bias = true) @tp(2);
+  output y = lin: linear(h, out = 8, bias = true) @tp(4);'
+  expect "$case" 0 30 "vs unsharded: max relative error" "$ntpc" run "$tmp/m.ntp" --world 8
+  expect "$case.w4" 0 30 "vs unsharded: max relative error" "$ntpc" run "$tmp/m.ntp" --world 4 ;;
+
 # class 3: recursion that follows the input
 deep_add_chain)
   python3 -c "print('model m { input x : fp32[2]; y = x' + ' + x' * 30000 + '; output z = y; }')" >"$tmp/m.ntp"
