@@ -195,17 +195,21 @@ int artifact_write_c(const sh_program *p, FILE *f, char *err, size_t cap) {
               cm.kernels[k].block, cm.kernels[k].smem);
     if (!cm.nkernels) fputs("  {{0}}\n", f);
     fprintf(f, "};\nstatic cg_step cuda_steps%d[] = {", r);
-    for (size_t s = 0; s < p->n_steps; s++)
-      fprintf(f, "{%d, %d, %d, %d, %d}, ", cm.steps[s].kind, cm.steps[s].kernel, cm.steps[s].epilogue, cm.steps[s].bias,
-              cm.steps[s].out);
-    fprintf(f, "};\n");
+    for (size_t s = 0; s < p->n_steps; s++) {
+      const cg_step *cs = &cm.steps[s];
+      fprintf(f, "{%d, %d, %d, %d, %d, %lld, %d, %d, %d, %d}, ", cs->kind, cs->kernel, cs->epilogue, cs->bias, cs->out,
+              (long long)cs->grid, cs->block, cs->smem, cs->arg0, cs->nargs);
+    }
+    fprintf(f, "};\nstatic int64_t cuda_args%d[] = {", r);
+    for (size_t a = 0; a < cm.nargs; a++) fprintf(f, "%lldll, ", (long long)cm.args[a]);
+    fprintf(f, "0};\n");
     cg_module_free(&cm);
   }
   fputs("static cg_module cuda[] = {\n", f);
   for (int r = 0; r < p->world; r++)
     fprintf(f, "  {.source = (char *)cuda_src%d, .len = sizeof cuda_src%d - 1, .kernels = kernels%d, .nkernels = sizeof "
-               "kernels%d / sizeof kernels%d[0], .steps = cuda_steps%d, .rank = %d},\n",
-            r, r, r, r, r, r, r);
+               "kernels%d / sizeof kernels%d[0], .steps = cuda_steps%d, .args = cuda_args%d, .rank = %d},\n",
+            r, r, r, r, r, r, r, r);
   fputs("};\n\n", f);
 
   /* metadata */

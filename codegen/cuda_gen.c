@@ -1,12 +1,15 @@
 /* cuda_gen.c — CUDA C source for one rank of a sharded program (see cuda_gen.h). */
 #include "cuda_gen.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { EW_BLOCK = 256, ROW_BLOCK = 256, ATT_WARPS = 4 };
+/* where finish_kernel() writes the kernel's name: "k" and five digits */
+#define KERNEL_NAME_HOLE "k_____"
 
 /* Helpers every module starts with: storage loads and round-to-nearest-even stores, the
  * activation functions in the CPU reference's form, block reductions, the init hash. */
@@ -125,7 +128,24 @@ typedef struct gen {
   int32_t rank;
   int32_t *uses; /* per tensor: how many steps read it */
   int line;      /* the last known source line, for #line */
+  /* the kernel being written: its step, where its text starts; the distinct kernels so far */
+  int32_t kstep;
+  size_t kstart;
+  bool too_many_args;
+  char **bodies; /* per kernel: its text, identifiers numbered canonically */
+  uint64_t *hashes;
 } gen;
+
+/* A value of the launch's argument block: the kernel reads it as args.v[index]. */
+static int arg(gen *g, int64_t v) {
+  cg_step *st = &g->m->steps[g->kstep];
+  if (st->nargs == CG_MAX_ARGS) {
+    g->too_many_args = true;
+    return 0;
+  }
+  VEC_PUSH(g->m->args, g->m->nargs, g->m->cap_args, v);
+  return st->nargs++;
+}
 
 static const char *ctype(ntp_dtype dt) {
   return dt == NTP_FP32 ? "float" : dt == NTP_I32 ? "int" : "u16";
@@ -135,8 +155,8 @@ static const char *dsuffix(ntp_dtype dt) { return dt == NTP_BF16 ? "bf16" : dt =
 
 static void decl(gen *g, int32_t t) {
   const sh_tensor *s = &g->p->tensors[t];
-  out(g->m, "  %s *T%d = (%s *)(%s + %lld);\n", ctype(s->dtype), t, ctype(s->dtype), s->persistent ? "P" : "A",
-      (long long)s->offset);
+  out(g->m, "  %s *T%d = (%s *)(%s + args.v[%d]);\n", ctype(s->dtype), t, ctype(s->dtype), s->persistent ? "P" : "A",
+      arg(g, s->offset));
 }
 
 /* "expression of element idx of tensor t, as float" */
@@ -154,16 +174,108 @@ static void store(gen *g, int32_t t, const char *idx, const char *val) {
 
 static ntp_shape tshape(gen *g, int32_t t) { return box_shape(&g->p->tensors[t].box); }
 
+/* Starts the kernel of a step; finish_kernel() names it, or finds it written already. */
 static void kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32_t smem) {
   const sh_step *st = &g->p->steps[step];
-  cg_kernel k = {.step = step, .grid = grid, .block = block, .smem = smem};
-  snprintf(k.name, sizeof k.name, "k%d", step);
-  VEC_PUSH(g->m->kernels, g->m->nkernels, g->m->cap_kernels, k);
-  g->m->steps[step] = (cg_step){.kind = CG_KERNEL, .kernel = (int32_t)g->m->nkernels - 1, .bias = -1, .out = -1};
+  g->m->steps[step] = (cg_step){.kind = CG_KERNEL, .kernel = -1, .bias = -1, .out = -1, .grid = grid, .block = block,
+                                .smem = smem, .arg0 = (int32_t)g->m->nargs};
+  g->kstep = step;
+  g->kstart = g->m->len;
   if (st->loc.first_line > 0) g->line = st->loc.first_line;
-  out(g->m, "#line %d \"%s\"\n", g->line, g->p->global->file);
-  out(g->m, "extern \"C\" __global__ void __launch_bounds__(%d) %s(unsigned char *__restrict__ A, unsigned char *__restrict__ P, u64 seed) {\n",
-      block, k.name);
+  out(g->m, "\n#line %d \"%s\"\n", g->line, g->p->global->file);
+  out(g->m, "extern \"C\" __global__ void __launch_bounds__(%d) " KERNEL_NAME_HOLE
+            "(unsigned char *__restrict__ A, unsigned char *__restrict__ P, u64 seed, const ntp_args args) {\n",
+      block);
+}
+
+/* The kernel's text with its tensor and register names (T<n>, v<n>) numbered in order of first
+ * appearance: two steps of repeated layers then read the same, whatever their tensor numbers.
+ * String literals (the #line file name) are copied as they are. */
+static char *canonical(const char *s, size_t n) {
+  char *o = malloc(n + 1);
+  if (!o) return NULL;
+  size_t k = 0;
+  int nt = 0, nv = 0, tmap_n = 0;
+  typedef struct { char pre; long from; int to; } rename;
+  rename map[2 * CG_MAX_ARGS + 64];
+  for (size_t i = 0; i < n;) {
+    char c = s[i];
+    if (c == '"') { /* a string literal */
+      o[k++] = s[i++];
+      while (i < n && s[i] != '"') o[k++] = s[i++];
+      if (i < n) o[k++] = s[i++];
+      continue;
+    }
+    if (!isalnum((unsigned char)c) && c != '_') {
+      o[k++] = s[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < n && (isalnum((unsigned char)s[j]) || s[j] == '_')) j++;
+    bool name = (c == 'T' || c == 'v') && j > i + 1;
+    for (size_t d = i + 1; name && d < j; d++) name = isdigit((unsigned char)s[d]) != 0;
+    if (!name) {
+      memcpy(o + k, s + i, j - i);
+      k += j - i;
+      i = j;
+      continue;
+    }
+    long from = strtol(s + i + 1, NULL, 10);
+    int to = -1;
+    for (int m = 0; m < tmap_n && to < 0; m++)
+      if (map[m].pre == c && map[m].from == from) to = map[m].to;
+    if (to < 0) {
+      to = c == 'T' ? nt++ : nv++;
+      if (tmap_n == (int)(sizeof map / sizeof map[0])) { /* cannot happen: a kernel names fewer */
+        free(o);
+        return NULL;
+      }
+      map[tmap_n++] = (rename){c, from, to};
+    }
+    k += (size_t)sprintf(o + k, "%c%d", c, to); /* never longer than the original */
+    i = j;
+  }
+  o[k] = 0;
+  return o;
+}
+
+/* Ends the kernel of step g->kstep: the same text as a kernel written before is that kernel
+ * (the new text is dropped); else it is kept under the next name. */
+static int finish_kernel(gen *g) {
+  cg_module *m = g->m;
+  cg_step *st = &m->steps[g->kstep];
+  char *body = canonical(m->source + g->kstart, m->len - g->kstart);
+  if (!body) return -1;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char *c = (const unsigned char *)body; *c; c++) h = (h ^ *c) * 0x100000001b3ull;
+  for (size_t k = 0; k < m->nkernels; k++)
+    if (g->hashes[k] == h && !strcmp(g->bodies[k], body)) {
+      free(body);
+      m->len = g->kstart;
+      m->source[m->len] = 0;
+      st->kernel = (int32_t)k;
+      return 0;
+    }
+  cg_kernel k = {.step = g->kstep, .grid = st->grid, .block = st->block, .smem = st->smem};
+  snprintf(k.name, sizeof k.name, "k%05zu", m->nkernels);
+  size_t len = strlen(body);
+  memcpy(m->source + g->kstart, body, len + 1);
+  m->len = g->kstart + len;
+  char *hole = strstr(m->source + g->kstart, KERNEL_NAME_HOLE);
+  memcpy(hole, k.name, strlen(KERNEL_NAME_HOLE));
+  char **nb = realloc(g->bodies, (m->nkernels + 1) * sizeof *nb);
+  uint64_t *nh = realloc(g->hashes, (m->nkernels + 1) * sizeof *nh);
+  if (nb) g->bodies = nb;
+  if (nh) g->hashes = nh;
+  if (!nb || !nh) {
+    free(body);
+    return -1;
+  }
+  g->bodies[m->nkernels] = body;
+  g->hashes[m->nkernels] = h;
+  st->kernel = (int32_t)m->nkernels;
+  VEC_PUSH(m->kernels, m->nkernels, m->cap_kernels, k);
+  return 0;
 }
 
 /* Index of tensor t's element for output coordinates c0..c{n-1} (NumPy broadcasting, right-aligned). */
@@ -706,21 +818,28 @@ static void gen_init(gen *g, int32_t s) {
   for (const unsigned char *c = (const unsigned char *)gv->name; *c; c++) h = (h ^ *c) * 0x100000001B3ull;
   if (gv->dtype == NTP_I32) {
     int32_t range = def->attr.init.int_range > 0 ? def->attr.init.int_range : 1000;
-    out(g->m, "  T%d[i] = init_int(seed, 0x%llxull, (u64)gi, %d);\n}\n", y, (unsigned long long)h, range);
+    out(g->m, "  T%d[i] = init_int(seed, (u64)args.v[%d], (u64)gi, %d);\n}\n", y, arg(g, (int64_t)h), range);
     return;
   }
   float center = def->code == IR_PARAM ? def->attr.init.center : 0.0f, scale = def->code == IR_PARAM ? def->attr.init.scale : 1.0f;
   char v[200], c1[48], c2[48];
-  snprintf(v, sizeof v, "__fadd_rn(%s, __fmul_rn(%s, init_uniform(seed, 0x%llxull, (u64)gi)))",
-           flit(center, c1, sizeof c1), flit(scale, c2, sizeof c2), (unsigned long long)h);
+  snprintf(v, sizeof v, "__fadd_rn(%s, __fmul_rn(%s, init_uniform(seed, (u64)args.v[%d], (u64)gi)))",
+           flit(center, c1, sizeof c1), flit(scale, c2, sizeof c2), arg(g, (int64_t)h));
   store(g, y, "i", v);
   out(g->m, "}\n");
+}
+
+static void gen_free(gen *g) {
+  for (size_t k = 0; g->bodies && k < g->m->nkernels; k++) free(g->bodies[k]);
+  free(g->bodies);
+  free(g->hashes);
+  free(g->uses);
 }
 
 int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size_t cap) {
   *m = (cg_module){.rank = rank};
   m->steps = calloc(p->n_steps + 1, sizeof *m->steps);
-  gen g = {p, m, rank, calloc(p->n_tensors + 1, sizeof(int32_t)), 1};
+  gen g = {.p = p, .m = m, .rank = rank, .uses = calloc(p->n_tensors + 1, sizeof(int32_t)), .line = 1};
   if (!m->steps || !g.uses) {
     snprintf(err, cap, "out of memory");
     free(g.uses);
@@ -734,10 +853,10 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
       for (size_t x = 0; x < st->nxfers; x++) g.uses[st->xfers[x].src]++;
   }
   out(m, "%s", prelude);
+  out(m, "struct ntp_args { i64 v[%d]; }; /* offsets and name hashes, per launch */\n", CG_MAX_ARGS);
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
     if (st->kind != SH_COMPUTE || st->rank != rank || m->steps[s].kind == CG_FUSED) continue;
-    out(m, "\n");
     switch (st->op.code) {
     case IR_INPUT:
     case IR_PARAM: gen_init(&g, (int32_t)s); break;
@@ -760,15 +879,26 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
         break;
       }
       snprintf(err, cap, "no CUDA lowering for op %s", ir_op_name(st->op.code));
-      free(g.uses);
-      return -1;
+      goto fail;
+    }
+    if (m->steps[s].kind == CG_KERNEL && finish_kernel(&g) != 0) {
+      snprintf(err, cap, "out of memory");
+      goto fail;
+    }
+    if (g.too_many_args) {
+      snprintf(err, cap, "the kernel of step %zu needs more than %d arguments", s, CG_MAX_ARGS);
+      goto fail;
     }
   }
-  free(g.uses);
+  gen_free(&g);
   return 0;
+fail:
+  gen_free(&g);
+  return -1;
 }
 
 void cg_module_free(cg_module *m) {
+  free(m->args);
   free(m->source);
   free(m->kernels);
   free(m->steps);

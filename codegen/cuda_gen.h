@@ -25,6 +25,12 @@ typedef enum { CG_NONE, CG_KERNEL, CG_GEMM, CG_FUSED } cg_step_kind;
 /* What a GEMM's epilogue adds to the product before its one rounding (cuBLASLt epilogues). */
 typedef enum { CG_EPI_NONE, CG_EPI_BIAS, CG_EPI_GELU, CG_EPI_GELU_BIAS } cg_epilogue;
 
+/* Values a launch passes in its argument block (`struct ntp_args { i64 v[CG_MAX_ARGS]; }`, the
+ * kernel's last parameter): its tensors' byte offsets and an init kernel's name hash. Nothing
+ * else differs between the kernels of repeated layers, so those are one kernel, launched by
+ * every step that needs it, and NVRTC compiles it once. */
+#define CG_MAX_ARGS 48
+
 /* How the runtime runs one compute step of the rank. */
 typedef struct cg_step {
   cg_step_kind kind;    /* CG_FUSED: done by the kernel (or GEMM epilogue) of an earlier step */
@@ -32,12 +38,15 @@ typedef struct cg_step {
   cg_epilogue epilogue; /* CG_GEMM: a bias over the output columns and/or GELU, fused */
   int32_t bias;         /* CG_GEMM with a bias: its tensor ([N], the product's dtype) */
   int32_t out;          /* CG_GEMM: the tensor written (the last fused step's result) */
+  int64_t grid;         /* CG_KERNEL: blocks (1-D) */
+  int32_t block, smem;  /* CG_KERNEL: threads per block, dynamic shared memory bytes */
+  int32_t arg0, nargs;  /* CG_KERNEL: its argument block, args[arg0 .. arg0 + nargs) of the module */
 } cg_step;
 
 typedef struct cg_kernel {
   char name[32];
-  int32_t step;   /* the step that launches it */
-  int64_t grid;   /* blocks (1-D) */
+  int32_t step;   /* the first step that launches it */
+  int64_t grid;   /* that step's launch (others may launch it with another grid) */
   int32_t block;  /* threads per block */
   int32_t smem;   /* dynamic shared memory bytes */
 } cg_kernel;
@@ -48,6 +57,8 @@ typedef struct cg_module {
   cg_kernel *kernels;
   size_t nkernels, cap_kernels;
   cg_step *steps; /* per step of the program (all ranks; only this rank's are set) */
+  int64_t *args;  /* the argument blocks of the kernel steps */
+  size_t nargs, cap_args;
   int32_t rank;
 } cg_module;
 

@@ -801,11 +801,12 @@ int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t 
     }
     if (cs->kind != CG_KERNEL) continue;
     if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
-    const cg_kernel *k = &c->cuda[r].kernels[cs->kernel];
     unsigned char *a = c->arena[r], *pp = c->persist[r];
-    void *args[] = {&a, &pp, &seed};
-    CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)k->grid, 1, 1},
-                           (dim3){(unsigned)k->block, 1, 1}, args, (size_t)k->smem, c->stream[r]));
+    struct { long long v[CG_MAX_ARGS]; } block_args = {{0}}; /* the kernel's struct ntp_args */
+    memcpy(block_args.v, c->cuda[r].args + cs->arg0, (size_t)cs->nargs * sizeof block_args.v[0]);
+    void *args[] = {&a, &pp, &seed, &block_args};
+    CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)cs->grid, 1, 1},
+                           (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
   }
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev1, c->stream[c->rank_lo]));
