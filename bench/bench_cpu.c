@@ -204,6 +204,14 @@ static double child_ask(child *c, const char *cmd) {
   return NAN;
 }
 
+/* Before each timed call of either side: the other side's idle threads go to sleep first
+ * (OpenBLAS's pthreads spin about 0.1 s after a call, libgomp's 300,000 rounds by default), so
+ * neither side is timed against the other's spinning threads. */
+static void settle(void) {
+  struct timespec t = {0, 250 * 1000 * 1000};
+  nanosleep(&t, NULL);
+}
+
 static void child_stop(child *c) {
   if (c->to) {
     fputs("quit\n", c->to);
@@ -233,9 +241,11 @@ static double time_gemms(const gemms *g, int repeats, child *py, double *np) {
     int r = repeats < 16 ? repeats : 16;
     ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, bs); /* warm */
     for (int j = 0; j < r; j++) {
+      if (have_np) settle();
       double t0 = now_s();
       ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, bs);
       t[j] = now_s() - t0;
+      if (have_np) settle();
       tn[j] = have_np ? child_ask(py, "mm") : NAN;
       have_np = have_np && !isnan(tn[j]);
     }
@@ -277,6 +287,7 @@ static int time_ntp(const ir_module *m, const sh_program *p, int repeats, double
   char err[512];
   for (int j = 0; j < r; j++) {
     ntp_cpu_result res;
+    if (have_ref) settle();
     double t0 = now_s();
     int rc = p ? ntp_sim_run(p, 1, &res, err, sizeof err) : ntp_cpu_run(m, 1, 0, &res, err, sizeof err);
     if (rc != 0) {
@@ -286,6 +297,7 @@ static int time_ntp(const ir_module *m, const sh_program *p, int repeats, double
     if (j == 0) *wall = now_s() - t0;
     t[j] = res.seconds;
     ntp_cpu_result_free(&res);
+    if (have_ref) settle();
     tr[j] = have_ref ? child_ask(py, "fwd") : NAN;
     have_ref = have_ref && !isnan(tr[j]);
   }
