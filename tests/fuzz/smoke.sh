@@ -55,6 +55,7 @@ for h in $harnesses; do
   else
     set -- -max_total_time="$secs"
   fi
+  case $h in source | plan) set -- "$@" -dict=tests/fuzz/ntp.dict ;; esac
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$bin" "$@" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb=3072 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$findings/$h/" "$corpus/$h" "$seeds/$h" >"$log" 2>&1
