@@ -1,11 +1,13 @@
 /* bench_cpu.c — the CPU backend against PyTorch CPU eager and NumPy's matmul.
  *
- *   build/bench/bench_cpu [--quick] [--repeats N] [--python PY] [--case NAME]...
+ *   build/bench/bench_cpu [--quick] [--repeats N] [--threads N] [--python PY] [--case NAME]...
  *
  * Cases: gpt2_b1s128 and gpt2_b4s256 (GPT-2 124M, full width and vocabulary, 12 blocks) and
  * llama3_l2 (the Llama-3 8B architecture at 2 blocks, B=1, S=128), plus sim_mixed8: GPT-2 at
  * B=8, S=64 with examples/plans/gpt2_mixed8.ntp, 8 simulated ranks against the unsharded run.
- * --quick runs gpt2_b1s128 and sim_mixed8 only. Run from the source root.
+ * --quick runs gpt2_b1s128 and sim_mixed8 only. --threads N gives both sides N threads (on a
+ * machine busy with other work, one thread each compares the code rather than how each
+ * side's threads wait for a core). Run from the source root.
  *
  * Per case it prints the median forward time of `ntp_cpu_run` (the initialisation excluded, as
  * `ntpc run` reports it), the model's FLOPs over that time, and:
@@ -30,6 +32,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cpu_kernels.h"
 #include "ntpc.h"
@@ -318,12 +324,13 @@ static void print_load(void) {
 
 int main(int argc, char **argv) {
   const char *python = getenv("NTP_BENCH_PYTHON") ? getenv("NTP_BENCH_PYTHON") : "python3";
-  int repeats = 5;
+  int repeats = 5, threads = 0;
   bool want[NCASES] = {0}, any = false, quick = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick")) quick = true;
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
       const char *n = argv[++i];
       int k = 0;
@@ -334,16 +341,28 @@ int main(int argc, char **argv) {
       }
       want[k] = any = true;
     } else {
-      fprintf(stderr, "usage: bench_cpu [--quick] [--repeats N] [--python PY] [--case NAME]...\n");
+      fprintf(stderr, "usage: bench_cpu [--quick] [--repeats N] [--threads N] [--python PY] [--case NAME]...\n");
       return 2;
     }
   }
   if (repeats < 1) repeats = 1;
+  if (threads > 0) {
+    /* the same count on both sides: ntp's pool and BLAS now, the children through the
+     * environment they start with (PyTorch's OpenMP, NumPy's OpenBLAS) */
+    char n[16];
+    snprintf(n, sizeof n, "%d", threads);
+    setenv("OMP_NUM_THREADS", n, 1);
+    setenv("OPENBLAS_NUM_THREADS", n, 1);
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+  }
   setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is measured: a long run stopped early keeps its rows */
   for (int k = 0; k < NCASES && !any; k++) want[k] = !quick || !strcmp(cases[k].name, "gpt2_b1s128") ||
                                                     !strcmp(cases[k].name, "sim_mixed8");
   print_load();
-  printf("python for NumPy / PyTorch: %s; medians of %d runs\n", python, repeats);
+  printf("python for NumPy / PyTorch: %s; medians of %d runs; threads: %s\n", python, repeats,
+         threads > 0 ? getenv("OMP_NUM_THREADS") : "default (one per core)");
   printf("%-12s %10s %9s %10s %8s %9s %9s %7s\n", "case", "ntp fwd", "GFLOP/s", "torch fwd", "ntp/pt", "GEMM ntp",
          "GEMM np", "share");
   /* NumPy and PyTorch in separate processes: PyTorch's idle OpenMP threads would spin beside
