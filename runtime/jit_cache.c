@@ -95,7 +95,8 @@ int ntp_jit_cubin(const char *src, const char *name, int arch, void **cubin, siz
   if (rc != 0 || !use_cache) return rc;
   if (mkdirs(dir) == 0) {
     char tmp[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    static _Atomic unsigned seq; /* threads of one process compile concurrently */
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld.%u", path, (long)getpid(), seq++);
     FILE *f = fopen(tmp, "wb");
     if (f) {
       bool ok = fwrite(*cubin, 1, *size, f) == *size;
