@@ -48,6 +48,9 @@ float emu_bf16_to_f32(uint16_t h);
 uint16_t emu_f32_to_bf16(float f);
 float emu_f16_to_f32(uint16_t h);
 uint16_t emu_f32_to_f16(float f);
+typedef enum { EMU_F32, EMU_F16, EMU_BF16 } emu_format;
+float emu_load(const void *p, emu_format f, size_t i);
+void emu_store(void *p, emu_format f, size_t i, float v);
 
 /* Runs a kernel over a grid (launch.c). Returns 0, or -1 after emu_fail(). */
 int emu_run_grid(const ntp_emu_kernel *k, ntp_emu_dim grid, ntp_emu_dim block, void **args, uint64_t order);

@@ -229,25 +229,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   return CUBLAS_STATUS_SUCCESS;
 }
 
-static float load(const unsigned char *p, cudaDataType_t t, int64_t i) {
-  if (t == CUDA_R_32F) {
-    float f;
-    memcpy(&f, p + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  memcpy(&h, p + 2 * i, 2);
-  return t == CUDA_R_16BF ? emu_bf16_to_f32(h) : emu_f16_to_f32(h);
-}
-
-static void store(unsigned char *p, cudaDataType_t t, int64_t i, float f) {
-  if (t == CUDA_R_32F) {
-    memcpy(p + 4 * i, &f, 4);
-    return;
-  }
-  uint16_t h = t == CUDA_R_16BF ? emu_f32_to_bf16(f) : emu_f32_to_f16(f);
-  memcpy(p + 2 * i, &h, 2);
-}
+static emu_format format(cudaDataType_t t) { return t == CUDA_R_32F ? EMU_F32 : t == CUDA_R_16BF ? EMU_BF16 : EMU_F16; }
+static float load(const void *p, cudaDataType_t t, int64_t i) { return emu_load(p, format(t), (size_t)i); }
+static void store(void *p, cudaDataType_t t, int64_t i, float f) { emu_store(p, format(t), (size_t)i, f); }
 
 static size_t tbytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 

@@ -121,24 +121,9 @@ static uint64_t heap_alloc(fabric *f, size_t n) {
 }
 
 static size_t esize(int dt) { return dt == ncclFloat32 || dt == ncclInt32 || dt == ncclUint32 ? 4 : 2; }
-static float ld(const unsigned char *p, int dt, size_t i) {
-  if (dt == ncclFloat32) {
-    float v;
-    memcpy(&v, p + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  memcpy(&h, p + 2 * i, 2);
-  return dt == ncclBfloat16 ? emu_bf16_to_f32(h) : emu_f16_to_f32(h);
-}
-static void st(unsigned char *p, int dt, size_t i, float v) {
-  if (dt == ncclFloat32) {
-    memcpy(p + 4 * i, &v, 4);
-    return;
-  }
-  uint16_t h = dt == ncclBfloat16 ? emu_f32_to_bf16(v) : emu_f32_to_f16(v);
-  memcpy(p + 2 * i, &h, 2);
-}
+static emu_format format(int dt) { return dt == ncclFloat32 ? EMU_F32 : dt == ncclBfloat16 ? EMU_BF16 : EMU_F16; }
+static float ld(const unsigned char *p, int dt, size_t i) { return emu_load(p, format(dt), i); }
+static void st(unsigned char *p, int dt, size_t i, float v) { emu_store(p, format(dt), i, v); }
 
 static uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));

@@ -1,5 +1,6 @@
 /* emu_numbers.c — storage formats of the emulated libraries (cuBLASLt, NCCL): binary16 and
- * bfloat16 to and from binary32, rounding to nearest even, NaN kept quiet. */
+ * bfloat16 to and from binary32, rounding to nearest even, NaN kept quiet; element i of a
+ * buffer in one of them, as a float. */
 #include <math.h>
 #include <string.h>
 
@@ -38,4 +39,26 @@ uint16_t emu_f32_to_f16(float f) {
   if (a < 0x38800000u) return (uint16_t)(s | (uint32_t)nearbyintf(bits_f32(a) * 16777216.0f)); /* subnormal */
   uint32_t r = a - 0x38000000u;
   return (uint16_t)(s | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}
+
+float emu_load(const void *p, emu_format f, size_t i) {
+  const unsigned char *b = p;
+  if (f == EMU_F32) {
+    float v;
+    memcpy(&v, b + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  memcpy(&h, b + 2 * i, 2);
+  return f == EMU_BF16 ? emu_bf16_to_f32(h) : emu_f16_to_f32(h);
+}
+
+void emu_store(void *p, emu_format f, size_t i, float v) {
+  unsigned char *b = p;
+  if (f == EMU_F32) {
+    memcpy(b + 4 * i, &v, 4);
+    return;
+  }
+  uint16_t h = f == EMU_BF16 ? emu_f32_to_bf16(v) : emu_f32_to_f16(v);
+  memcpy(b + 2 * i, &h, 2);
 }

@@ -82,6 +82,14 @@ static cudaError_t launch(const char *name, unsigned grid, unsigned block, void 
   return e != cudaSuccess ? e : cudaDeviceSynchronize();
 }
 
+/* a kernel whose one argument is a fresh buffer of `bytes` */
+static cudaError_t launch_on_buffer(const char *name, unsigned grid, unsigned block, size_t bytes) {
+  void *out;
+  cudaMalloc(&out, bytes);
+  void *a[] = {&out};
+  return launch(name, grid, block, a);
+}
+
 /* the cases: each returns the launch's error (cudaSuccess for the correct kernels) */
 static cudaError_t c_block_sum_ok(void) {
   float h[256], *x, *out, r[256];
@@ -104,12 +112,7 @@ static cudaError_t c_block_sum_ok(void) {
   }
   return cudaSuccess;
 }
-static cudaError_t c_missing_barrier(void) {
-  float *out;
-  cudaMalloc((void **)&out, 64 * sizeof(float));
-  void *a[] = {&out};
-  return launch("missing_barrier", 1, 64, a);
-}
+static cudaError_t c_missing_barrier(void) { return launch_on_buffer("missing_barrier", 1, 64, 64 * sizeof(float)); }
 static cudaError_t c_oob_write(void) {
   float *out;
   int n = 1000;
@@ -125,30 +128,10 @@ static cudaError_t c_wrong_warp_reduction(void) {
   void *a[] = {&x, &out};
   return launch("wrong_warp_reduction", 1, 32, a);
 }
-static cudaError_t c_blocks_race(void) {
-  int *out;
-  cudaMalloc((void **)&out, sizeof(int));
-  void *a[] = {&out};
-  return launch("blocks_race", 8, 32, a);
-}
-static cudaError_t c_partial_barrier(void) {
-  float *out;
-  cudaMalloc((void **)&out, 64 * sizeof(float));
-  void *a[] = {&out};
-  return launch("partial_barrier", 1, 64, a);
-}
-static cudaError_t c_launch_bounds(void) {
-  float *out;
-  cudaMalloc((void **)&out, 256 * sizeof(float));
-  void *a[] = {&out};
-  return launch("bounded", 1, 256, a);
-}
-static cudaError_t c_stray_pointer(void) {
-  float *out;
-  cudaMalloc((void **)&out, 64 * sizeof(float));
-  void *a[] = {&out};
-  return launch("stray_pointer", 1, 1, a);
-}
+static cudaError_t c_blocks_race(void) { return launch_on_buffer("blocks_race", 8, 32, sizeof(int)); }
+static cudaError_t c_partial_barrier(void) { return launch_on_buffer("partial_barrier", 1, 64, 64 * sizeof(float)); }
+static cudaError_t c_launch_bounds(void) { return launch_on_buffer("bounded", 1, 256, 256 * sizeof(float)); }
+static cudaError_t c_stray_pointer(void) { return launch_on_buffer("stray_pointer", 1, 1, 64 * sizeof(float)); }
 static cudaError_t c_host_pointer(void) {
   static float host[64];
   float *p = host;
