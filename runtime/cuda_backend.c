@@ -50,6 +50,12 @@ static struct {
   FN(cudaEventElapsedTime);
   FN(cudaEventDestroy);
   FN(cudaPointerGetAttributes);
+  FN(cudaStreamBeginCapture);
+  FN(cudaStreamEndCapture);
+  FN(cudaGraphInstantiate);
+  FN(cudaGraphLaunch);
+  FN(cudaGraphExecDestroy);
+  FN(cudaGraphDestroy);
   FN(cublasLtCreate);
   FN(cublasLtDestroy);
   FN(cublasLtMatmulDescCreate);
@@ -127,6 +133,8 @@ static int load_libs(char *err, size_t cap) {
   GET(rt, cudaLibraryLoadData) GET(rt, cudaLibraryUnload) GET(rt, cudaLibraryGetKernel) GET(rt, cudaLaunchKernel)
   GET(rt, cudaEventCreate) GET(rt, cudaEventRecord) GET(rt, cudaEventSynchronize) GET(rt, cudaEventElapsedTime)
   GET(rt, cudaEventDestroy) GET(rt, cudaPointerGetAttributes)
+  GET(rt, cudaStreamBeginCapture) GET(rt, cudaStreamEndCapture) GET(rt, cudaGraphInstantiate) GET(rt, cudaGraphLaunch)
+  GET(rt, cudaGraphExecDestroy) GET(rt, cudaGraphDestroy)
   GET(lt, cublasLtCreate) GET(lt, cublasLtDestroy) GET(lt, cublasLtMatmulDescCreate) GET(lt, cublasLtMatmulDescDestroy)
   GET(lt, cublasLtMatmulDescSetAttribute) GET(lt, cublasLtMatrixLayoutCreate) GET(lt, cublasLtMatrixLayoutDestroy)
   GET(lt, cublasLtMatrixLayoutSetAttribute) GET(lt, cublasLtMatmulPreferenceCreate)
@@ -249,6 +257,12 @@ struct ntp_cuda {
   ncclComm_t **group;     /* [rank][set], NULL where the rank is not a member */
   int *step_set;          /* per step: the set of its reduction */
   bool own_world;
+  /* loopback: the step list captured once as a CUDA graph and replayed; captured again when the
+   * seed changes (the init kernels take it) or a value was set (its init kernel is skipped) */
+  bool graphs;
+  cudaGraphExec_t graph;
+  uint64_t graph_seed;
+  bool graph_stale;
 };
 
 static bool local_rank(const ntp_cuda *c, int r) { return r >= c->rank_lo && r < c->rank_hi; }
@@ -686,6 +700,8 @@ int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_o
   c->p = p;
   c->cuda = cuda;
   c->nccl = !o->loopback && W > 1;
+  const char *graphs = getenv("NTP_CUDA_GRAPHS"); /* 0: launch step by step */
+  c->graphs = !c->nccl && !(graphs && !strcmp(graphs, "0"));
   c->rank_lo = c->nccl ? o->rank_lo : 0;
   c->rank_hi = c->nccl && o->rank_hi > o->rank_lo ? o->rank_hi : W;
   if (c->nccl && load_nccl(err, cap) != 0) goto fail;
@@ -795,6 +811,7 @@ static int upload(ntp_cuda *c, int32_t t, const float *vals, char *err, size_t c
   CU(cu.cudaSetDevice(c->dev[s->rank]));
   CU(cu.cudaMemcpy(dev_ptr(c, t), buf, (size_t)n * es, cudaMemcpyHostToDevice));
   free(buf);
+  c->graph_stale |= !c->filled[t]; /* its init kernel is not to run any more */
   c->filled[t] = true;
   return 0;
 fail:
@@ -850,13 +867,11 @@ int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) 
   return 0;
 }
 
-int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
+/* Enqueues the step list on the streams: initialisation first (fused kernels may read a
+ * parameter earlier in the list than its initialisation step), then everything else in order. */
+static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
   const sh_program *p = c->p;
-  const float one = 1.0f, zero = 0.0f;
-  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
-  CU(cu.cudaEventRecord(c->ev0, c->stream[c->rank_lo]));
-  /* two passes: initialisation first (fused kernels may read a parameter earlier in the
-   * list than its initialisation step), then everything else in order */
+  static const float one = 1.0f, zero = 0.0f; /* read by cuBLASLt at the call, or at the replay of a graph */
   for (int pass = 0; pass < 2; pass++)
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
@@ -886,6 +901,43 @@ int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t 
     CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)cs->grid, 1, 1},
                            (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
   }
+  return 0;
+fail:
+  return -1;
+}
+
+/* Loopback: the step list as one CUDA graph on the one stream (no host work per step). */
+static int capture_graph(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
+  cudaStream_t stream = c->stream[c->rank_lo];
+  cudaGraph_t g = NULL;
+  if (c->graph) cu.cudaGraphExecDestroy(c->graph);
+  c->graph = NULL;
+  CU(cu.cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  int rc = enqueue_steps(c, seed, err, cap);
+  cudaError_t e = cu.cudaStreamEndCapture(stream, &g);
+  if (rc != 0) goto fail;
+  CU(e);
+  e = cu.cudaGraphInstantiate(&c->graph, g, 0);
+  cu.cudaGraphDestroy(g);
+  g = NULL;
+  CU(e);
+  c->graph_seed = seed;
+  c->graph_stale = false;
+  return 0;
+fail:
+  if (g) cu.cudaGraphDestroy(g);
+  size_t len = strlen(err);
+  snprintf(err + len, cap - len, " (capturing the step list as a CUDA graph; NTP_CUDA_GRAPHS=0 runs it step by step)");
+  return -1;
+}
+
+int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
+  if (c->graphs && (!c->graph || c->graph_seed != seed || c->graph_stale) && capture_graph(c, seed, err, cap) != 0)
+    return -1;
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  CU(cu.cudaEventRecord(c->ev0, c->stream[c->rank_lo]));
+  if (c->graphs) CU(cu.cudaGraphLaunch(c->graph, c->stream[c->rank_lo]));
+  else if (enqueue_steps(c, seed, err, cap) != 0) return -1;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev1, c->stream[c->rank_lo]));
   for (int r = c->rank_lo; r < c->rank_hi; r++) {
@@ -989,6 +1041,7 @@ int ntp_cuda_set_device(ntp_cuda *c, int32_t v, const void *data, int dev, char 
       CU(cu.cudaSetDevice(c->dev[s->rank]));
       CU(cu.cudaMemcpy(dev_ptr(c, (int32_t)t), buf, n, cudaMemcpyHostToDevice));
     }
+    c->graph_stale |= !c->filled[t];
     c->filled[t] = true;
   }
   free(buf);
@@ -1112,6 +1165,7 @@ int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err,
 
 void ntp_cuda_free(ntp_cuda *c) {
   if (!c) return;
+  if (c->graph) cu.cudaGraphExecDestroy(c->graph); /* before the modules its kernels live in */
   for (size_t s = 0; c->gemms && s < c->p->n_steps; s++) {
     gemm *g = &c->gemms[s];
     if (g->op) cu.cublasLtMatmulDescDestroy(g->op);

@@ -52,6 +52,12 @@ typedef enum { EMU_F32, EMU_F16, EMU_BF16 } emu_format;
 float emu_load(const void *p, emu_format f, size_t i);
 void emu_store(void *p, emu_format f, size_t i, float v);
 
+/* Stream capture (CUDA graphs): while a stream captures, work enqueued into it is recorded as a
+ * node instead of running; a graph launch runs the nodes in order. emu_capture takes ctx (malloc'd)
+ * and frees it with the graph; run returns 0, or -1 after emu_fail(). */
+bool emu_capturing(const void *stream);
+int emu_capture(const void *stream, int (*run)(void *ctx), void *ctx);
+
 /* Runs a kernel over a grid (launch.c). Returns 0, or -1 after emu_fail(). */
 int emu_run_grid(const ntp_emu_kernel *k, ntp_emu_dim grid, ntp_emu_dim block, void **args, uint64_t order);
 

@@ -253,11 +253,52 @@ static bool extent(const void *p, const emu_layout *l, const char *what) {
   return false;
 }
 
+static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, float al, const void *A,
+                                 cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, float be,
+                                 const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl, void *ws,
+                                 size_t wsbytes);
+
+/* a GEMM recorded by a stream capture: every argument (the scalars by value, as cuBLASLt reads
+ * host scalars at the call); the descriptors must outlive the graph, as with cuBLASLt */
+typedef struct gemm_node {
+  size_t bytes;
+  cublasLtHandle_t h;
+  cublasLtMatmulDesc_t desc;
+  float alpha, beta;
+  const void *A, *B, *C;
+  void *D, *ws;
+  cublasLtMatrixLayout_t Al, Bl, Cl, Dl;
+  size_t wsbytes;
+} gemm_node;
+static int run_gemm(void *ctx) {
+  gemm_node *g = ctx;
+  return matmul_now(g->h, g->desc, g->alpha, g->A, g->Al, g->B, g->Bl, g->beta, g->C, g->Cl, g->D, g->Dl, g->ws,
+                    g->wsbytes) == CUBLAS_STATUS_SUCCESS
+             ? 0
+             : -1;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, const void *beta,
                               const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes, cudaStream_t stream) {
-  (void)algo, (void)stream;
+  (void)algo;
+  float al, be;
+  memcpy(&al, alpha, 4);
+  memcpy(&be, beta, 4);
+  if (emu_capturing(stream)) {
+    gemm_node *g = malloc(sizeof *g);
+    if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
+    *g = (gemm_node){sizeof *g, h, desc, al, be, A, B, C, D, ws, Al, Bl, Cl, Dl, wsbytes};
+    return emu_capture(stream, run_gemm, g) == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+  }
+  return matmul_now(h, desc, al, A, Al, B, Bl, be, C, Cl, D, Dl, ws, wsbytes);
+}
+
+static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, float al, const void *A,
+                                 cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, float be,
+                                 const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl, void *ws,
+                                 size_t wsbytes) {
   const emu_desc *d = (const emu_desc *)desc;
   const emu_layout *a = (const emu_layout *)Al, *b = (const emu_layout *)Bl, *c = (const emu_layout *)Cl,
                    *o = (const emu_layout *)Dl;
@@ -269,9 +310,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   }
   uint64_t m, n, k;
   if (!shapes(d, a, b, c, o, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
-  float al, be;
-  memcpy(&al, alpha, 4);
-  memcpy(&be, beta, 4);
   if (ws && wsbytes && !emu_find(ws, wsbytes)) {
     emu_fail("cublasLtMatmul: the workspace (%zu bytes) is not device memory", wsbytes);
     return CUBLAS_STATUS_INVALID_VALUE;

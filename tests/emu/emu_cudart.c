@@ -205,8 +205,13 @@ static bool device_range(const void *p, size_t n, const char *call) {
   return false;
 }
 
+static bool any_capture;
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
   STICKY();
+  if (any_capture) { /* CUDA invalidates the capture: a synchronous copy cannot be recorded */
+    emu_fail("cudaMemcpy while a stream is capturing");
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault;
   bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault;
   if (kind == cudaMemcpyDefault) {
@@ -228,9 +233,20 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
   memset(p, v, n);
   return cudaSuccess;
 }
+typedef struct memset_node { size_t bytes; void *p; int v; size_t n; } memset_node;
+static int run_memset(void *ctx) {
+  memset_node *m = ctx;
+  memset(m->p, m->v, m->n);
+  return 0;
+}
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-  (void)s;
-  return cudaMemset(p, v, n);
+  if (!emu_capturing(s)) return cudaMemset(p, v, n);
+  STICKY();
+  if (!device_range(p, n, "cudaMemsetAsync")) return fail(cudaErrorInvalidValue);
+  memset_node *m = malloc(sizeof *m);
+  if (!m) return fail(cudaErrorMemoryAllocation);
+  *m = (memset_node){sizeof *m, p, v, n};
+  return emu_capture(s, run_memset, m) == 0 ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *p) {
   memset(attr, 0, sizeof *attr);
@@ -244,14 +260,23 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
 
 /* ---- streams and events: work runs when it is enqueued ------------------------------------ */
 
-typedef struct emu_stream { int magic, device; } emu_stream;
+typedef struct emu_node {
+  int (*run)(void *ctx);
+  void *ctx;
+} emu_node;
+typedef struct emu_graph {
+  int magic;
+  emu_node *nodes;
+  size_t n, cap;
+} emu_graph;
+typedef struct emu_stream { int magic, device; emu_graph *capture; } emu_stream;
 typedef struct emu_event { int magic; double t; bool recorded; } emu_event;
 enum { STREAM_MAGIC = 0x5354524d, EVENT_MAGIC = 0x45564e54 };
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) {
   emu_stream *x = calloc(1, sizeof *x);
   if (!x) return fail(cudaErrorMemoryAllocation);
-  *x = (emu_stream){STREAM_MAGIC, current_device};
+  *x = (emu_stream){STREAM_MAGIC, current_device, NULL};
   *s = (cudaStream_t)x;
   return cudaSuccess;
 }
@@ -272,7 +297,125 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   STICKY();
-  return stream_ok(s, "cudaStreamSynchronize") ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!stream_ok(s, "cudaStreamSynchronize")) return fail(cudaErrorInvalidResourceHandle);
+  if (emu_capturing(s)) {
+    emu_fail("cudaStreamSynchronize on a stream that is capturing");
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  return cudaSuccess;
+}
+
+/* ---- graphs: stream capture records, a launch replays --------------------------------------- */
+
+enum { GRAPH_MAGIC = 0x47524150 };
+
+bool emu_capturing(const void *stream) {
+  const emu_stream *x = stream;
+  return x && x->magic == STREAM_MAGIC && x->capture;
+}
+
+int emu_capture(const void *stream, int (*run)(void *ctx), void *ctx) {
+  emu_graph *g = ((const emu_stream *)stream)->capture;
+  if (g->n == g->cap) {
+    size_t cap = g->cap ? 2 * g->cap : 64;
+    emu_node *n = realloc(g->nodes, cap * sizeof *n);
+    if (!n) {
+      free(ctx);
+      emu_fail("stream capture: out of host memory");
+      return -1;
+    }
+    g->nodes = n;
+    g->cap = cap;
+  }
+  g->nodes[g->n++] = (emu_node){run, ctx};
+  return 0;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  (void)mode;
+  STICKY();
+  emu_stream *x = (emu_stream *)s;
+  if (!x || !stream_ok(s, "cudaStreamBeginCapture") || x->capture) {
+    emu_fail("cudaStreamBeginCapture: %s", !x ? "the legacy default stream cannot capture" : "already capturing");
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  if (!(x->capture = calloc(1, sizeof *x->capture))) return fail(cudaErrorMemoryAllocation);
+  x->capture->magic = GRAPH_MAGIC;
+  any_capture = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+  emu_stream *x = (emu_stream *)s;
+  if (!x || !stream_ok(s, "cudaStreamEndCapture") || !x->capture) {
+    emu_fail("cudaStreamEndCapture: the stream is not capturing");
+    return fail(cudaErrorIllegalState);
+  }
+  *graph = (cudaGraph_t)x->capture;
+  x->capture = NULL;
+  any_capture = false;
+  return cudaSuccess;
+}
+
+static void graph_free(emu_graph *g) {
+  for (size_t i = 0; i < g->n; i++) free(g->nodes[i].ctx);
+  free(g->nodes);
+  g->magic = 0;
+  free(g);
+}
+
+/* an executable graph is a copy of the graph: the two live and die apart */
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+  (void)flags;
+  emu_graph *g = (emu_graph *)graph, *e = calloc(1, sizeof *e);
+  if (!g || g->magic != GRAPH_MAGIC) {
+    free(e);
+    return fail(cudaErrorInvalidValue);
+  }
+  if (!e || !(e->nodes = malloc((g->n + 1) * sizeof *e->nodes))) {
+    free(e);
+    return fail(cudaErrorMemoryAllocation);
+  }
+  *e = (emu_graph){GRAPH_MAGIC, e->nodes, g->n, g->n};
+  for (size_t i = 0; i < g->n; i++) { /* each node owns its context: copy it */
+    size_t bytes = *(size_t *)g->nodes[i].ctx; /* every context starts with its size */
+    void *c = malloc(bytes);
+    if (!c) {
+      e->n = i;
+      graph_free(e);
+      return fail(cudaErrorMemoryAllocation);
+    }
+    memcpy(c, g->nodes[i].ctx, bytes);
+    e->nodes[i] = (emu_node){g->nodes[i].run, c};
+  }
+  *exec = (cudaGraphExec_t)e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  STICKY();
+  emu_graph *e = (emu_graph *)exec;
+  if (!e || e->magic != GRAPH_MAGIC || !stream_ok(s, "cudaGraphLaunch")) return fail(cudaErrorInvalidResourceHandle);
+  for (size_t i = 0; i < e->n; i++)
+    if (e->nodes[i].run(e->nodes[i].ctx) != 0) {
+      if (sticky == cudaSuccess) sticky = cudaErrorLaunchFailure;
+      return fail(sticky);
+    }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  emu_graph *e = (emu_graph *)exec;
+  if (!e || e->magic != GRAPH_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+  graph_free(e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  emu_graph *g = (emu_graph *)graph;
+  if (!g || g->magic != GRAPH_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+  graph_free(g);
+  return cudaSuccess;
 }
 
 static double now(void) {
@@ -434,6 +577,38 @@ static int reached(const ntp_emu_kernel *k, void **args, span *out, int cap) {
 }
 
 static unsigned long long launches;
+static int launch_now(const emu_kernel_h *h, ntp_emu_dim g, ntp_emu_dim b, void **args);
+
+/* a captured launch: the kernel, its geometry and a copy of its argument values */
+typedef struct launch_node {
+  size_t bytes;
+  const emu_kernel_h *h;
+  ntp_emu_dim grid, block;
+  size_t at[16];
+  unsigned char values[];
+} launch_node;
+static int run_launch(void *ctx) {
+  launch_node *l = ctx;
+  void *args[16];
+  for (int i = 0; i < l->h->k->nargs; i++) args[i] = l->values + l->at[i];
+  return launch_now(l->h, l->grid, l->block, args);
+}
+static cudaError_t capture_launch(const emu_kernel_h *h, ntp_emu_dim g, ntp_emu_dim b, void **args, cudaStream_t s) {
+  const ntp_emu_kernel *k = h->k;
+  size_t total = 0, at[16];
+  for (int i = 0; i < k->nargs; i++) {
+    at[i] = total;
+    total += (k->arg_size[i] + 15) / 16 * 16;
+  }
+  launch_node *l = malloc(sizeof *l + total);
+  if (!l) return fail(cudaErrorMemoryAllocation);
+  *l = (launch_node){.bytes = sizeof *l + total, .h = h, .grid = g, .block = b};
+  for (int i = 0; i < k->nargs; i++) {
+    l->at[i] = at[i];
+    memcpy(l->values + at[i], args[i], k->arg_size[i]); /* CUDA copies the values at the launch */
+  }
+  return emu_capture(s, run_launch, l) == 0 ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
 
 cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t smem, cudaStream_t stream) {
   STICKY();
@@ -462,10 +637,25 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
     return fail(cudaErrorInvalidConfiguration);
   }
   ntp_emu_dim g = {grid.x, grid.y, grid.z}, b = {block.x, block.y, block.z};
+  if (emu_capturing(stream)) return capture_launch(h, g, b, args, stream);
+  return launch_now(h, g, b, args) == 0 ? cudaSuccess : fail(sticky);
+}
+
+/* Runs a launch (validated): once, or twice with the race check. 0, or -1 with sticky set. */
+static int launch_now(const emu_kernel_h *h, ntp_emu_dim g, ntp_emu_dim b, void **args) {
+  const ntp_emu_kernel *k = h->k;
+  if (h->magic != KERN_MAGIC) {
+    emu_fail("kernel launch through a graph whose module was unloaded");
+    sticky = cudaErrorInvalidResourceHandle;
+    return -1;
+  }
   uint64_t mode = emu_racecheck();
   span sp[64];
   int ns = reached(k, args, sp, 64);
-  if (ns < 0) return fail(cudaErrorInvalidValue);
+  if (ns < 0) {
+    sticky = cudaErrorInvalidValue;
+    return -1;
+  }
   launches++;
   double t0 = now();
   if (mode) {
@@ -475,7 +665,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
       if (!sp[i].before || !sp[i].after) {
         emu_fail("race check: out of host memory");
         sticky = cudaErrorMemoryAllocation;
-        return fail(sticky);
+        return -1;
       }
       memcpy(sp[i].before, sp[i].a->base, sp[i].a->size);
     }
@@ -498,15 +688,15 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
     }
   }
   if (emu_verbose())
-    fprintf(stderr, "ntp-emu: launch %llu: %s grid %u block %u on GPU %d%s: %.3f ms\n", launches, k->name, grid.x,
-            block.x, current_device, mode ? " (race check)" : "", (now() - t0) * 1e3);
+    fprintf(stderr, "ntp-emu: launch %llu: %s grid %u block %u on GPU %d%s: %.3f ms\n", launches, k->name, g.x, b.x,
+            current_device, mode ? " (race check)" : "", (now() - t0) * 1e3);
   for (int i = 0; mode && i < ns; i++) {
     free(sp[i].before);
     free(sp[i].after);
   }
   if (rc != 0) {
     sticky = cudaErrorLaunchFailure;
-    return fail(sticky);
+    return -1;
   }
-  return cudaSuccess;
+  return 0;
 }

@@ -235,6 +235,37 @@ static cudaError_t c_cublaslt_gemm(void) { /* column-major, op(A) = A^T, a strid
   return cudaSuccess;
 }
 
+/* a captured graph replays the launches with the argument values of the capture; a synchronous
+ * copy during a capture is refused */
+static cudaError_t c_graph_replay(void) {
+  float h[128], *x, *out, r[128];
+  for (int i = 0; i < 128; i++) h[i] = (float)i;
+  cudaMalloc((void **)&x, sizeof h);
+  cudaMalloc((void **)&out, sizeof h);
+  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return cudaErrorUnknown;
+  cudaMemsetAsync(out, 0, sizeof h, s);
+  float *arg = x;
+  void *a[] = {&arg, &out};
+  cudaLaunchKernel((const void *)kern("block_sum_ok"), (dim3){2, 1, 1}, (dim3){64, 1, 1}, a, 0, s);
+  arg = NULL; /* the graph keeps the value of the capture */
+  if (cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost) != cudaErrorStreamCaptureUnsupported) return cudaErrorUnknown;
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&e, g, 0) != cudaSuccess) return cudaErrorUnknown;
+  cudaGraphDestroy(g);
+  for (int rep = 0; rep < 2; rep++) {
+    cudaMemset(out, 0xff, sizeof h);
+    if (cudaGraphLaunch(e, s) != cudaSuccess) return cudaErrorUnknown;
+    cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost);
+    if (r[0] != 2016.0f || r[127] != 6112.0f) return cudaErrorUnknown; /* 0+..+63, 64+..+127 */
+  }
+  cudaGraphExecDestroy(e);
+  return cudaSuccess;
+}
+
 static const struct {
   const char *name;
   cudaError_t (*run)(void);
@@ -255,6 +286,7 @@ static const struct {
     {"NCCL: all-reduce in fp32 in rank order", c_nccl_reduces_in_rank_order, NULL},
     {"cuBLASLt: an epilogue it does not emulate", c_cublaslt_epilogue, "epilogue 2 is not emulated"},
     {"cuBLASLt: transposed, strided-batch GEMM", c_cublaslt_gemm, NULL},
+    {"graphs: capture, refuse a synchronous copy, replay", c_graph_replay, NULL},
 };
 
 int main(void) {
