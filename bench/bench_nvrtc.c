@@ -4,7 +4,8 @@
  *
  *   bench_nvrtc [FILE [--plan P] [-D NAME=VALUE ...] [--arch 90]]   default: GPT-2 124M, 12 blocks
  *
- * Prints one line per phase: seconds, kernels, the ratio to the target. Exits 77 without NVRTC. */
+ * Prints one line per phase: seconds, kernels, the ratio to the target. Without NVRTC it says so
+ * and exits 0, measuring nothing. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,7 @@ int main(int argc, char **argv) {
   char err[512];
   if (ntp_nvrtc_load(err, sizeof err) != 0) {
     printf("bench_nvrtc: no NVRTC (%s): nothing measured\n", err);
-    return 77;
+    return 0;
   }
   ntpc_set_world(s, 0);
   if (ntpc_compile_file(s, file) != NTPC_OK) {
