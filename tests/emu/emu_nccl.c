@@ -8,8 +8,8 @@
  * order and rounded once, as the loopback collectives do), a send with the receive that
  * names it, a split of every rank of the parent. A mismatch (counts, types, a rank that
  * never joins) would hang a real job; here it is an error: at once when every rank of the
- * communicator lives in this process, after NTP_EMU_NCCL_TIMEOUT seconds (default 60)
- * otherwise. */
+ * communicator lives in this process, after NTP_EMU_NCCL_TIMEOUT seconds (default 300)
+ * otherwise. *
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -298,7 +298,7 @@ static ncclResult_t flush(void) {
     goto out;
   }
   pthread_cond_broadcast(&f->cv);
-  double limit = now() + (double)(getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 60.0);
+  double limit = now() + (double)(getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 300.0);
   for (int i = 0; i < nqueue; i++) { /* wait */
     pending *p = &queue[i];
     board_op *x = &f->ops[p->slot];
