@@ -9,7 +9,7 @@
  * names it, a split of every rank of the parent. A mismatch (counts, types, a rank that
  * never joins) would hang a real job; here it is an error: at once when every rank of the
  * communicator lives in this process, after NTP_EMU_NCCL_TIMEOUT seconds (default 300)
- * otherwise. *
+ * otherwise. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
