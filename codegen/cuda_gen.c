@@ -88,20 +88,41 @@ static const char prelude[] =
 
 /* ---- text buffer --------------------------------------------------------------- */
 
+/* Appends formatted text. The buffer exists before the first write (no offset is ever applied
+ * to a NULL buffer); when memory runs out the module is marked failed and the text dropped, and
+ * cg_generate reports it. */
 static void out(cg_module *m, const char *fmt, ...) {
   va_list ap;
+  if (m->failed) return;
   for (;;) {
+    if (!m->source || m->len + 1 >= m->cap) {
+      size_t ncap = m->cap ? m->cap * 2 : 65536;
+      char *s = realloc(m->source, ncap);
+      if (!s) {
+        m->failed = true;
+        return;
+      }
+      m->source = s;
+      m->cap = ncap;
+    }
     va_start(ap, fmt);
     int n = vsnprintf(m->source + m->len, m->cap - m->len, fmt, ap);
     va_end(ap);
-    if (n >= 0 && m->len + (size_t)n < m->cap) {
+    if (n < 0) {
+      m->failed = true;
+      return;
+    }
+    if (m->len + (size_t)n < m->cap) {
       m->len += (size_t)n;
       return;
     }
-    size_t ncap = m->cap ? m->cap * 2 : 65536;
+    size_t ncap = m->cap * 2;
     while (ncap < m->len + (size_t)n + 1) ncap *= 2;
     char *s = realloc(m->source, ncap);
-    if (!s) abort();
+    if (!s) {
+      m->failed = true;
+      return;
+    }
     m->source = s;
     m->cap = ncap;
   }
@@ -883,6 +904,10 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     }
     if (m->steps[s].kind == CG_KERNEL && finish_kernel(&g) != 0) {
       snprintf(err, cap, "out of memory");
+      goto fail;
+    }
+    if (m->failed) {
+      snprintf(err, cap, "out of memory for the CUDA source of rank %d", rank);
       goto fail;
     }
     if (g.too_many_args) {

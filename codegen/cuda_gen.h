@@ -16,6 +16,7 @@
 #ifndef NTP_CUDA_GEN_H
 #define NTP_CUDA_GEN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,7 @@ typedef struct cg_module {
   int64_t *args;  /* the argument blocks of the kernel steps */
   size_t nargs, cap_args;
   int32_t rank;
+  bool failed; /* out of memory while writing: cg_generate fails */
 } cg_module;
 
 /* binary16 <-> binary32 for generated sources (which define u16 and u32): PTX on the device,

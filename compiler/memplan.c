@@ -1,14 +1,24 @@
 /* memplan.c — one arena per rank: offsets from liveness (first fit), and a checker that
  * no two tensors alive at the same step share bytes. Parameter and input slices live for
  * the whole program in a block of their own. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "shard.h"
 
 enum { ALIGN = 256 };
 
+/* Sizes and offsets saturate at INT64_MAX instead of wrapping: sema caps tensors and models far
+ * below it, and a saturated value still fails the checker rather than aliasing memory. */
+static int64_t add_sat(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 static int64_t tensor_bytes(const sh_tensor *t) {
-  int64_t b = box_volume(&t->box) * (int64_t)dtype_bytes(t->dtype);
+  int64_t b;
+  if (__builtin_mul_overflow(box_volume(&t->box), (int64_t)dtype_bytes(t->dtype), &b) || b > INT64_MAX - ALIGN)
+    return INT64_MAX;
   return (b + ALIGN - 1) / ALIGN * ALIGN;
 }
 
@@ -56,9 +66,10 @@ void sh_plan_memory(sh_program *p) {
     for (size_t i = 0; i < p->n_tensors; i++) {
       sh_tensor *t = &p->tensors[i];
       if (t->rank != r || !t->persistent) continue;
-      t->offset = mem->param_bytes + mem->input_bytes;
-      if (p->global->ops[p->global->values[t->init_value].def].code == IR_INPUT) mem->input_bytes += tensor_bytes(t);
-      else mem->param_bytes += tensor_bytes(t);
+      t->offset = add_sat(mem->param_bytes, mem->input_bytes);
+      if (p->global->ops[p->global->values[t->init_value].def].code == IR_INPUT)
+        mem->input_bytes = add_sat(mem->input_bytes, tensor_bytes(t));
+      else mem->param_bytes = add_sat(mem->param_bytes, tensor_bytes(t));
     }
     size_t nlive = 0;
     for (size_t k = 0; k < n; k++) {
@@ -72,11 +83,11 @@ void sh_plan_memory(sh_program *p) {
       int64_t size = tensor_bytes(t), at = 0;
       for (size_t j = 0; j < nlive; j++) {
         if (live[j].offset - at >= size) break;
-        if (live[j].offset + live[j].size > at) at = live[j].offset + live[j].size;
+        if (add_sat(live[j].offset, live[j].size) > at) at = add_sat(live[j].offset, live[j].size);
       }
       t->offset = at;
       live[nlive++] = (live_block){at, size, t->last_use};
-      if (at + size > mem->arena_bytes) mem->arena_bytes = at + size;
+      if (add_sat(at, size) > mem->arena_bytes) mem->arena_bytes = add_sat(at, size);
     }
   }
   for (size_t s = 0; s < p->n_steps; s++) {
@@ -98,7 +109,7 @@ bool sh_check_memory(const sh_program *p, char *err, size_t cap) {
   for (size_t k = 0; k < n && ok; k++) {
     size_t i = (size_t)order[k];
     const sh_tensor *a = &p->tensors[i];
-    if (a->offset < 0 || a->offset + tensor_bytes(a) > p->mem[a->rank].arena_bytes) {
+    if (a->offset < 0 || add_sat(a->offset, tensor_bytes(a)) > p->mem[a->rank].arena_bytes) {
       snprintf(err, cap, "tensor t%zu on rank %d lies outside its arena", i, a->rank);
       ok = false;
     }

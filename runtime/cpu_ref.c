@@ -38,9 +38,10 @@ void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint6
   uint64_t h = ntp_name_hash(v->name);
   int nd = box->ndim;
   int64_t stride[NTP_MAX_RANK], ext[NTP_MAX_RANK], n = box_volume(box);
-  for (int d = nd - 1, st = 1; d >= 0; d--) {
+  int64_t st = 1; /* tensors may exceed 2^31 elements: 64-bit strides */
+  for (int d = nd - 1; d >= 0; d--) {
     stride[d] = st;
-    st *= (int)v->shape.dim[d];
+    st *= v->shape.dim[d];
     ext[d] = box->hi[d] - box->lo[d];
   }
   int32_t range = op->attr.init.int_range > 0 ? op->attr.init.int_range : 1000;
@@ -81,10 +82,11 @@ void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_
 
 static bool alloc_tensor(const ir_module *m, int32_t value, ntp_host_tensor *t) {
   const ir_value *v = &m->values[value];
-  size_t n = (size_t)shape_numel(&v->shape);
+  size_t n = (size_t)shape_numel(&v->shape), bytes;
   *t = (ntp_host_tensor){.name = v->name, .dtype = v->dtype, .shape = v->shape};
-  if (v->dtype == NTP_I32) t->i = malloc((n ? n : 1) * sizeof(int32_t));
-  else t->f = malloc((n ? n : 1) * sizeof(float));
+  if (__builtin_mul_overflow(n ? n : 1, (size_t)4, &bytes)) return false; /* int32 and fp32 slots: 4 bytes */
+  if (v->dtype == NTP_I32) t->i = malloc(bytes);
+  else t->f = malloc(bytes);
   return t->i || t->f;
 }
 
@@ -304,7 +306,15 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
     ntp_progress_update(&prog, cost_done, op->layer, op->layer >= 0 ? m->layers[op->layer].name : NULL);
     cost_done += ntp_op_cost(op, &m->values[op->result].shape, op->nargs ? &m->values[op->args[0]].shape : NULL);
     if (!alloc_tensor(m, op->result, &t[op->result])) {
-      snprintf(err, cap, "out of memory for %%%d", op->result);
+      const ir_value *v = &m->values[op->result];
+      char dims[160];
+      size_t k = 0;
+      for (int d = 0; d < v->shape.ndim && k < sizeof dims; d++)
+        k += (size_t)snprintf(dims + k, sizeof dims - k, "%s%lld", d ? ", " : "", (long long)v->shape.dim[d]);
+      snprintf(err, cap, "out of host memory for '%s' %s[%s] (%.3g bytes as fp32 values)%s%s",
+               v->name && *v->name ? v->name : "a temporary", dtype_name(v->dtype), v->shape.ndim ? dims : "",
+               (double)shape_numel(&v->shape) * 4.0, op->layer >= 0 ? " in layer " : "",
+               op->layer >= 0 ? m->layers[op->layer].name : "");
       goto done;
     }
     double ti = op->code == IR_INPUT || op->code == IR_PARAM ? now_seconds() : 0;
