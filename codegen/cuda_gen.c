@@ -88,23 +88,28 @@ static const char prelude[] =
 
 /* ---- text buffer --------------------------------------------------------------- */
 
-/* Appends formatted text. The buffer exists before the first write (no offset is ever applied
- * to a NULL buffer); when memory runs out the module is marked failed and the text dropped, and
- * cg_generate reports it. */
+/* Room for `need` bytes of text; an allocation failure marks the module failed (cg_generate
+ * reports it) instead of aborting. */
+static bool reserve(cg_module *m, size_t need) {
+  if (need <= m->cap) return true;
+  size_t ncap = m->cap ? m->cap : 65536;
+  while (ncap < need) ncap *= 2;
+  char *s = realloc(m->source, ncap);
+  if (!s) {
+    m->failed = true;
+    return false;
+  }
+  m->source = s;
+  m->cap = ncap;
+  return true;
+}
+
+/* Appends formatted text; the buffer exists before the first write (no offset is ever applied
+ * to a NULL buffer). */
 static void out(cg_module *m, const char *fmt, ...) {
   va_list ap;
-  if (m->failed) return;
+  if (m->failed || !reserve(m, m->len + 256)) return;
   for (;;) {
-    if (!m->source || m->len + 1 >= m->cap) {
-      size_t ncap = m->cap ? m->cap * 2 : 65536;
-      char *s = realloc(m->source, ncap);
-      if (!s) {
-        m->failed = true;
-        return;
-      }
-      m->source = s;
-      m->cap = ncap;
-    }
     va_start(ap, fmt);
     int n = vsnprintf(m->source + m->len, m->cap - m->len, fmt, ap);
     va_end(ap);
@@ -116,15 +121,7 @@ static void out(cg_module *m, const char *fmt, ...) {
       m->len += (size_t)n;
       return;
     }
-    size_t ncap = m->cap * 2;
-    while (ncap < m->len + (size_t)n + 1) ncap *= 2;
-    char *s = realloc(m->source, ncap);
-    if (!s) {
-      m->failed = true;
-      return;
-    }
-    m->source = s;
-    m->cap = ncap;
+    if (!reserve(m, m->len + (size_t)n + 1)) return;
   }
 }
 

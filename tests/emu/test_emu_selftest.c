@@ -141,11 +141,15 @@ static cudaError_t c_host_pointer(void) {
 
 /* the libraries: what would hang or be ignored on a GPU is an error */
 static cudaError_t as_cuda(int ok) { return ok ? cudaSuccess : cudaErrorUnknown; }
+/* two ranks on GPUs 0 and 1, a buffer of 64 floats each */
+static bool two_ranks(ncclComm_t comm[2], float *buf[2]) {
+  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
+  return ncclCommInitAll(comm, 2, NULL) == ncclSuccess;
+}
 static cudaError_t c_nccl_missing_rank(void) {
   ncclComm_t comm[2];
   float *buf[2];
-  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
-  if (ncclCommInitAll(comm, 2, NULL) != ncclSuccess) return cudaErrorUnknown;
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
   cudaSetDevice(0);
   ncclGroupStart();
   ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], NULL); /* rank 1 never joins */
@@ -154,8 +158,7 @@ static cudaError_t c_nccl_missing_rank(void) {
 static cudaError_t c_nccl_mismatch(void) {
   ncclComm_t comm[2];
   float *buf[2];
-  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
-  if (ncclCommInitAll(comm, 2, NULL) != ncclSuccess) return cudaErrorUnknown;
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
   ncclGroupStart();
   for (int r = 0; r < 2; r++) {
     cudaSetDevice(r);
@@ -166,8 +169,7 @@ static cudaError_t c_nccl_mismatch(void) {
 static cudaError_t c_nccl_unmatched_send(void) {
   ncclComm_t comm[2];
   float *buf[2];
-  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
-  if (ncclCommInitAll(comm, 2, NULL) != ncclSuccess) return cudaErrorUnknown;
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
   cudaSetDevice(0);
   ncclGroupStart();
   ncclSend(buf[0], 64, ncclFloat32, 1, comm[0], NULL);
