@@ -577,6 +577,7 @@ typedef struct group_ctx {
   int32_t r0;      /* first rank */
   int t;           /* group size */
   int64_t b0, b1;  /* batch rows */
+  bool whole;      /* the layer's input has no batch dim: the owning group takes every value whole */
 } group_ctx;
 
 static int32_t layer_param(lower *L, const ir_layer *ly, const char *suffix) {
@@ -611,7 +612,7 @@ static int32_t core_end(lower *L, const ir_layer *ly, ir_opcode code) {
 
 static ntp_box rows_box(lower *L, int32_t v, const group_ctx *g) {
   ntp_box b = box_full(&L->m->values[v].shape);
-  if (b.ndim < 2) return b; /* no batch dim (dim 0 of a vector is its features): whole */
+  if (b.ndim < 2 || g->whole) return b; /* no batch dim (dim 0 of a vector is its features): whole */
   b.lo[0] = g->b0;
   b.hi[0] = g->b1;
   return b;
@@ -821,13 +822,13 @@ static void lower_layer(lower *L, int32_t l) {
   L->why = arena_printf(&L->p->pool, "%s: input redistribution", ly->name);
   /* every group's input first, so the redistribution is one collective per set of ranks */
   for (int g = 0; g < pl->ngroups; g++) {
-    group_ctx gc = {.b0 = pl->row_start[g], .b1 = pl->row_start[g + 1]};
+    group_ctx gc = {.b0 = pl->row_start[g], .b1 = pl->row_start[g + 1], .whole = xs.ndim < 2};
     if (gc.b1 > gc.b0)
       for (int32_t r = pl->group_start[g]; r < pl->group_start[g + 1]; r++) ensure(L, x, r, rows_box(L, x, &gc));
   }
   for (int g = 0; g < pl->ngroups; g++) {
     group_ctx gc = {ly, pl, g, pl->group_start[g], pl->group_start[g + 1] - pl->group_start[g], pl->row_start[g],
-                    pl->row_start[g + 1]};
+                    pl->row_start[g + 1], xs.ndim < 2};
     if (gc.b1 == gc.b0) continue; /* a group without batch rows idles in this layer */
     if (!check_degree(L, ly, gc.t)) return;
     if (pl->seq_parallel && gc.t > 1 && (xs.ndim < 2 || xs.dim[1] < gc.t)) {

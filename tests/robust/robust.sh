@@ -117,6 +117,14 @@ shard_vector_layer_input)
   expect "$case" 0 30 "vs unsharded: max relative error" "$ntpc" run "$tmp/m.ntp" --world 8
   expect "$case.w4" 0 30 "vs unsharded: max relative error" "$ntpc" run "$tmp/m.ntp" --world 4 ;;
 
+shard_vector_embedding)
+  # 1-D token ids: the lookup's [B+S, D] output has no batch rows to split over groups either
+  model "$tmp/m.ntp" '  input tokens : i32[10];
+  output x = embed: embedding(tokens, vocab = 32, dim = 8);'
+  printf 'plan two for m { world 5; embed tp (3, 2), batch (1, 1); }\n' >"$tmp/p.ntp"
+  expect "$case" 0 30 "vs unsharded: max relative error 0" "$ntpc" run "$tmp/m.ntp" --world 4
+  expect "$case.groups" 0 30 "vs unsharded: max relative error 0" "$ntpc" run "$tmp/m.ntp" --plan "$tmp/p.ntp" ;;
+
 # class 3: recursion that follows the input
 deep_add_chain)
   python3 -c "print('model m { input x : fp32[2]; y = x' + ' + x' * 30000 + '; output z = y; }')" >"$tmp/m.ntp"
