@@ -2,6 +2,7 @@
  * static tables of the runtime's own structs, every rank's CUDA source and kernel table,
  * the model's metadata, and the exported ntp_model_* functions (thin calls into
  * libntprt). `ntpc model.ntp -o model.so` compiles it with the system C compiler. */
+#include "layer_kind.h"
 #include "artifact.h"
 
 #include <stdio.h>
@@ -248,8 +249,8 @@ int artifact_write_c(const sh_program *p, FILE *f, char *err, size_t cap) {
   for (size_t l = 0; l < m->n_layers; l++) {
     const sh_placement *pl = &p->placements[l];
     char line[512];
-    int k = snprintf(line, sizeof line, "%s: %s", m->layers[l].name, ir_layer_kind_name(m->layers[l].kind));
-    if (m->layers[l].kind != LAYER_LAYERNORM && m->layers[l].kind != LAYER_RMSNORM) {
+    int k = snprintf(line, sizeof line, "%s: %s", m->layers[l].name, layer_kind_of(&m->layers[l])->name);
+    if (layer_is_sharded(&m->layers[l])) {
       k += snprintf(line + k, sizeof line - (size_t)k, ", groups (");
       for (int g = 0; g < pl->ngroups && k < 480; g++)
         k += snprintf(line + k, sizeof line - (size_t)k, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);

@@ -15,17 +15,8 @@ static const struct {
 #undef X
 };
 
-static const char *layer_kind_names[] = {
-#define X(e, s) s,
-    LAYER_KINDS(X)
-#undef X
-};
-
 const char *ir_op_name(ir_opcode op) { return (unsigned)op < IR_OP_COUNT ? op_table[op].name : "?"; }
 int ir_op_arity(ir_opcode op) { return (unsigned)op < IR_OP_COUNT ? op_table[op].arity : -1; }
-const char *ir_layer_kind_name(ir_layer_kind k) {
-  return (unsigned)k < LAYER_KIND_COUNT ? layer_kind_names[k] : "?";
-}
 
 bool ir_op_is_unary_elementwise(ir_opcode op) {
   switch (op) {

@@ -145,24 +145,21 @@ typedef struct ir_tp {
   ntp_loc loc;
 } ir_tp;
 
-typedef enum {
-#define LAYER_KINDS(X) X(EMBEDDING, "embedding") X(LINEAR, "linear") X(LAYERNORM, "layernorm") \
-  X(RMSNORM, "rmsnorm") X(ATTENTION, "attention") X(MLP, "mlp")
-#define X(e, s) LAYER_##e,
-  LAYER_KINDS(X)
-#undef X
-  LAYER_KIND_COUNT
-} ir_layer_kind;
+#define NTP_LAYER_ROLES 12
 
-const char *ir_layer_kind_name(ir_layer_kind k);
-
+/* A layer: a call of a layer kind (compiler/layers/). Its kind's file gives every rule that
+ * depends on the kind; the IR records what those rules read, so no pass looks for a layer's
+ * parts by name or by op pattern. */
 typedef struct ir_layer {
   const char *name; /* hierarchical: blk.3.attn */
-  ir_layer_kind kind;
+  int32_t kind;     /* index into layer_kinds[] (compiler/layers/registry.c) */
   ir_tp tp;
   ntp_loc loc;
   int32_t first_op, nops; /* ops of a layer are contiguous */
-  int32_t weight;         /* embedding: its table value (for tied heads); -1 otherwise */
+  int32_t weight;         /* a weight another layer may tie to (an embedding's table); -1 otherwise */
+  int32_t input;          /* the value the layer reads */
+  int32_t core;           /* the value its sharded core ends in; ops after it follow (bias adds) */
+  int32_t role[NTP_LAYER_ROLES]; /* values by the kind's roles (parameters, internals); -1: none */
 } ir_layer;
 
 typedef struct ir_output {

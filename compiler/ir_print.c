@@ -2,6 +2,7 @@
  * One line per op; layer headers group a layer's ops; locations are line:col. */
 #include <stdio.h>
 
+#include "layer_kind.h"
 #include "ir.h"
 
 static void print_type(const ir_module *m, const ir_value *v, FILE *out) {
@@ -86,7 +87,7 @@ void ir_print(const ir_module *m, FILE *out) {
       layer = op->layer;
       if (layer >= 0) {
         const ir_layer *l = &m->layers[layer];
-        fprintf(out, "layer %s = %s", l->name, ir_layer_kind_name(l->kind));
+        fprintf(out, "layer %s = %s", l->name, layer_kind_of(l)->name);
         if (l->tp.kind == TP_AUTO) fputs(" @tp(auto)", out);
         for (int g = 0; l->tp.kind == TP_DEGREES && g < l->tp.n; g++)
           fprintf(out, "%s%lld%s", g ? ", " : " @tp(", (long long)l->tp.groups[g], g == l->tp.n - 1 ? ")" : "");

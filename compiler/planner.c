@@ -1,7 +1,7 @@
 /* planner.c — the cost model and the exact search for per-layer TP placements.
  *
- * The model is read as a chain of sharded layers (embedding, linear, attention, mlp); norms,
- * residual adds and other ops "follow" the value they extend, exactly as the sharding pass
+ * The model is read as a chain of sharded layers (the kinds with a `shard` rule,
+ * compiler/layers/), each costed per rank by its kind; norms, residual adds and other ops "follow" the value they extend, exactly as the sharding pass
  * lowers them (docs/sharding.md). Every cost is then a function of one layer's placement
  * (its kernels, its reductions, the ops that follow it, the parameters it holds) or of two
  * consecutive layers' placements (the outputs of one moved to the other, counted by slice
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "layer_kind.h"
 #include "planner.h"
 #include "shard.h"
 #include "shard_internal.h"
@@ -223,22 +224,13 @@ typedef struct sread { /* an input or parameter slice read at a home */
 
 typedef struct chain_layer {
   int32_t ir;
-  ir_layer_kind kind;
+  const layer_kind *k;
   int32_t x;
   ntp_shape xs, out;
   ntp_dtype dt, wdt;
   int64_t rows, T; /* batch rows (dim 0 of the input), tokens per row */
-  int64_t units;
-  const char *unit_name;
-  int64_t V, Dm;                 /* embedding */
-  int64_t N, K;                  /* linear */
-  int64_t H, KV, HD, Din, Dout;  /* attention, mlp (Din, Dout) */
-  int64_t S;                     /* attention: positions */
-  bool qkv_bias, rope, causal;
-  int64_t F;
-  bool gated, up_bias;
-  bool reduces;
-  int32_t wval; /* embedding: its table; linear: its weight (a tied head: the same value) */
+  layer_dims d;    /* the kind's description: units, sizes */
+  int32_t wval;    /* a weight split by units that another layer may share (a tied head), or -1 */
 } chain_layer;
 
 struct plan_model {
@@ -277,40 +269,6 @@ void plan_model_free(plan_model *pm) {
   free(pm);
 }
 
-static bool sharded_kind(ir_layer_kind k) {
-  return k == LAYER_EMBEDDING || k == LAYER_LINEAR || k == LAYER_ATTENTION || k == LAYER_MLP;
-}
-
-static int32_t find_param(const ir_module *m, const ir_layer *ly, const char *suffix) {
-  size_t n = strlen(ly->name);
-  for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++) {
-    const ir_op *op = &m->ops[i];
-    const char *name = m->values[op->result].name;
-    if (op->code == IR_PARAM && name && strncmp(name, ly->name, n) == 0 && name[n] == '.' &&
-        strcmp(name + n + 1, suffix) == 0)
-      return op->result;
-  }
-  return -1;
-}
-
-static int32_t last_op(const ir_module *m, const ir_layer *ly, ir_opcode code) {
-  int32_t last = -1;
-  for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++)
-    if (m->ops[i].code == code) last = i;
-  return last;
-}
-
-static int32_t layer_input_value(const ir_module *m, const ir_layer *ly) {
-  for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++) {
-    const ir_op *op = &m->ops[i];
-    for (int a = 0; a < op->nargs; a++) {
-      int32_t v = op->args[a];
-      if (m->values[v].def < ly->first_op && m->ops[m->values[v].def].code != IR_PARAM) return v;
-    }
-  }
-  return -1;
-}
-
 static bool is_source(const ir_module *m, int32_t v) {
   ir_opcode c = m->ops[m->values[v].def].code;
   if (c == IR_INPUT || c == IR_PARAM || c == IR_CONST) return true;
@@ -332,77 +290,22 @@ static bool home_eq(home a, home b) {
 static bool read_chain_layer(const ir_module *m, int32_t l, chain_layer *c, char *err, size_t cap) {
   const ir_layer *ly = &m->layers[l];
   char msg[300];
-  *c = (chain_layer){.ir = l, .kind = ly->kind};
-  c->x = layer_input_value(m, ly);
-  int32_t end = last_op(m, ly, ly->kind == LAYER_EMBEDDING ? IR_GATHER : IR_MATMUL);
-  if (c->x < 0 || end < 0) {
+  *c = (chain_layer){.ir = l, .k = layer_kind_of(ly)};
+  c->x = ly->input;
+  if (c->x < 0 || ly->core < 0) {
     snprintf(msg, sizeof msg, "layer '%s' has no recognisable core", ly->name);
     return model_error(m, ly->loc, err, cap, msg);
   }
   c->xs = m->values[c->x].shape;
-  c->out = m->values[m->ops[end].result].shape;
-  c->dt = m->values[m->ops[end].result].dtype;
+  c->out = m->values[ly->core].shape;
+  c->dt = m->values[ly->core].dtype;
   c->rows = c->xs.ndim ? c->xs.dim[0] : 1;
   c->T = 1;
-  int tlast = ly->kind == LAYER_EMBEDDING ? c->xs.ndim : c->xs.ndim - 1;
+  int tlast = c->k->index_input ? c->xs.ndim : c->xs.ndim - 1;
   for (int d = 1; d < tlast; d++) c->T *= c->xs.dim[d];
-  c->reduces = ly->kind != LAYER_LINEAR;
-  switch (ly->kind) {
-  case LAYER_EMBEDDING: {
-    int32_t w = find_param(m, ly, "wte");
-    if (w < 0) return model_error(m, ly->loc, err, cap, "embedding without its table");
-    c->wval = w;
-    c->V = m->values[w].shape.dim[0];
-    c->Dm = m->values[w].shape.dim[1];
-    c->wdt = m->values[w].dtype;
-    c->units = c->V;
-    c->unit_name = "vocabulary rows";
-    break;
-  }
-  case LAYER_LINEAR: {
-    int32_t w = m->ops[end].args[1];
-    c->wval = w;
-    c->N = m->values[w].shape.dim[0];
-    c->K = m->values[w].shape.dim[1];
-    c->wdt = m->values[w].dtype;
-    c->units = c->N;
-    c->unit_name = "output columns";
-    break;
-  }
-  case LAYER_ATTENTION: {
-    int32_t att = last_op(m, ly, IR_ATTENTION);
-    int32_t wq = find_param(m, ly, "wq"), wo = find_param(m, ly, "wo");
-    if (att < 0 || wq < 0 || wo < 0) return model_error(m, ly->loc, err, cap, "attention without its projections");
-    const ntp_shape qs = m->values[m->ops[att].args[0]].shape, ks = m->values[m->ops[att].args[1]].shape;
-    c->H = qs.dim[2];
-    c->KV = ks.dim[2];
-    c->HD = qs.dim[3];
-    c->S = qs.dim[1];
-    c->Din = m->values[wq].shape.dim[1];
-    c->Dout = m->values[wo].shape.dim[0];
-    c->wdt = m->values[wq].dtype;
-    c->qkv_bias = find_param(m, ly, "bq") >= 0;
-    c->rope = last_op(m, ly, IR_ROPE) >= 0;
-    c->causal = m->ops[att].attr.attn.causal;
-    c->units = c->H;
-    c->unit_name = "heads";
-    break;
-  }
-  case LAYER_MLP: {
-    int32_t up = find_param(m, ly, "w_up"), down = find_param(m, ly, "w_down");
-    if (up < 0 || down < 0) return model_error(m, ly->loc, err, cap, "mlp without its projections");
-    c->F = m->values[up].shape.dim[0];
-    c->Din = m->values[up].shape.dim[1];
-    c->Dout = m->values[down].shape.dim[0];
-    c->wdt = m->values[up].dtype;
-    c->gated = find_param(m, ly, "w_gate") >= 0;
-    c->up_bias = find_param(m, ly, "b_up") >= 0;
-    c->units = c->F;
-    c->unit_name = "hidden columns";
-    break;
-  }
-  default: break;
-  }
+  layer_describe(m, ly, &c->d);
+  c->wdt = c->d.wdt;
+  c->wval = c->k->weight_role >= 0 ? ly->role[c->k->weight_role] : -1;
   return true;
 }
 
@@ -596,14 +499,17 @@ plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
   }
   for (size_t l = 0; !B.failed && l < m->n_layers; l++) {
     B.chain_of[l] = -1;
-    if (!sharded_kind(m->layers[l].kind)) continue;
+    if (!layer_is_sharded(&m->layers[l])) continue;
     if (!read_chain_layer(m, (int32_t)l, &pm->L[pm->n], err, cap)) B.failed = true;
     B.chain_of[l] = pm->n++;
   }
   if (!B.failed && pm->n == 0) {
     char msg[256];
-    snprintf(msg, sizeof msg, "model '%s' has no layer with a TP degree (embedding, linear, attention, mlp): nothing to plan",
-             m->name);
+    char kinds[200] = "";
+    for (int32_t k = 0; k < layer_nkinds; k++)
+      if (layer_kinds[k]->shard)
+        snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", kinds[0] ? ", " : "", layer_kinds[k]->name);
+    snprintf(msg, sizeof msg, "model '%s' has no layer with a TP degree (%s): nothing to plan", m->name, kinds);
     model_error(m, NTP_NOLOC, err, cap, msg);
     B.failed = true;
   }
@@ -616,9 +522,8 @@ plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
       home at = {.kind = H_LAYER, .layer = ci};
       if (is_source(m, c->x)) add_read(&B, at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, c->x);
       else add_move(&B, B.home_of[c->x], at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, -1, c->x, ly->loc);
-      int32_t end = last_op(m, ly, ly->kind == LAYER_EMBEDDING ? IR_GATHER : IR_MATMUL);
-      B.home_of[m->ops[end].result] = (home){.kind = H_LAYER, .layer = ci, .cols = ly->kind == LAYER_LINEAR,
-                                             .seq = ly->kind != LAYER_LINEAR};
+      int32_t end = m->values[ly->core].def;
+      B.home_of[ly->core] = (home){.kind = H_LAYER, .layer = ci, .cols = !c->k->reduces, .seq = c->k->reduces};
       for (int32_t k = end + 1; k < ly->first_op + ly->nops && !B.failed; k++) {
         const ir_op *f = &m->ops[k];
         if (f->code != IR_PARAM && f->code != IR_SLICE) follow_op(&B, f);
@@ -880,92 +785,24 @@ static double move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_
   return t;
 }
 
-/* query and KV heads on rank i of a group of t */
-static void attn_heads(const chain_layer *c, int t, int i, int64_t *hq, int64_t *hk) {
-  int64_t grp = c->H / c->KV, qlo, qhi, klo, khi;
-  if (t <= c->KV) {
-    split_range(c->KV, t, i, &klo, &khi);
-    qlo = klo * grp;
-    qhi = khi * grp;
-  } else {
-    split_range(c->H, t, i, &qlo, &qhi);
-    klo = qlo / grp;
-    khi = (qhi - 1) / grp + 1;
-  }
-  *hq = qhi - qlo;
-  *hk = khi - klo;
-}
-
-/* bytes of a tensor in the compiler's memory plan: every tensor starts 256-byte aligned */
-static double al(double bytes) { return ceil(bytes / 256.0) * 256.0; }
-
-/* Rank i of a group of t with b rows: kernel time, parameter bytes, activation bytes. */
+/* Rank i of a group of t with b rows: kernel time, parameter bytes, activation bytes (the kind's cost). */
 static void core_rank(const plan_tables *T, const chain_layer *c, int t, int i, int64_t b, bool sp, double *time,
                       double *params, double *act) {
-  const plan_profile *p = T->prof;
-  double eb = (double)dtype_bytes(c->dt), wb = (double)dtype_bytes(c->wdt), M = (double)b * (double)c->T;
-  double out_div = sp && t > 1 ? t : 1;
-  double tm = 0, pa = 0, ac = 0;
-  switch (c->kind) {
-  case LAYER_EMBEDDING: {
-    int64_t lo, hi;
-    split_range(c->V, t, i, &lo, &hi);
-    double D = (double)c->Dm;
-    tm = plan_stream_time(p, 2 * M * D * eb + M * 4);
-    pa = al((double)(hi - lo) * D * wb);
-    ac = M * D * eb + (t > 1 ? M * D * eb / out_div : 0);
-    break;
+  layer_cost lc = {0};
+  if (b > 0) {
+    layer_cost_in in = {T->prof, &c->d, c->dt, t, i, b, (double)b * (double)c->T, sp};
+    c->k->cost(&in, &lc);
   }
-  case LAYER_LINEAR: {
-    int64_t lo, hi;
-    split_range(c->N, t, i, &lo, &hi);
-    double n = (double)(hi - lo);
-    tm = plan_gemm_time(p, c->dt, M, n, (double)c->K);
-    pa = al(n * (double)c->K * wb);
-    ac = M * (double)c->K * eb + M * n * eb;
-    break;
-  }
-  case LAYER_ATTENTION: {
-    int64_t hq, hk;
-    attn_heads(c, t, i, &hq, &hk);
-    double q = (double)(hq * c->HD), k = (double)(hk * c->HD), Din = (double)c->Din, Dout = (double)c->Dout;
-    tm = plan_gemm_time(p, c->dt, M, q, Din) + 2 * plan_gemm_time(p, c->dt, M, k, Din);
-    if (c->qkv_bias) tm += 3 * plan_stream_time(p, 2 * M * (q + 2 * k) / 3 * eb);
-    if (c->rope) tm += 2 * plan_stream_time(p, M * (q + k) * eb);
-    tm += plan_attention_time(p, c->dt, (double)b, (double)hq, (double)hk, (double)c->S, (double)c->HD, c->causal);
-    tm += plan_gemm_time(p, c->dt, M, Dout, q);
-    pa = al(q * Din * wb) + 2 * al(k * Din * wb) + al(Dout * q * wb) + (c->qkv_bias ? al(q * wb) + 2 * al(k * wb) : 0);
-    ac = M * Din * eb + M * (q + 2 * k) * eb * (c->qkv_bias ? 2 : 1) + (c->rope ? M * (q + k) * eb : 0) +
-         M * (2 * q + 2 * k) * eb + M * q * eb + M * Dout * eb + (t > 1 ? M * Dout * eb / out_div : 0);
-    break;
-  }
-  case LAYER_MLP: {
-    int64_t unit = c->F >= 64 * t ? 64 : 1, lo, hi;
-    split_units(c->F, unit, t, i, &lo, &hi);
-    double f = (double)(hi - lo), Din = (double)c->Din, Dout = (double)c->Dout, ups = c->gated ? 2 : 1;
-    tm = ups * plan_gemm_time(p, c->dt, M, f, Din);
-    if (c->up_bias) tm += ups * plan_stream_time(p, 2 * M * f * eb);
-    tm += plan_stream_time(p, 2 * M * f * eb);
-    if (c->gated) tm += plan_stream_time(p, 3 * M * f * eb);
-    tm += plan_gemm_time(p, c->dt, M, Dout, f);
-    pa = ups * al(f * Din * wb) + al(Dout * f * wb) + (c->up_bias ? ups * al(f * wb) : 0);
-    ac = M * Din * eb + M * f * eb * (ups * (c->up_bias ? 2 : 1) + 1 + (c->gated ? 1 : 0)) + M * Dout * eb +
-         (t > 1 ? M * Dout * eb / out_div : 0);
-    break;
-  }
-  default: break;
-  }
-  if (b == 0) tm = pa = ac = 0;
-  if (time) *time = tm;
-  if (params) *params = pa;
-  if (act) *act = ac;
+  if (time) *time = lc.time;
+  if (params) *params = lc.params;
+  if (act) *act = lc.act;
 }
 
 /* The ring reduction of a group: per-rank bytes as the compiler counts them, and its time. */
 static double group_reduce(const plan_tables *T, const chain_layer *c, const plan_place *pl, int32_t r0, int t, int64_t b,
                            double *bytes) {
   *bytes = 0;
-  if (!c->reduces || t <= 1 || b == 0) return 0;
+  if (!c->k->reduces || t <= 1 || b == 0) return 0;
   int64_t elems = b;
   for (int d = 1; d < c->out.ndim; d++) elems *= c->out.dim[d];
   bool scatter = pl->sp && c->out.ndim >= 2;
@@ -1015,7 +852,7 @@ static void read_set_add(read_set *rs, const sread *rd, const rbox *nb, int n, d
     if (dup) continue;
     struct read_seen seen = {rd->value, nb[i].rank, nb[i].box};
     VEC_PUSH(rs->done, rs->nd, rs->cd, seen);
-    per_rank[nb[i].rank] += al((double)box_volume(&nb[i].box) * (double)dtype_bytes(rd->dt));
+    per_rank[nb[i].rank] += plan_tensor_bytes((double)box_volume(&nb[i].box) * (double)dtype_bytes(rd->dt));
   }
 }
 
@@ -1125,7 +962,7 @@ static void unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u,
   int64_t bmax = 0;
   for (int g = 0; g < pl->ngroups; g++)
     if (rows[g + 1] - rows[g] > bmax) bmax = rows[g + 1] - rows[g];
-  int64_t width = c->kind == LAYER_EMBEDDING ? c->Dm : c->xs.ndim ? c->xs.dim[c->xs.ndim - 1] : 1; /* the stream */
+  int64_t width = c->d.width; /* the stream */
   double piece = (double)bmax * (double)c->T * (double)width * (double)dtype_bytes(c->dt);
   u->amax += 2 * piece + 256.0 * (2.0 * T->pm->m->layers[c->ir].nops + 32) + T->act_extra;
   for (int32_t r = 0; prm && r < T->W; r++)
@@ -1142,13 +979,13 @@ static bool legal_state(const plan_tables *T, int32_t i, int32_t s, bool pinned)
   bool split = false;
   for (int g = 0; g < pl->ngroups; g++) {
     if (rows[g + 1] == rows[g]) continue;
-    if (pl->size[g] > c->units) return false;
+    if (pl->size[g] > c->d.units) return false;
     if (pl->size[g] > 1) {
       split = true;
       if (pl->sp && (c->xs.ndim < 2 || c->xs.dim[1] < pl->size[g])) return false;
     }
   }
-  if (pl->sp && !pinned && (c->kind == LAYER_LINEAR || !split)) return false; /* no-op: the same as without */
+  if (pl->sp && !pinned && (!c->k->reduces || !split)) return false; /* no-op: the same as without */
   return true;
 }
 
@@ -1201,9 +1038,9 @@ static void key_move(keybuf *k, const plan_model *pm, const move *mv, int32_t la
 }
 
 static void key_layer(keybuf *k, const chain_layer *c) {
-  int64_t v[] = {c->kind, c->dt, c->wdt, c->rows, c->T, c->units, c->V, c->Dm, c->N, c->K, c->H, c->KV, c->HD,
-                 c->Din, c->Dout, c->S, c->qkv_bias, c->rope, c->causal, c->F, c->gated, c->up_bias, c->reduces};
+  int64_t v[] = {(int64_t)(intptr_t)c->k, c->dt, c->wdt, c->rows, c->T, c->d.units, c->d.width};
   key_add(k, v, sizeof v);
+  key_add(k, c->d.size, sizeof c->d.size);
   key_shape(k, &c->xs);
   key_shape(k, &c->out);
 }
@@ -1419,7 +1256,7 @@ static plan_tables *tables_build(const plan_model *pm, const plan_profile *prof,
         char pbuf[256], msg[512];
         snprintf(msg, sizeof msg, "layer '%s' cannot take placement %s: it has %lld %s (a group may not be larger), or "
                  "sequence parallelism needs as many positions as ranks", ly->name,
-                 plan_place_str(&T->st[T->pin[i]], pbuf, sizeof pbuf), (long long)c->units, c->unit_name);
+                 plan_place_str(&T->st[T->pin[i]], pbuf, sizeof pbuf), (long long)c->d.units, c->k->unit_name);
         model_error(pm->m, ly->loc, err, cap, msg);
       } else {
         char msg[300];
@@ -2165,14 +2002,15 @@ static void fill_solution(plan_tables *T, const int32_t *choice, double mem_cap,
   memset(pr, 0, (size_t)W * sizeof *pr);
   add_reads_plan(T, choice, pr);
   for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
-  /* a head tied to an embedding: where a rank holds the same rows of the table for both, the
-   * compiler keeps one slice (the search counts both, to stay additive) */
+  /* a head tied to an earlier layer's table: where a rank holds the same rows of it for both,
+   * the compiler keeps one slice (the search counts both, to stay additive) */
   for (int32_t j = 0; j < n; j++) {
     const chain_layer *h = &T->pm->L[j];
-    if (h->kind != LAYER_LINEAR) continue;
+    if (h->wval < 0) continue;
     for (int32_t i = 0; i < n; i++) {
       const chain_layer *e = &T->pm->L[i];
-      if (e->kind != LAYER_EMBEDDING || e->wval != h->wval) continue;
+      if (i == j || T->pm->m->layers[e->ir].weight != h->wval) continue;
+      const ir_value *w = &T->pm->m->values[h->wval];
       for (int32_t r = 0; r < W; r++) {
         int64_t rl[2], rh[2];
         bool held[2];
@@ -2186,12 +2024,16 @@ static void fill_solution(plan_tables *T, const int32_t *choice, double mem_cap,
           held[side] = false;
           for (int g = 0; g < pl->ngroups; g++)
             if (r >= gs[g] && r < gs[g + 1] && rows[g + 1] > rows[g]) {
-              split_range(e->V, pl->size[g], r - gs[g], &rl[side], &rh[side]);
+              layer_slice sl;
+              c->k->split(&c->d, pl->size[g], r - gs[g], &sl);
+              rl[side] = sl.lo;
+              rh[side] = sl.hi;
               held[side] = true;
             }
         }
         if (held[0] && held[1] && rl[0] == rl[1] && rh[0] == rh[1])
-          out->rank_params[r] -= al((double)(rh[0] - rl[0]) * (double)e->Dm * (double)dtype_bytes(e->wdt));
+          out->rank_params[r] -= plan_tensor_bytes((double)(rh[0] - rl[0]) * (double)w->shape.dim[1] *
+                                                   (double)dtype_bytes(w->dtype));
       }
     }
   }
@@ -2387,7 +2229,7 @@ void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const 
    * compiler still resolves them: give them the whole world when that would not fit */
   bool base = false;
   for (size_t l = 0; l < m->n_layers && !base; l++) {
-    if (sharded_kind(m->layers[l].kind)) continue;
+    if (layer_is_sharded(&m->layers[l])) continue;
     const ir_tp *tp = &m->layers[l].tp;
     int64_t sum = 0;
     for (int g = 0; tp->kind == TP_DEGREES && g < tp->n; g++) sum += tp->groups[g];
@@ -2507,7 +2349,7 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
     family_of(plan_model_layer(pm, i)->name, fam, sizeof fam);
     place_str_rows(&lo->place, pm->L[i].rows, sp, sizeof sp);
     if (lo->pinned) snprintf(sp + strlen(sp), sizeof sp - strlen(sp), " (fixed)");
-    snprintf(cells, sizeof cells, "%-10s %-30s %11s %11s %11s %10s %10s %10s %10s", ir_layer_kind_name(pm->L[i].kind),
+    snprintf(cells, sizeof cells, "%-10s %-30s %11s %11s %11s %10s %10s %10s %10s", pm->L[i].k->name,
              sp, fmt_bytes(lo->param_bytes, b1, sizeof b1), fmt_bytes(lo->act_bytes, b2, sizeof b2),
              fmt_bytes(lo->reduce_bytes + lo->redist_bytes, b3, sizeof b3), fmt_time(lo->compute_s, t1, sizeof t1),
              fmt_time(lo->comm_s, t2, sizeof t2), fmt_time(lo->redist_s, t3, sizeof t3),
@@ -2593,16 +2435,6 @@ static double nice_ceil(double v) {
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
 }
 
-static const char *kind_color(ir_layer_kind k) {
-  switch (k) {
-  case LAYER_EMBEDDING: return "#8c6bb1";
-  case LAYER_LINEAR: return "#e7298a";
-  case LAYER_ATTENTION: return "#1b9e77";
-  case LAYER_MLP: return "#d95f02";
-  default: return "#666666";
-  }
-}
-
 void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof,
                     const char *title) {
   int32_t n = pm->n, W = s->world;
@@ -2636,18 +2468,19 @@ void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, con
     const plan_layer_out *lo = &s->layers[i];
     double h = ph * place_max(&lo->place) / tmax, x = left + i * bw;
     fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>%s: %s</title></rect>\n",
-            x, y0 + ph - h, bw > 2 ? bw - 0.5 : bw, h, kind_color(pm->L[i].kind), plan_model_layer(pm, i)->name,
+            x, y0 + ph - h, bw > 2 ? bw - 0.5 : bw, h, pm->L[i].k->color, plan_model_layer(pm, i)->name,
             place_str_rows(&lo->place, pm->L[i].rows, buf, sizeof buf));
     if (lo->place.sp)
       fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#000\" fill-opacity=\"0.35\"/>\n", x,
               y0 + ph - h, bw > 2 ? bw - 0.5 : bw, h < 6 ? h : 6);
   }
   double lx = left;
-  const ir_layer_kind kinds[] = {LAYER_EMBEDDING, LAYER_ATTENTION, LAYER_MLP, LAYER_LINEAR};
-  for (int k = 0; k < 4; k++) {
-    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", lx + k * 95, y0 - 16,
-            kind_color(kinds[k]));
-    svg_text(out, lx + k * 95 + 14, y0 - 7, "start", 11, "#333", ir_layer_kind_name(kinds[k]));
+  for (int32_t k = 0, shown = 0; k < layer_nkinds; k++) {
+    if (!layer_kinds[k]->color) continue;
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", lx + shown * 95,
+            y0 - 16, layer_kinds[k]->color);
+    svg_text(out, lx + shown * 95 + 14, y0 - 7, "start", 11, "#333", layer_kinds[k]->name);
+    shown++;
   }
   /* 2: time per layer, compute and communication */
   y0 += ph + gap;
@@ -3029,31 +2862,16 @@ double plan_model_tokens(const plan_model *pm) { return (double)pm->tokens; }
 
 /* "heads 0-13, 14-27, ..." for the ranks of a group of t */
 static void slices_str(const chain_layer *c, int t, char *buf, size_t cap) {
-  const char *unit = c->kind == LAYER_ATTENTION ? "heads" : c->kind == LAYER_MLP ? "hidden columns"
-                     : c->kind == LAYER_EMBEDDING ? "vocabulary rows" : "output columns";
-  snprintf(buf, cap, "%s ", unit);
+  snprintf(buf, cap, "%s ", c->k->unit_name);
   for (int i = 0; i < t; i++) {
-    int64_t lo, hi;
-    if (c->kind == LAYER_ATTENTION) {
-      int64_t grp = c->H / c->KV, klo, khi;
-      if (t <= c->KV) {
-        split_range(c->KV, t, i, &klo, &khi);
-        lo = klo * grp;
-        hi = khi * grp;
-      } else {
-        split_range(c->H, t, i, &lo, &hi);
-      }
-    } else if (c->kind == LAYER_MLP) {
-      split_units(c->F, c->F >= 64 * t ? 64 : 1, t, i, &lo, &hi);
-    } else {
-      split_range(c->units, t, i, &lo, &hi);
-    }
+    layer_slice sl;
+    c->k->split(&c->d, t, i, &sl);
     size_t len = strlen(buf);
     if (len + 40 >= cap) {
       snprintf(buf + len, cap - len, ", ...");
       return;
     }
-    snprintf(buf + len, cap - len, "%s%lld-%lld", i ? ", " : "", (long long)lo, (long long)hi - 1);
+    snprintf(buf + len, cap - len, "%s%lld-%lld", i ? ", " : "", (long long)sl.lo, (long long)sl.hi - 1);
   }
 }
 
@@ -3075,7 +2893,7 @@ void plan_write_reshard(FILE *out, const plan_model *pm, const plan_solution *s,
       if (healthy && healthy->feasible) place_str_rows(&healthy->layers[j].place, pm->L[j].rows, h2, sizeof h2);
       else snprintf(h2, sizeof h2, "?");
       if (strcmp(f2, fam) == 0 && strcmp(s2, sp) == 0 && strcmp(h2, hp) == 0 &&
-          memcmp(&pm->L[j].units, &pm->L[i].units, sizeof pm->L[i].units) == 0) {
+          pm->L[j].d.units == pm->L[i].d.units) {
         done[j] = true;
         count++;
       }

@@ -79,6 +79,8 @@ double plan_attention_time(const plan_profile *p, ntp_dtype dt, double b, double
                            bool causal);
 /* latency + bytes_per_rank / (link bandwidth x efficiency at msg_bytes) */
 double plan_coll_time(const plan_profile *p, plan_level lv, plan_coll c, double msg_bytes, double bytes_per_rank);
+/* bytes of a tensor in the compiler's memory plan: every tensor starts 256-byte aligned */
+static inline double plan_tensor_bytes(double bytes) { return __builtin_ceil(bytes / 256.0) * 256.0; }
 /* ring all-reduce of `bytes` over n ranks: each rank sends 2(n-1)/n of it; 0 when n == 1 */
 double plan_allreduce_time(const plan_profile *p, plan_level lv, int n, double bytes);
 

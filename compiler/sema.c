@@ -1,4 +1,5 @@
 /* sema.c — names, dims, types, expressions, repeat unrolling and plans: AST -> global IR. */
+#include "layer_kind.h"
 #include "sema.h"
 
 #include <math.h>
@@ -206,15 +207,15 @@ static tval lower_call(sema *s, const ast_expr *e) {
     }
     return tensor_val(sema_op(s, elementwise_fns[i].op, &x.value, 1, e->loc, NULL));
   }
-  if (sema_is_layer_builtin(e->call.callee)) {
+  if (layer_kind_named(e->call.callee, NULL)) {
     sema_error(s, e->call.callee_loc, "layer '%s' needs a name, as in 'name: %s(...)'; parameters and plans refer to it",
                e->call.callee, e->call.callee);
     return err_val();
   }
-  const char *cands[N_ELEMENTWISE + 16];
+  const char *cands[N_ELEMENTWISE + 64];
   size_t n = 0;
   for (int i = 0; i < N_ELEMENTWISE; i++) cands[n++] = elementwise_fns[i].name;
-  for (size_t i = 0; i < sema_n_layer_builtins; i++) cands[n++] = sema_layer_builtins[i];
+  for (int32_t k = 0; k < layer_nkinds && k < 64; k++) cands[n++] = layer_kinds[k]->name;
   const char *near = nearest_name(e->call.callee, cands, n);
   if (near) sema_error(s, e->call.callee_loc, "unknown function '%s'; did you mean '%s'?", e->call.callee, near);
   else sema_error(s, e->call.callee_loc, "unknown function '%s'", e->call.callee);

@@ -1,5 +1,5 @@
 /* sema.h — semantic analysis: AST -> global IR. Shared by sema.c (statements,
- * expressions, plans) and sema_layers.c (layer builtins lowered to primitive ops). */
+ * expressions, plans) and sema_layers.c (layer calls, lowered by their kinds in compiler/layers/). */
 #ifndef NTP_SEMA_H
 #define NTP_SEMA_H
 
@@ -50,11 +50,8 @@ int32_t sema_param(sema *s, const char *name, ntp_shape shape, float center, flo
 const char *sema_type_str(sema *s, int32_t value);
 bool sema_lower_tp(sema *s, const ast_tp *in, ir_tp *out);
 
-/* sema_layers.c */
+/* sema_layers.c: a layer call, checked against its kind (compiler/layers/) and lowered */
 tval sema_lower_layer(sema *s, const ast_expr *call);
-bool sema_is_layer_builtin(const char *name);
-extern const char *const sema_layer_builtins[];
-extern const size_t sema_n_layer_builtins;
 
 /* sema.c entry: lowers the model and the plans that target it. */
 ir_module *sema_run(arena *pool, diag_sink *diags, const ast_file *file, const ast_model *model,

@@ -1,9 +1,8 @@
 /* shard.c — lowers the global IR to the sharded program.
  *
  * Each global value is held as pieces: tensors on ranks, each holding a box of it.
- * Layers with a TP degree (embedding, linear, attention, mlp) are lowered Megatron
- * style inside each of their groups (vocabulary-, column-, head-parallel, row-parallel
- * with a reduction); every other op "follows" the pieces of its latest operand and
+ * Layers of a kind with a `shard` rule (compiler/layers/) are lowered by their kind inside
+ * each of their groups, Megatron style, with the kit in shard_lower.h; every other op "follows" the pieces of its latest operand and
  * computes locally. Whenever a rank needs a box of a value that it does not hold,
  * `ensure` finds it by slice intersection with the pieces that exist and schedules the
  * transfers; consecutive needs are flushed as one communication step per connected set
@@ -14,8 +13,9 @@
 
 #include "shard.h"
 #include "shard_internal.h"
+#include "shard_lower.h"
 
-typedef struct lower {
+struct shard_lowering {
   sh_program *p;
   const ir_module *m;
   diag_sink *diags;
@@ -32,7 +32,8 @@ typedef struct lower {
   bool use_layouts;
   int32_t mesh; /* the mesh layouts live on */
   bool failed;
-} lower;
+};
+typedef struct shard_lowering lower;
 
 static const char *comm_names[] = {
 #define X(e, s) s,
@@ -65,7 +66,7 @@ static void add_piece(lower *L, int32_t v, int32_t t) {
   VEC_PUSH(p->pieces[v], p->npieces[v], p->cap_pieces[v], t);
 }
 
-static void add_home(lower *L, int32_t v, int32_t t) {
+void shard_add_home(lower *L, int32_t v, int32_t t) {
   VEC_PUSH(L->home[v], L->nhome[v], L->chome[v], t);
   add_piece(L, v, t);
 }
@@ -121,7 +122,7 @@ static int32_t compute(lower *L, int32_t rank, ir_opcode code, const int32_t *ar
 }
 
 /* A temporary inside a layer: no global value, its box is its own shape. */
-static int32_t temp(lower *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs, const ir_op *attrs,
+int32_t shard_temp(lower *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs, const ir_op *attrs,
                     ntp_shape shape, ntp_dtype dt) {
   return compute(L, rank, code, args, nargs, attrs, -1, temp_box(shape), dt, NULL);
 }
@@ -155,7 +156,7 @@ static int32_t materialize(lower *L, int32_t v, int32_t rank, ntp_box box) {
 /* Splits `need` into cells along every boundary of the pieces that could serve it, picks
  * a source for each cell (the rank itself first, then the nearest rank), and queues the
  * transfers. */
-static int32_t ensure(lower *L, int32_t v, int32_t rank, ntp_box need) {
+int32_t shard_ensure(lower *L, int32_t v, int32_t rank, ntp_box need) {
   int32_t have = find_piece(L, v, rank, &need);
   if (have >= 0) return have;
   if (is_source(L, v)) return materialize(L, v, rank, need);
@@ -435,7 +436,7 @@ static void follow(lower *L, const ir_op *op) {
     int32_t rank = rb[i].rank, *args = argv[i];
     if (pass == 1) {
       int32_t t = compute(L, rank, op->code, args, op->nargs, op, r, resv[i], vdtype(L, r), L->m->values[r].name);
-      add_home(L, r, t);
+      shard_add_home(L, r, t);
       continue;
     }
     ntp_box res = box;
@@ -453,14 +454,14 @@ static void follow(lower *L, const ir_op *op) {
           need_b.lo[d] = box.lo[d];
           need_b.hi[d] = box.hi[d];
         }
-      args[0] = ensure(L, op->args[0], rank, need_a);
-      args[1] = ensure(L, op->args[1], rank, need_b);
+      args[0] = shard_ensure(L, op->args[0], rank, need_a);
+      args[1] = shard_ensure(L, op->args[1], rank, need_b);
     } else {
       if (op->code == IR_LAYERNORM || op->code == IR_RMSNORM || op->code == IR_SOFTMAX) {
         res.lo[res.ndim - 1] = 0; /* these need whole rows */
         res.hi[res.ndim - 1] = rs.dim[rs.ndim - 1];
       }
-      for (int j = 0; j < op->nargs; j++) args[j] = ensure(L, op->args[j], rank, box_project(res, vshape(L, op->args[j])));
+      for (int j = 0; j < op->nargs; j++) args[j] = shard_ensure(L, op->args[j], rank, box_project(res, vshape(L, op->args[j])));
     }
     resv[i] = res;
   }
@@ -524,14 +525,14 @@ static void layout_matmul(lower *L, const ir_op *op) {
   int np = 0;
   for (int32_t rank = 0; rank < L->W; rank++) {
     ntp_box ab = layout_box(L, &la, as, rank), bb = layout_box(L, &lb, bs, rank);
-    int32_t args[2] = {ensure(L, av, rank, ab), ensure(L, bv, rank, bb)};
+    int32_t args[2] = {shard_ensure(L, av, rank, ab), shard_ensure(L, bv, rank, bb)};
     ntp_box res = ab;
     res.lo[rs.ndim - 1] = bb.lo[bb.ndim - 1];
     res.hi[rs.ndim - 1] = bb.hi[bb.ndim - 1];
     if (!kA) {
-      add_home(L, r, compute(L, rank, IR_MATMUL, args, 2, op, r, res, vdtype(L, r), L->m->values[r].name));
+      shard_add_home(L, r, compute(L, rank, IR_MATMUL, args, 2, op, r, res, vdtype(L, r), L->m->values[r].name));
     } else if (np < 1024) {
-      parts[np] = temp(L, rank, IR_MATMUL, args, 2, op, box_shape(&res), vdtype(L, r));
+      parts[np] = shard_temp(L, rank, IR_MATMUL, args, 2, op, box_shape(&res), vdtype(L, r));
       L->p->tensors[parts[np]].box = res; /* a partial sum of this box */
       out_boxes[np++] = res;
     }
@@ -559,7 +560,7 @@ static void layout_matmul(lower *L, const ir_op *op) {
         }
       }
       reduce(L, gp, n, gb, r, outs, "explicit matmul: partial sums");
-      for (int j = 0; j < n; j++) add_home(L, r, outs[j]);
+      for (int j = 0; j < n; j++) shard_add_home(L, r, outs[j]);
       (void)gi;
     }
     free(done);
@@ -568,49 +569,11 @@ static void layout_matmul(lower *L, const ir_op *op) {
   L->lay[r].diagonal = false;
 }
 
-/* ---- layers ------------------------------------------------------------------------ */
+/* ---- layers: the kit their kinds shard with (shard_lower.h), then one layer --------------- */
 
-typedef struct group_ctx {
-  const ir_layer *ly;
-  const sh_placement *pl;
-  int g;           /* group index */
-  int32_t r0;      /* first rank */
-  int t;           /* group size */
-  int64_t b0, b1;  /* batch rows */
-  bool whole;      /* the layer's input has no batch dim: the owning group takes every value whole */
-} group_ctx;
+const ir_module *shard_module(const shard_lowering *L) { return L->m; }
 
-static int32_t layer_param(lower *L, const ir_layer *ly, const char *suffix) {
-  size_t n = strlen(ly->name);
-  for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++) {
-    const ir_op *op = &L->m->ops[i];
-    const char *name = L->m->values[op->result].name;
-    if (op->code == IR_PARAM && strncmp(name, ly->name, n) == 0 && name[n] == '.' && strcmp(name + n + 1, suffix) == 0)
-      return op->result;
-  }
-  return -1;
-}
-
-static int32_t layer_input(lower *L, const ir_layer *ly) {
-  for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++) {
-    const ir_op *op = &L->m->ops[i];
-    for (int a = 0; a < op->nargs; a++) {
-      int32_t v = op->args[a];
-      if (L->m->values[v].def < ly->first_op && vdef(L, v)->code != IR_PARAM) return v;
-    }
-  }
-  return -1;
-}
-
-/* the op that ends a layer's sharded core; ops after it follow */
-static int32_t core_end(lower *L, const ir_layer *ly, ir_opcode code) {
-  int32_t last = -1;
-  for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++)
-    if (L->m->ops[i].code == code) last = i;
-  return last;
-}
-
-static ntp_box rows_box(lower *L, int32_t v, const group_ctx *g) {
+ntp_box shard_rows_box(const shard_lowering *L, int32_t v, const shard_group *g) {
   ntp_box b = box_full(&L->m->values[v].shape);
   if (b.ndim < 2 || g->whole) return b; /* no batch dim (dim 0 of a vector is its features): whole */
   b.lo[0] = g->b0;
@@ -618,40 +581,46 @@ static ntp_box rows_box(lower *L, int32_t v, const group_ctx *g) {
   return b;
 }
 
-/* A box of weight rows (dim 0) or columns (dim 1). */
-static ntp_box wbox(lower *L, int32_t w, int dim, int64_t lo, int64_t hi) {
+ntp_box shard_weight_box(const shard_lowering *L, int32_t w, int dim, int64_t lo, int64_t hi) {
   ntp_box b = box_full(&L->m->values[w].shape);
   b.lo[dim] = lo;
   b.hi[dim] = hi;
   return b;
 }
 
+ntp_box shard_tensor_box(const shard_lowering *L, int32_t t) { return L->p->tensors[t].box; }
+
 static ntp_shape with_last(ntp_shape s, int64_t last) {
   s.dim[s.ndim - 1] = last;
   return s;
 }
 
-/* x @ w_slice^T (+ b_slice): the column-parallel half of a Megatron pair */
-static int32_t col_linear(lower *L, int32_t rank, int32_t xt, int32_t w, int32_t b, int64_t lo, int64_t hi,
-                          int32_t global, ntp_box gbox) {
+int32_t shard_compute(shard_lowering *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs,
+                      const ir_op *attrs, int32_t global, ntp_box gbox, ntp_dtype dt) {
+  return compute(L, rank, code, args, nargs, attrs, global, gbox, dt, L->m->values[global].name);
+}
+
+int32_t shard_col_linear(lower *L, int32_t rank, int32_t xt, int32_t w, int32_t b, int64_t lo, int64_t hi,
+                         int32_t global, ntp_box gbox) {
   ir_op mm = {.attr.mm.trans_b = true};
-  int32_t args[2] = {xt, ensure(L, w, rank, wbox(L, w, 0, lo, hi))};
+  int32_t args[2] = {xt, shard_ensure(L, w, rank, shard_weight_box(L, w, 0, lo, hi))};
   ntp_shape s = with_last(box_shape(&L->p->tensors[xt].box), hi - lo);
   ntp_dtype dt = L->p->tensors[args[1]].dtype;
   int32_t y = global >= 0 && b < 0 ? compute(L, rank, IR_MATMUL, args, 2, &mm, global, gbox, dt, L->m->values[global].name)
-                                   : temp(L, rank, IR_MATMUL, args, 2, &mm, s, dt);
+                                   : shard_temp(L, rank, IR_MATMUL, args, 2, &mm, s, dt);
   if (b >= 0) {
     ntp_box bb = {.ndim = 1, .lo = {lo}, .hi = {hi}};
-    int32_t a2[2] = {y, ensure(L, b, rank, bb)};
-    y = temp(L, rank, IR_ADD, a2, 2, NULL, s, dt);
+    int32_t a2[2] = {y, shard_ensure(L, b, rank, bb)};
+    y = shard_temp(L, rank, IR_ADD, a2, 2, NULL, s, dt);
   }
   return y;
 }
 
-/* Row-parallel end of a layer: partial sums of `value` reduced inside the group; with
- * sequence parallelism each rank keeps a slice of the sequence (dim 1). */
-static void group_reduce(lower *L, const group_ctx *g, const int32_t *parts, int32_t value, const char *why) {
-  ntp_box full = rows_box(L, value, g);
+/* Row-parallel end of a layer: partial sums of the group's rows of g->core reduced inside the
+ * group; with sequence parallelism each rank keeps a slice of the sequence (dim 1). */
+void shard_group_reduce(lower *L, const shard_group *g, const int32_t *parts, const char *why) {
+  int32_t value = g->core;
+  ntp_box full = shard_rows_box(L, value, g);
   ntp_box boxes[NTP_MAX_GROUPS * 8];
   int32_t outs[NTP_MAX_GROUPS * 8];
   if (g->t == 1) {
@@ -659,7 +628,7 @@ static void group_reduce(lower *L, const group_ctx *g, const int32_t *parts, int
     t->global = value;
     t->box = full;
     t->name = L->m->values[value].name;
-    add_home(L, value, parts[0]);
+    shard_add_home(L, value, parts[0]);
     return;
   }
   for (int i = 0; i < g->t; i++) {
@@ -668,169 +637,45 @@ static void group_reduce(lower *L, const group_ctx *g, const int32_t *parts, int
     if (g->pl->seq_parallel && full.ndim >= 2) split_range(full.hi[1], g->t, i, &boxes[i].lo[1], &boxes[i].hi[1]);
   }
   reduce(L, parts, g->t, boxes, value, outs, why);
-  for (int i = 0; i < g->t; i++) add_home(L, value, outs[i]);
-}
-
-static void lower_embedding(lower *L, const group_ctx *g, int32_t tok, int32_t core) {
-  int32_t wte = layer_param(L, g->ly, "wte"), parts[NTP_MAX_GROUPS * 8];
-  ntp_shape ws = vshape(L, wte);
-  for (int i = 0; i < g->t; i++) {
-    int32_t rank = g->r0 + i;
-    int64_t lo, hi;
-    split_range(ws.dim[0], g->t, i, &lo, &hi);
-    ir_op attrs = {.attr.gather = {lo, hi}};
-    int32_t args[2] = {ensure(L, wte, rank, wbox(L, wte, 0, lo, hi)), ensure(L, tok, rank, rows_box(L, tok, g))};
-    ntp_box rb = rows_box(L, core, g);
-    parts[i] = temp(L, rank, IR_GATHER, args, 2, &attrs, box_shape(&rb), vdtype(L, wte));
-  }
-  group_reduce(L, g, parts, core, "embedding: vocabulary-parallel lookups summed");
-}
-
-static void lower_linear(lower *L, const group_ctx *g, int32_t x, int32_t core) {
-  const ir_op *mm = &L->m->ops[L->m->values[core].def];
-  int32_t w = mm->args[1];
-  int64_t N = vshape(L, w).dim[0];
-  for (int i = 0; i < g->t; i++) {
-    int32_t rank = g->r0 + i;
-    int64_t lo, hi;
-    split_range(N, g->t, i, &lo, &hi);
-    ntp_box out = rows_box(L, core, g);
-    out.lo[out.ndim - 1] = lo;
-    out.hi[out.ndim - 1] = hi;
-    int32_t xt = ensure(L, x, rank, rows_box(L, x, g));
-    add_home(L, core, col_linear(L, rank, xt, w, -1, lo, hi, core, out));
-  }
-}
-
-static void lower_attention(lower *L, const group_ctx *g, int32_t x, int32_t core) {
-  const ir_layer *ly = g->ly;
-  const ir_op *att = &L->m->ops[core_end(L, ly, IR_ATTENTION)];
-  int32_t rope_i = core_end(L, ly, IR_ROPE);
-  ntp_shape qs = vshape(L, att->args[0]), ks = vshape(L, att->args[1]);
-  int64_t H = qs.dim[2], KV = ks.dim[2], HD = qs.dim[3], grp = H / KV;
-  int32_t wq = layer_param(L, ly, "wq"), wk = layer_param(L, ly, "wk"), wv = layer_param(L, ly, "wv"),
-          wo = layer_param(L, ly, "wo"), bq = layer_param(L, ly, "bq"), bk = layer_param(L, ly, "bk"),
-          bv = layer_param(L, ly, "bv");
-  ntp_dtype dt = vdtype(L, core);
-  int32_t parts[NTP_MAX_GROUPS * 8];
-  for (int i = 0; i < g->t; i++) {
-    int32_t rank = g->r0 + i;
-    int64_t qlo, qhi, klo, khi;
-    if (g->t <= KV) { /* whole KV groups per rank: no KV head is computed twice */
-      split_range(KV, g->t, i, &klo, &khi);
-      qlo = klo * grp;
-      qhi = khi * grp;
-    } else { /* more ranks than KV heads: split query heads, replicate the KV heads they need */
-      split_range(H, g->t, i, &qlo, &qhi);
-      klo = qlo / grp;
-      khi = (qhi - 1) / grp + 1;
-    }
-    int64_t b = g->b1 - g->b0, S = qs.dim[1], hq = qhi - qlo, hk = khi - klo;
-    int32_t xt = ensure(L, x, rank, rows_box(L, x, g));
-    int32_t q = col_linear(L, rank, xt, wq, bq, qlo * HD, qhi * HD, -1, (ntp_box){0});
-    int32_t k = col_linear(L, rank, xt, wk, bk, klo * HD, khi * HD, -1, (ntp_box){0});
-    int32_t v = col_linear(L, rank, xt, wv, bv, klo * HD, khi * HD, -1, (ntp_box){0});
-    q = temp(L, rank, IR_RESHAPE, &q, 1, NULL, (ntp_shape){4, {b, S, hq, HD}}, dt);
-    k = temp(L, rank, IR_RESHAPE, &k, 1, NULL, (ntp_shape){4, {b, S, hk, HD}}, dt);
-    v = temp(L, rank, IR_RESHAPE, &v, 1, NULL, (ntp_shape){4, {b, S, hk, HD}}, dt);
-    if (rope_i >= 0) {
-      const ir_op *rope = &L->m->ops[rope_i];
-      q = temp(L, rank, IR_ROPE, &q, 1, rope, (ntp_shape){4, {b, S, hq, HD}}, dt);
-      k = temp(L, rank, IR_ROPE, &k, 1, rope, (ntp_shape){4, {b, S, hk, HD}}, dt);
-    }
-    ir_op attrs = *att;
-    attrs.attr.attn.q_off = qlo;
-    attrs.attr.attn.kv_off = klo;
-    attrs.attr.attn.group = grp;
-    int32_t qkv[3] = {q, k, v};
-    int32_t o = temp(L, rank, IR_ATTENTION, qkv, 3, &attrs, (ntp_shape){4, {b, S, hq, HD}}, dt);
-    o = temp(L, rank, IR_RESHAPE, &o, 1, NULL, (ntp_shape){3, {b, S, hq * HD}}, dt);
-    ir_op mm = {.attr.mm.trans_b = true};
-    int32_t a2[2] = {o, ensure(L, wo, rank, wbox(L, wo, 1, qlo * HD, qhi * HD))};
-    parts[i] = temp(L, rank, IR_MATMUL, a2, 2, &mm, (ntp_shape){3, {b, S, vshape(L, wo).dim[0]}}, dt);
-  }
-  group_reduce(L, g, parts, core, "attention: row-parallel output projection");
-}
-
-static void lower_mlp(lower *L, const group_ctx *g, int32_t x, int32_t core) {
-  const ir_layer *ly = g->ly;
-  int32_t up = layer_param(L, ly, "w_up"), gate = layer_param(L, ly, "w_gate"), down = layer_param(L, ly, "w_down");
-  int32_t bup = layer_param(L, ly, "b_up"), bgate = layer_param(L, ly, "b_gate");
-  ir_opcode act = IR_GELU;
-  for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++)
-    if (ir_op_is_unary_elementwise(L->m->ops[i].code)) act = L->m->ops[i].code;
-  int64_t F = vshape(L, up).dim[0], unit = F >= 64 * g->t ? 64 : 1; /* GEMM-friendly column blocks */
-  ntp_dtype dt = vdtype(L, core);
-  int32_t parts[NTP_MAX_GROUPS * 8];
-  for (int i = 0; i < g->t; i++) {
-    int32_t rank = g->r0 + i;
-    int64_t lo, hi;
-    split_units(F, unit, g->t, i, &lo, &hi);
-    int32_t xt = ensure(L, x, rank, rows_box(L, x, g));
-    int32_t h = col_linear(L, rank, xt, up, bup, lo, hi, -1, (ntp_box){0});
-    ntp_shape hs = box_shape(&L->p->tensors[h].box);
-    if (gate >= 0) {
-      int32_t gt = col_linear(L, rank, xt, gate, bgate, lo, hi, -1, (ntp_box){0});
-      gt = temp(L, rank, act, &gt, 1, NULL, hs, dt);
-      int32_t a2[2] = {gt, h};
-      h = temp(L, rank, IR_MUL, a2, 2, NULL, hs, dt);
-    } else {
-      h = temp(L, rank, act, &h, 1, NULL, hs, dt);
-    }
-    ir_op mm = {.attr.mm.trans_b = true};
-    int32_t a2[2] = {h, ensure(L, down, rank, wbox(L, down, 1, lo, hi))};
-    parts[i] = temp(L, rank, IR_MATMUL, a2, 2, &mm, with_last(hs, vshape(L, down).dim[0]), dt);
-  }
-  group_reduce(L, g, parts, core, "mlp: row-parallel down projection");
+  for (int i = 0; i < g->t; i++) shard_add_home(L, value, outs[i]);
 }
 
 /* A layer's group size must leave every rank at least one unit of work. */
-static bool check_degree(lower *L, const ir_layer *ly, int t) {
-  int64_t units = 0;
-  const char *what = "";
-  switch (ly->kind) {
-  case LAYER_EMBEDDING: units = vshape(L, layer_param(L, ly, "wte")).dim[0]; what = "vocabulary rows"; break;
-  case LAYER_LINEAR:
-    units = vshape(L, L->m->ops[core_end(L, ly, IR_MATMUL)].args[1]).dim[0];
-    what = "output columns";
-    break;
-  case LAYER_ATTENTION: units = vshape(L, L->m->ops[core_end(L, ly, IR_ATTENTION)].args[0]).dim[2]; what = "heads"; break;
-  case LAYER_MLP: units = vshape(L, layer_param(L, ly, "w_up")).dim[0]; what = "hidden columns"; break;
-  default: return true;
-  }
-  if (t <= units) return true;
+static bool check_degree(lower *L, const ir_layer *ly, const layer_dims *d, int t) {
+  if (t <= d->units) return true;
   diag_emit(L->diags, NTPC_ERROR, L->m->file, ly->loc, "layer '%s' has %lld %s; it cannot be split over %d ranks",
-            ly->name, (long long)units, what, t);
+            ly->name, (long long)d->units, layer_kind_of(ly)->unit_name, t);
   L->failed = true;
   return false;
 }
 
 static void lower_layer(lower *L, int32_t l) {
   const ir_layer *ly = &L->m->layers[l];
+  const layer_kind *kind = layer_kind_of(ly);
   sh_placement *pl = &L->p->placements[l];
-  int32_t x = layer_input(L, ly);
-  ir_opcode end_code = ly->kind == LAYER_EMBEDDING ? IR_GATHER : IR_MATMUL;
-  int32_t end = core_end(L, ly, end_code);
-  if (x < 0 || end < 0) {
-    internal_error(L, "layer '%s' has no recognisable core", ly->name);
+  int32_t x = ly->input, core = ly->core;
+  if (x < 0 || core < 0) {
+    internal_error(L, "layer '%s' has no recorded input or core", ly->name);
     return;
   }
-  int32_t core = L->m->ops[end].result;
+  int32_t end = L->m->values[core].def;
+  layer_dims d;
+  layer_describe(L->m, ly, &d);
   ntp_shape xs = vshape(L, x);
   /* batch rows over the groups; a vector input has none (one group takes it, the others idle) */
   shard_split_rows(xs.ndim >= 2 ? xs.dim[0] : 1, L->shares[l], pl->ngroups, pl->row_start);
   L->why = arena_printf(&L->p->pool, "%s: input redistribution", ly->name);
   /* every group's input first, so the redistribution is one collective per set of ranks */
   for (int g = 0; g < pl->ngroups; g++) {
-    group_ctx gc = {.b0 = pl->row_start[g], .b1 = pl->row_start[g + 1], .whole = xs.ndim < 2};
+    shard_group gc = {.b0 = pl->row_start[g], .b1 = pl->row_start[g + 1], .whole = xs.ndim < 2};
     if (gc.b1 > gc.b0)
-      for (int32_t r = pl->group_start[g]; r < pl->group_start[g + 1]; r++) ensure(L, x, r, rows_box(L, x, &gc));
+      for (int32_t r = pl->group_start[g]; r < pl->group_start[g + 1]; r++) shard_ensure(L, x, r, shard_rows_box(L, x, &gc));
   }
   for (int g = 0; g < pl->ngroups; g++) {
-    group_ctx gc = {ly, pl, g, pl->group_start[g], pl->group_start[g + 1] - pl->group_start[g], pl->row_start[g],
-                    pl->row_start[g + 1], xs.ndim < 2};
+    shard_group gc = {ly, pl, g, pl->group_start[g], pl->group_start[g + 1] - pl->group_start[g], pl->row_start[g],
+                      pl->row_start[g + 1], xs.ndim < 2, x, core, &d};
     if (gc.b1 == gc.b0) continue; /* a group without batch rows idles in this layer */
-    if (!check_degree(L, ly, gc.t)) return;
+    if (!check_degree(L, ly, &d, gc.t)) return;
     if (pl->seq_parallel && gc.t > 1 && (xs.ndim < 2 || xs.dim[1] < gc.t)) {
       diag_emit(L->diags, NTPC_ERROR, L->m->file, ly->loc,
                 "layer '%s': sequence parallelism over %d ranks needs at least %d sequence positions", ly->name, gc.t,
@@ -838,12 +683,7 @@ static void lower_layer(lower *L, int32_t l) {
       L->failed = true;
       return;
     }
-    switch (ly->kind) {
-    case LAYER_EMBEDDING: lower_embedding(L, &gc, x, core); break;
-    case LAYER_LINEAR: lower_linear(L, &gc, x, core); break;
-    case LAYER_ATTENTION: lower_attention(L, &gc, x, core); break;
-    default: lower_mlp(L, &gc, x, core); break;
-    }
+    kind->shard(L, &gc);
     if (L->failed) return;
   }
   /* the rest of the layer (bias adds, position embeddings) follows the core's pieces */
@@ -853,10 +693,6 @@ static void lower_layer(lower *L, int32_t l) {
     L->loc = op->loc;
     if (op->code != IR_PARAM && op->code != IR_SLICE) follow(L, op);
   }
-}
-
-static bool sharded_kind(ir_layer_kind k) {
-  return k == LAYER_EMBEDDING || k == LAYER_LINEAR || k == LAYER_ATTENTION || k == LAYER_MLP;
 }
 
 /* ---- entry --------------------------------------------------------------------------- */
@@ -923,7 +759,7 @@ sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sin
     const ir_op *op = &m->ops[i];
     L.layer = op->layer;
     L.loc = op->loc;
-    if (op->layer >= 0 && sharded_kind(m->layers[op->layer].kind)) {
+    if (op->layer >= 0 && layer_is_sharded(&m->layers[op->layer])) {
       lower_layer(&L, op->layer);
       i = (size_t)(m->layers[op->layer].first_op + m->layers[op->layer].nops);
       continue;
@@ -941,7 +777,7 @@ sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sin
   for (size_t o = 0; o < m->n_outputs && !L.failed && !diags->errors; o++) {
     const ir_output *out = &m->outputs[o];
     if (out->has_layout && L.use_layouts)
-      for (int32_t r = 0; r < p->world; r++) ensure(&L, out->value, r, layout_box(&L, &out->layout, vshape(&L, out->value), r));
+      for (int32_t r = 0; r < p->world; r++) shard_ensure(&L, out->value, r, layout_box(&L, &out->layout, vshape(&L, out->value), r));
   }
   flush(&L);
   for (size_t o = 0; o < m->n_outputs; o++) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer_kind.h"
 #include "shard.h"
 
 static const char *human(int64_t b, char *buf, size_t cap) {
@@ -21,7 +22,7 @@ static const char *human(int64_t b, char *buf, size_t cap) {
 static void print_placement(const sh_program *p, size_t l, FILE *out) {
   const ir_layer *ly = &p->global->layers[l];
   const sh_placement *pl = &p->placements[l];
-  if (ly->kind == LAYER_LAYERNORM || ly->kind == LAYER_RMSNORM) {
+  if (!layer_is_sharded(ly)) {
     fprintf(out, "placement %s: follows its input (computed where its input rows are)\n", ly->name);
     return;
   }
@@ -207,7 +208,7 @@ void sh_print_report(const sh_program *p, FILE *out) {
     if (!any) continue;
     if (l < nl - 1) {
       const ir_layer *ly = &m->layers[l];
-      fprintf(out, "\n%s (%s) ", ly->name, ir_layer_kind_name(ly->kind));
+      fprintf(out, "\n%s (%s) ", ly->name, layer_kind_of(ly)->name);
       print_placement(p, l, out);
     } else {
       fputs("\nmodel level (residual adds, explicit ops)\n", out);
