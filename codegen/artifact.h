@@ -8,6 +8,6 @@
 #include "shard.h"
 
 /* Writes the C file of the model library for program p. 0, or -1 with a message. */
-int artifact_write_c(const sh_program *p, FILE *f, char *err, size_t cap);
+int artifact_write_c(const sh_program *p, const cg_module *cuda, FILE *f, char *err, size_t cap);
 
 #endif

@@ -6,15 +6,25 @@
 #include "ir.h"
 #include "sema.h"
 #include "shard.h"
+#include "autoplan.h"
 #include "cuda_gen.h"
 
 struct ntpc_session {
   arena pool;
   diag_sink diags;
   ast_file ast;
+  const ast_model *model;     /* the model chosen from it */
   ir_module *module;
+  int32_t world;              /* requested: -1 no sharding, 0 the plan's, else ranks */
+  int32_t ranks;              /* resolved by the place pass */
+  sh_placement *placements;   /* [module->n_layers] */
   sh_program *sharded;
-  int32_t world;
+  bool want_cuda;             /* run the codegen pass */
+  cg_module *cuda;            /* [ranks] */
+  const char *gpu;            /* the autoplan pass's device profile */
+  char *autoplan_notes;       /* what the autoplan pass chose, one line per choice */
+  uint64_t dump_after;        /* passes whose result is printed to dump_out */
+  FILE *dump_out;
   sema_define *defines;
   size_t ndefines, cap_defines;
   const char **plan_files;
@@ -36,6 +46,9 @@ ntpc_session *ntpc_session_new(void) {
 
 void ntpc_session_free(ntpc_session *s) {
   if (!s) return;
+  for (int32_t r = 0; s->cuda && r < s->ranks; r++) cg_module_free(&s->cuda[r]);
+  free(s->cuda);
+  free(s->placements);
   sh_program_free(s->sharded);
   ir_module_free(s->module);
   diag_free(&s->diags);
@@ -206,23 +219,37 @@ static void check_plan_targets(ntpc_session *s) {
   strmap_free(&models);
 }
 
-static ntpc_status compile(ntpc_session *s, source_file *src) {
-  s->main_src = src;
-  parse_into(s, src, NULL);
+/* ---- the pipeline: one row per pass, the verifier after each, --dump-after=PASS --------- */
+
+static ntpc_status internal(ntpc_session *s, const char *what, const char *why) {
+  diag_emit(&s->diags, NTPC_ERROR, s->main_src->name, NTP_NOLOC, "internal compiler error: %s: %s", what, why);
+  return NTPC_ERR_INTERNAL;
+}
+
+static bool sharding(const ntpc_session *s) { return s->world >= 0; }
+
+static ntpc_status run_parse(ntpc_session *s) {
+  parse_into(s, s->main_src, NULL);
   for (size_t i = 0; i < s->nplan_files; i++) {
     bool too_big;
     source_file *p = read_source(s, s->plan_files[i], &too_big);
     if (!p) return too_big ? NTPC_ERR_INPUT : NTPC_ERR_USAGE;
     parse_into(s, p, NULL);
   }
-  if (s->diags.errors) return NTPC_ERR_INPUT;
+  return NTPC_OK;
+}
+
+static ntpc_status run_names(ntpc_session *s) {
   check_unique_names(s);
   if (s->diags.errors) return NTPC_ERR_INPUT;
-  const ast_model *model = pick_model(s);
-  if (!model) return NTPC_ERR_INPUT;
+  if (!(s->model = pick_model(s))) return NTPC_ERR_INPUT;
   check_plan_targets(s);
+  return NTPC_OK;
+}
+
+static ntpc_status run_sema(ntpc_session *s) {
   const char *plan_file = s->nplan_files ? s->plan_files[0] : NULL;
-  s->module = sema_run(&s->pool, &s->diags, &s->ast, model, s->defines, s->ndefines, plan_file, s->plan_name);
+  s->module = sema_run(&s->pool, &s->diags, &s->ast, s->model, s->defines, s->ndefines, plan_file, s->plan_name);
   if (!s->module) {
     snprintf(s->last_error, sizeof s->last_error, "out of memory");
     return NTPC_ERR_INTERNAL;
@@ -232,28 +259,169 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
     s->module = NULL;
     return NTPC_ERR_INPUT;
   }
-  char why[512];
-  if (!ir_verify(s->module, why, sizeof why)) {
-    diag_emit(&s->diags, NTPC_ERROR, src->name, NTP_NOLOC, "internal compiler error: IR verifier: %s", why);
-    ir_module_free(s->module);
-    s->module = NULL;
-    return NTPC_ERR_INTERNAL;
+  return NTPC_OK;
+}
+
+static ntpc_status run_place(ntpc_session *s) {
+  if (!sharding(s)) return NTPC_OK;
+  s->placements = calloc(s->module->n_layers + 1, sizeof *s->placements);
+  if (!s->placements) return internal(s, "place", "out of memory");
+  return shard_place(s->module, s->world > 0 ? s->world : 0, &s->ranks, s->placements, &s->diags) ? NTPC_OK
+                                                                                                    : NTPC_ERR_INPUT;
+}
+
+static ntpc_status run_autoplan(ntpc_session *s) {
+  if (!sharding(s)) return NTPC_OK;
+  char *notes = NULL;
+  bool ok = autoplan_resolve(s->module, s->ranks, s->placements, s->gpu, &s->diags, &notes);
+  if (notes) {
+    s->autoplan_notes = arena_strdup(&s->pool, notes);
+    free(notes);
   }
-  if (s->world >= 0) {
-    shard_options opt = {.world = s->world > 0 ? s->world : 0};
-    s->sharded = shard_program(s->module, &opt, &s->diags);
-    if (!s->sharded) return s->diags.errors ? NTPC_ERR_INPUT : NTPC_ERR_INTERNAL;
-    if (!sh_verify(s->sharded, why, sizeof why)) {
-      diag_emit(&s->diags, NTPC_ERROR, src->name, NTP_NOLOC, "internal compiler error: sharded program: %s", why);
-      return NTPC_ERR_INTERNAL;
+  return ok ? NTPC_OK : s->diags.errors ? NTPC_ERR_INPUT : internal(s, "autoplan", "out of memory");
+}
+
+static ntpc_status run_shard(ntpc_session *s) {
+  if (!sharding(s)) return NTPC_OK;
+  s->sharded = shard_lower(s->module, s->ranks, s->placements, &s->diags);
+  if (!s->sharded) return s->diags.errors ? NTPC_ERR_INPUT : internal(s, "shard", "out of memory");
+  return NTPC_OK;
+}
+
+static ntpc_status run_memplan(ntpc_session *s) {
+  if (s->sharded) sh_plan_memory(s->sharded);
+  return NTPC_OK;
+}
+
+static ntpc_status run_codegen(ntpc_session *s) {
+  if (!s->sharded || !s->want_cuda) return NTPC_OK;
+  s->cuda = calloc((size_t)s->ranks, sizeof *s->cuda);
+  if (!s->cuda) return internal(s, "codegen", "out of memory");
+  char err[256];
+  for (int32_t r = 0; r < s->ranks; r++)
+    if (cg_generate(s->sharded, r, &s->cuda[r], err, sizeof err) != 0) return internal(s, "codegen", err);
+  return NTPC_OK;
+}
+
+static bool verify_ir(const ntpc_session *s, char *why, size_t cap) { return ir_verify(s->module, why, cap); }
+static bool verify_place(const ntpc_session *s, char *why, size_t cap) {
+  if (!s->placements) return true;
+  if (!sh_verify_placements(s->module, s->ranks, s->placements, why, cap)) return false;
+  return true;
+}
+static bool verify_planned(const ntpc_session *s, char *why, size_t cap) {
+  if (!s->placements) return true;
+  for (size_t l = 0; l < s->module->n_layers; l++)
+    if (s->placements[l].is_auto) return ir_fail(why, cap, "layer '%s' is still 'tp auto'", s->module->layers[l].name);
+  return verify_place(s, why, cap);
+}
+static bool verify_sharded(const ntpc_session *s, char *why, size_t cap) {
+  return !s->sharded || sh_verify(s->sharded, why, cap);
+}
+static bool verify_memory(const ntpc_session *s, char *why, size_t cap) {
+  return !s->sharded || sh_check_memory(s->sharded, why, cap);
+}
+
+static void dump_ast(ntpc_session *s, FILE *out) { ast_print(&s->ast, out); }
+static void dump_ir(ntpc_session *s, FILE *out) { ir_print(s->module, out); }
+static void dump_place(ntpc_session *s, FILE *out) {
+  if (!s->placements) return;
+  fprintf(out, "world %d\n", s->ranks);
+  for (size_t l = 0; l < s->module->n_layers; l++) {
+    const sh_placement *pl = &s->placements[l];
+    fprintf(out, "%s: groups (", s->module->layers[l].name);
+    for (int g = 0; g < pl->ngroups; g++) fprintf(out, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);
+    fputs(") batch (", out);
+    for (int g = 0; g < pl->ngroups; g++) fprintf(out, "%s%lld", g ? ", " : "", (long long)pl->share[g]);
+    fprintf(out, ")%s%s\n", pl->seq_parallel ? ", sequence parallel" : "", pl->is_auto ? ", tp auto" : "");
+  }
+  if (s->autoplan_notes) fputs(s->autoplan_notes, out);
+}
+static void dump_sharded(ntpc_session *s, FILE *out) {
+  if (s->sharded) sh_print(s->sharded, out);
+}
+static void dump_memory(ntpc_session *s, FILE *out) {
+  if (s->sharded) sh_print_report(s->sharded, out);
+}
+static void dump_cuda(ntpc_session *s, FILE *out) {
+  for (int32_t r = 0; s->cuda && r < s->ranks; r++) {
+    fprintf(out, "// ---- rank %d ----\n", r);
+    fwrite(s->cuda[r].source, 1, s->cuda[r].len, out);
+  }
+}
+
+typedef struct ntpc_pass {
+  const char *name, *what;
+  ntpc_status (*run)(ntpc_session *s);
+  bool (*verify)(const ntpc_session *s, char *why, size_t cap); /* what the pass produced */
+  void (*dump)(ntpc_session *s, FILE *out);                    /* --dump-after=name */
+} ntpc_pass;
+
+static const ntpc_pass pipeline[] = {
+    {"parse", "the sources (model, plan files) to a syntax tree", run_parse, NULL, dump_ast},
+    {"names", "model and plan names unique; the model chosen; plans name models", run_names, NULL, NULL},
+    {"sema", "names, dims, types, layers (by their kinds): the global IR", run_sema, verify_ir, dump_ir},
+    {"place", "the world and every layer's placement (inline @tp, the active plan)", run_place, verify_place,
+     dump_place},
+    {"autoplan", "'tp auto' placements chosen by the planner", run_autoplan, verify_planned, dump_place},
+    {"shard", "the sharded program: every rank's ops and the collectives between them", run_shard, verify_sharded,
+     dump_sharded},
+    {"memplan", "every rank's activation arena", run_memplan, verify_memory, dump_memory},
+    {"codegen", "CUDA C++ for every rank (when the target needs it)", run_codegen, NULL, dump_cuda},
+};
+enum { NPASSES = sizeof pipeline / sizeof pipeline[0] };
+
+size_t ntpc_pass_count(void) { return NPASSES; }
+const char *ntpc_pass_name(size_t i, const char **what) {
+  if (i >= NPASSES) return NULL;
+  if (what) *what = pipeline[i].what;
+  return pipeline[i].name;
+}
+
+ntpc_status ntpc_dump_after(ntpc_session *s, const char *passes, FILE *out) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", passes);
+  for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+    size_t i = 0;
+    while (i < NPASSES && strcmp(pipeline[i].name, p) != 0) i++;
+    if (i == NPASSES || !pipeline[i].dump) {
+      char names[256] = "";
+      for (size_t k = 0; k < NPASSES; k++)
+        if (pipeline[k].dump) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", pipeline[k].name);
+      snprintf(s->last_error, sizeof s->last_error, "--dump-after: no pass '%.64s' with a dump (passes: %s)", p, names);
+      return NTPC_ERR_USAGE;
     }
-    if (!sh_check_memory(s->sharded, why, sizeof why)) {
-      diag_emit(&s->diags, NTPC_ERROR, src->name, NTP_NOLOC, "internal compiler error: memory plan: %s", why);
-      return NTPC_ERR_INTERNAL;
+    s->dump_after |= UINT64_C(1) << i;
+  }
+  s->dump_out = out;
+  return NTPC_OK;
+}
+
+static ntpc_status compile(ntpc_session *s, source_file *src) {
+  s->main_src = src;
+  for (size_t i = 0; i < NPASSES; i++) {
+    const ntpc_pass *ps = &pipeline[i];
+    ntpc_status st = ps->run(s);
+    if (st == NTPC_OK && s->diags.errors) st = NTPC_ERR_INPUT;
+    if (st != NTPC_OK) return st;
+    char why[512];
+    if (ps->verify && !ps->verify(s, why, sizeof why)) {
+      char what[64];
+      snprintf(what, sizeof what, "verifier after pass '%s'", ps->name);
+      return internal(s, what, why);
+    }
+    if (s->dump_after & (UINT64_C(1) << i) && s->dump_out) {
+      fprintf(s->dump_out, "# ---- after %s ----\n", ps->name);
+      ps->dump(s, s->dump_out);
     }
   }
   return NTPC_OK;
 }
+
+void ntpc_set_gpu(ntpc_session *s, const char *gpu) { s->gpu = gpu ? arena_strdup(&s->pool, gpu) : NULL; }
+void ntpc_want_cuda(ntpc_session *s, bool on) { s->want_cuda = on; }
+const struct cg_module *ntpc_cuda_modules(const ntpc_session *s) { return s->cuda; }
+const char *ntpc_autoplan_notes(const ntpc_session *s) { return s->autoplan_notes; }
 
 ntpc_status ntpc_compile_file(ntpc_session *s, const char *path) {
   bool too_big;
@@ -302,17 +470,14 @@ ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out) {
   }
   if (strcmp(kind, "cuda") == 0 || strncmp(kind, "cuda:", 5) == 0) {
     if (!s->sharded) return usage_error(s, "--emit=%s needs a sharded program", kind);
+    if (!s->cuda) return usage_error(s, "--emit=%s needs the codegen pass (ntpc_want_cuda)", kind);
     long r = 0;
     if (kind[4] == ':') {
       char *end;
       r = strtol(kind + 5, &end, 10);
       if (*end || end == kind + 5 || r < 0 || r >= s->sharded->world) return usage_error(s, "--emit=%s: no such rank", kind);
     }
-    cg_module cm;
-    char err[256];
-    if (cg_generate(s->sharded, (int32_t)r, &cm, err, sizeof err) != 0) return usage_error(s, "%s", err);
-    fwrite(cm.source, 1, cm.len, out);
-    cg_module_free(&cm);
+    fwrite(s->cuda[r].source, 1, s->cuda[r].len, out);
     return NTPC_OK;
   }
   if (strcmp(kind, "sharded-ir") == 0 || strcmp(kind, "report") == 0 || strncmp(kind, "rank:", 5) == 0) {

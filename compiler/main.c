@@ -15,6 +15,7 @@
 
 #include "ntpc.h"
 #include "ntprt.h"
+#include "planner.h"
 #include "shard.h"
 
 #ifndef NTP_VERSION
@@ -37,6 +38,8 @@ static const char usage_text[] =
     "  --model NAME       the model to compile when the file holds several\n"
     "  --world W          shard for W ranks (default: the plan's world, else 1); run then\n"
     "                     simulates all ranks and compares with the unsharded run\n"
+    "  --gpu NAME         the device profile 'tp auto' layers are planned for: h100 (default),\n"
+    "                     h200, a100, b200 (as 'ntpc plan --gpu')\n"
     "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels)\n"
     "  -o FILE            the model library, or the emitted text (written whole or not at all)\n"
     "  --keep-c           keep the model library's generated C file (FILE.c)\n"
@@ -51,6 +54,8 @@ static const char usage_text[] =
     "  --save-params FILE (run) write the parameters used to a safetensors file\n"
     "  --color=WHEN       auto | always | never (diagnostics)\n"
     "  -ferror-limit=N    stop after N errors (default 20; 0: no limit)\n"
+    "  --dump-after=PASS  print what a pass built, as it completes (comma-separated; passes: parse,\n"
+    "                     sema, place, autoplan, shard, memplan, codegen)\n"
     "\n"
     "exit status: 0 ok, 1 errors in the input, 2 usage or environment errors\n";
 
@@ -153,7 +158,7 @@ static int build_library(ntpc_session *s, const char *out, bool keep_c) {
     fprintf(stderr, "ntpc: error: %s\n", err);
     goto done;
   }
-  int w = artifact_write_c(p, cf.f, err, sizeof err);
+  int w = artifact_write_c(p, ntpc_cuda_modules(s), cf.f, err, sizeof err);
   if (w != 0) {
     fprintf(stderr, "ntpc: error: writing %s: %s\n", csrc, err);
     ntp_outfile_abort(&cf);
@@ -240,15 +245,12 @@ static void print_model_summary(const ir_module *m, FILE *out) {
 
 /* The CUDA run: kernels generated for every rank, NVRTC (cached), cuBLASLt; outputs compared
  * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
-static int run_cuda(const ir_module *m, const sh_program *p, const options *o) {
+static int run_cuda(const ir_module *m, const sh_program *p, const cg_module *cms, const options *o) {
   char err[1024] = "";
   int rc = 2; /* until the forwards ran: an environment failure (no GPU, no library, too few GPUs) */
-  cg_module *cms = calloc((size_t)p->world, sizeof *cms);
   ntp_cuda *c = NULL;
   ntp_safetensors *params = NULL;
   ntp_cpu_result ref = {0}, res = {0};
-  for (int32_t r = 0; r < p->world; r++)
-    if (cg_generate(p, r, &cms[r], err, sizeof err) != 0) goto done;
   /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
   ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .rank_hi = p->world};
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
@@ -288,8 +290,6 @@ done:
   ntp_cpu_result_free(&res);
   ntp_cuda_free(c);
   ntp_safetensors_close(params);
-  for (int32_t r = 0; cms && r < p->world; r++) cg_module_free(&cms[r]);
-  free(cms);
   return rc;
 }
 
@@ -457,6 +457,15 @@ int main(int argc, char **argv) {
       o.plan = true;
     } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
       ntpc_select_model(s, v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) {
+      plan_profile probe;
+      if (!plan_profile_builtin(v, &probe)) {
+        rc = usage_error("unknown GPU '%s' (built-in profiles: h100, h200, a100, b200)", v);
+        goto out;
+      }
+      ntpc_set_gpu(s, v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--dump-after", &missing))) {
+      if (ntpc_dump_after(s, v, stdout) != NTPC_OK) { rc = usage_error("%s", ntpc_last_error(s)); goto out; }
     } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
       o.backend = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
@@ -551,6 +560,7 @@ int main(int argc, char **argv) {
   /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
   else if (wants_shards || library || cuda || (o.plan && o.command)) ntpc_set_world(s, 0);
+  ntpc_want_cuda(s, library || cuda || (o.emit && strncmp(o.emit, "cuda", 4) == 0));
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, color_wanted(o.color));
   if (st == NTPC_ERR_USAGE) {
@@ -573,7 +583,7 @@ int main(int argc, char **argv) {
   } else if (strcmp(o.command, "report") == 0) {
     rc = emit_to(s, "report", o.out);
   } else if (cuda) {
-    rc = run_cuda(ntpc_module(s), ntpc_sharded(s), &o);
+    rc = run_cuda(ntpc_module(s), ntpc_sharded(s), ntpc_cuda_modules(s), &o);
   } else {
     rc = run_cpu(ntpc_module(s), ntpc_sharded(s), &o);
   }

@@ -7,6 +7,7 @@
 #ifndef NTPC_H
 #define NTPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ typedef struct ntpc_diag {
 typedef struct ntpc_session ntpc_session;
 struct ir_module;
 struct sh_program;
+struct cg_module;
 
 ntpc_session *ntpc_session_new(void);
 void ntpc_session_free(ntpc_session *s);
@@ -54,7 +56,20 @@ void ntpc_set_error_limit(ntpc_session *s, size_t n);
 /* The largest source (model or plan file) accepted: larger ones are an input error. */
 #define NTPC_MAX_SOURCE_BYTES ((size_t)16 << 20)
 
-/* Compile: parse, check, build and verify the IR. NTPC_OK or NTPC_ERR_INPUT (see diagnostics). */
+/* The device profile the autoplan pass plans 'tp auto' layers for (a built-in name: h100, h200,
+ * a100, b200; default h100, as `ntpc plan`). */
+void ntpc_set_gpu(ntpc_session *s, const char *gpu);
+/* Run the codegen pass (CUDA C++ for every rank): for --emit=cuda, a model library, the CUDA backend. */
+void ntpc_want_cuda(ntpc_session *s, bool on);
+/* Print the result of each named pass ("sema", "shard,memplan", ...) to out as it completes
+ * (--dump-after); NTPC_ERR_USAGE naming the passes for an unknown name. */
+ntpc_status ntpc_dump_after(ntpc_session *s, const char *passes, FILE *out);
+/* The pipeline's passes in order (name, and what it does into *what); NULL past the end. */
+size_t ntpc_pass_count(void);
+const char *ntpc_pass_name(size_t i, const char **what);
+
+/* Compile: run the pipeline (parse, names, sema, place, autoplan, shard, memplan, codegen; the
+ * passes after sema only when sharding), each pass's verifier after it. NTPC_OK or NTPC_ERR_INPUT (see diagnostics). */
 ntpc_status ntpc_compile_file(ntpc_session *s, const char *path);
 ntpc_status ntpc_compile_string(ntpc_session *s, const char *name, const char *source);
 
@@ -73,6 +88,11 @@ const struct ir_module *ntpc_module(const ntpc_session *s);
 
 /* The sharded program after a successful compile that sharded (NULL otherwise). */
 const struct sh_program *ntpc_sharded(const ntpc_session *s);
+
+/* The codegen pass's output, one per rank (NULL unless ntpc_want_cuda and a sharded compile). */
+const struct cg_module *ntpc_cuda_modules(const ntpc_session *s);
+/* What the autoplan pass chose for 'tp auto' layers, one line per choice (NULL if none). */
+const char *ntpc_autoplan_notes(const ntpc_session *s);
 
 /* Message of the last failed call that is not an input error (usage, I/O). */
 const char *ntpc_last_error(const ntpc_session *s);

@@ -2092,7 +2092,16 @@ bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq
     plan_place pl;
     bool a;
     pins[i] = -1;
-    if (!resolve_pin(m, plan_model_layer(pm, i), W, &pl, &a, err, cap)) {
+    if (rq->fixed) {
+      const sh_placement *f = &rq->fixed[plan_model_ir_layer(pm, i)];
+      if ((a = f->is_auto) == false) {
+        pl = (plan_place){.ngroups = f->ngroups, .sp = f->seq_parallel};
+        for (int g = 0; g < f->ngroups; g++) {
+          pl.size[g] = f->group_start[g + 1] - f->group_start[g];
+          pl.share[g] = f->shares_given ? f->share[g] : 0;
+        }
+      }
+    } else if (!resolve_pin(m, plan_model_layer(pm, i), W, &pl, &a, err, cap)) {
       free(pins);
       free(st);
       return false;

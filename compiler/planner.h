@@ -147,6 +147,8 @@ typedef struct plan_request {
   int32_t nfailed;
   double act_extra;           /* bytes added to every layer's activation working set (a shortfall
                                  the compiler's memory plan showed; ntpc plan re-plans with it) */
+  const struct sh_placement *fixed; /* [module layers], or NULL: every layer not is_auto is pinned to its
+                                 placement here (the autoplan pass); NULL: pins from the active plan */
 } plan_request;
 
 /* One layer of a solved plan. */

@@ -20,7 +20,6 @@ struct shard_lowering {
   const ir_module *m;
   diag_sink *diags;
   int32_t W;
-  int64_t (*shares)[NTP_MAX_GROUPS];
   int32_t **home; /* per global value: the pieces it was computed as (what followers follow) */
   size_t *nhome, *chome;
   sh_xfer *pend; /* transfers waiting for the next flush */
@@ -663,7 +662,7 @@ static void lower_layer(lower *L, int32_t l) {
   layer_describe(L->m, ly, &d);
   ntp_shape xs = vshape(L, x);
   /* batch rows over the groups; a vector input has none (one group takes it, the others idle) */
-  shard_split_rows(xs.ndim >= 2 ? xs.dim[0] : 1, L->shares[l], pl->ngroups, pl->row_start);
+  shard_split_rows(xs.ndim >= 2 ? xs.dim[0] : 1, pl->share, pl->ngroups, pl->row_start);
   L->why = arena_printf(&L->p->pool, "%s: input redistribution", ly->name);
   /* every group's input first, so the redistribution is one collective per set of ranks */
   for (int g = 0; g < pl->ngroups; g++) {
@@ -697,27 +696,22 @@ static void lower_layer(lower *L, int32_t l) {
 
 /* ---- entry --------------------------------------------------------------------------- */
 
-sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sink *diags) {
+sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *placements, diag_sink *diags) {
   sh_program *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->global = m;
+  p->world = world;
   p->placements = calloc(m->n_layers + 1, sizeof *p->placements);
-  int64_t(*shares)[NTP_MAX_GROUPS] = calloc(m->n_layers + 1, sizeof *shares);
-  ntp_loc *auto_locs = calloc(m->n_layers + 1, sizeof *auto_locs);
-  placement_ctx pc = {m, diags, opt->world, 0, p->placements, shares, auto_locs};
-  bool placed = shard_resolve_placements(&pc);
-  free(auto_locs);
-  if (!placed) {
-    free(shares);
+  if (!p->placements) {
     sh_program_free(p);
     return NULL;
   }
-  p->world = pc.world;
+  memcpy(p->placements, placements, m->n_layers * sizeof *placements);
   size_t nv = m->n_values;
   p->pieces = calloc(nv, sizeof *p->pieces);
   p->npieces = calloc(nv, sizeof *p->npieces);
   p->cap_pieces = calloc(nv, sizeof *p->cap_pieces);
-  lower L = {.p = p, .m = m, .diags = diags, .W = p->world, .shares = shares, .layer = -1, .mesh = -1};
+  lower L = {.p = p, .m = m, .diags = diags, .W = p->world, .layer = -1, .mesh = -1};
   L.home = calloc(nv, sizeof *L.home);
   L.nhome = calloc(nv, sizeof *L.nhome);
   L.chome = calloc(nv, sizeof *L.chome);
@@ -796,12 +790,10 @@ sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sin
   free(L.chome);
   free(L.lay);
   free(L.pend);
-  free(shares);
   if (L.failed || diags->errors) {
     sh_program_free(p);
     return NULL;
   }
-  sh_plan_memory(p);
   return p;
 }
 

@@ -62,9 +62,14 @@ void split_units(int64_t n, int64_t unit, int64_t parts, int64_t i, int64_t *lo,
 typedef struct sh_placement {
   int32_t ngroups;
   int32_t group_start[NTP_MAX_GROUPS + 1]; /* group g = ranks [start[g], start[g+1]) */
-  int64_t row_start[NTP_MAX_GROUPS + 1];   /* group g takes batch rows [row_start[g], row_start[g+1]) */
+  int64_t share[NTP_MAX_GROUPS];           /* batch shares of the groups (default: their sizes) */
+  bool shares_given;                       /* by a plan's 'batch (...)' */
+  int64_t row_start[NTP_MAX_GROUPS + 1];   /* set by the sharder: group g takes batch rows [row_start[g], row_start[g+1]) */
   bool seq_parallel;
+  bool is_auto;                            /* 'tp auto': the planner's to choose (the autoplan pass) */
   int32_t rule; /* plan rule that set it, -1 = inline @tp or the default */
+  const char *tp_file;                     /* where its degree was written (messages) */
+  ntp_loc tp_loc;
 } sh_placement;
 
 typedef struct sh_tensor {
@@ -149,12 +154,16 @@ typedef struct sh_program {
   arena pool;
 } sh_program;
 
-/* shard.c: plan resolution + lowering. NULL on error (diagnostics reported). */
-typedef struct shard_options {
-  int32_t world; /* 0 = from the plan, else 1 */
-} shard_options;
-
-sh_program *shard_program(const ir_module *m, const shard_options *opt, diag_sink *diags);
+/* The sharding passes (api.c runs them as rows of its pipeline):
+ * shard_plan.c: the world (--world, the active plan's) and every layer's placement from inline
+ * @tp annotations and the active plan's rules; a 'tp auto' layer is marked is_auto (one group of
+ * the whole world until the planner chooses). placements: [m->n_layers]. false if reported. */
+bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_placement *placements, diag_sink *diags);
+/* false + message when a placement does not partition the world (the place pass's verifier) */
+bool sh_verify_placements(const ir_module *m, int32_t world, const sh_placement *placements, char *err, size_t cap);
+/* shard.c: lowering with the given placements (copied; none may be is_auto when world > 1).
+ * NULL on error (diagnostics reported). The memory plan is a pass of its own (sh_plan_memory). */
+sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *placements, diag_sink *diags);
 void sh_program_free(sh_program *p);
 /* the sharded program's verifier: shape rules on local shapes, transfers inside tensors */
 bool sh_verify(const sh_program *p, char *err, size_t cap);

@@ -5,6 +5,10 @@
 #include "shard.h"
 #include "shard_internal.h"
 
+typedef struct placement_ctx {
+  diag_sink *diags;
+} placement_ctx;
+
 /* One report per annotation or rule, however many (repeated) layers it covers. */
 static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
   for (size_t i = 0; i < c->diags->len; i++) {
@@ -14,23 +18,23 @@ static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const c
   diag_emit(c->diags, NTPC_ERROR, file, loc, fmt, a, b);
 }
 
-bool shard_resolve_placements(placement_ctx *c) {
-  const ir_module *m = c->m;
+bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_placement *out, diag_sink *diags) {
+  placement_ctx ctx = {diags}, *c = &ctx;
   const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
   size_t errors = c->diags->errors;
 
-  int32_t W = c->world_opt > 0 ? c->world_opt : 1;
+  int32_t W = world_opt > 0 ? world_opt : 1;
   if (plan && plan->world) {
-    if (c->world_opt > 0 && c->world_opt != plan->world)
+    if (world_opt > 0 && world_opt != plan->world)
       place_error(c, plan->file, plan->loc, "plan sets world %lld, but --world is %lld", (long long)plan->world,
-                  (long long)c->world_opt);
+                  (long long)world_opt);
     W = (int32_t)plan->world;
   }
-  c->world = W;
+  *world = W;
 
   for (size_t l = 0; l < m->n_layers; l++) {
     const ir_layer *ly = &m->layers[l];
-    sh_placement *pl = &c->out[l];
+    sh_placement *pl = &out[l];
     *pl = (sh_placement){.rule = -1};
     ir_tp tp = ly->tp;
     const char *file = m->file;
@@ -55,15 +59,10 @@ bool shard_resolve_placements(placement_ctx *c) {
 
     int64_t groups[NTP_MAX_GROUPS];
     int ng = 0;
+    pl->tp_file = file;
+    pl->tp_loc = tp.loc.first_line ? tp.loc : rule ? rule->loc : ly->loc;
     if (tp.kind == TP_AUTO) {
-      bool seen = false; /* one report per annotation or rule, not per layer it matches */
-      for (size_t k = 0; k < l; k++) seen |= c->auto_locs[k].first_line == tp.loc.first_line && c->auto_locs[k].first_column == tp.loc.first_column;
-      c->auto_locs[l] = tp.loc;
-      if (W > 1 && !seen)
-        diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
-                  "'tp auto' (first matching layer '%s') is resolved by the planner ('ntpc plan'), which this version "
-                  "does not have",
-                  ly->name);
+      pl->is_auto = W > 1; /* the planner's (with one rank there is nothing to choose) */
       groups[ng++] = W;
     } else if (tp.kind == TP_NONE || (tp.kind == TP_DEGREES && tp.n == 1)) {
       int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
@@ -93,16 +92,34 @@ bool shard_resolve_placements(placement_ctx *c) {
     pl->group_start[0] = 0;
     for (int g = 0; g < ng; g++) pl->group_start[g + 1] = pl->group_start[g] + (int32_t)groups[g];
     /* batch shares: explicit, or proportional to group size (equal work per GPU) */
-    for (int g = 0; g < ng; g++) c->shares[l][g] = groups[g];
+    for (int g = 0; g < ng; g++) pl->share[g] = groups[g];
     if (rule && rule->nbatch) {
-      if (rule->nbatch != ng)
+      if (rule->nbatch != ng) {
         place_error(c, file, rule->loc, "batch split has %lld shares but the layer has %lld groups",
                     (long long)rule->nbatch, ng);
-      else
-        for (int g = 0; g < ng; g++) c->shares[l][g] = rule->batch[g];
+      } else {
+        for (int g = 0; g < ng; g++) pl->share[g] = rule->batch[g];
+        pl->shares_given = true;
+      }
     }
   }
   return c->diags->errors == errors;
+}
+
+bool sh_verify_placements(const ir_module *m, int32_t world, const sh_placement *pls, char *err, size_t cap) {
+  for (size_t l = 0; l < m->n_layers; l++) {
+    const sh_placement *pl = &pls[l];
+    const char *name = m->layers[l].name;
+    if (pl->ngroups < 1 || pl->ngroups > NTP_MAX_GROUPS || pl->group_start[0] != 0 ||
+        pl->group_start[pl->ngroups] != world)
+      return ir_fail(err, cap, "layer '%s': its %d groups do not cover the %d ranks", name, pl->ngroups, world);
+    for (int g = 0; g < pl->ngroups; g++) {
+      if (pl->group_start[g + 1] <= pl->group_start[g])
+        return ir_fail(err, cap, "layer '%s': group %d is empty", name, g);
+      if (pl->share[g] < 0) return ir_fail(err, cap, "layer '%s': group %d has a negative batch share", name, g);
+    }
+  }
+  return true;
 }
 
 /* Rows per group in proportion to the shares, largest remainders first; sums to rows. */

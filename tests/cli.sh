@@ -83,8 +83,37 @@ check world-conflict 1 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_
 expect_text world-conflict "plan sets world 8, but --world is 4"
 check world-too-small 1 "$ntpc" run examples/gpt2.ntp --world 2 $toyw
 expect_text world-too-small "TP degree 8 is larger than the world (2 ranks)"
-check tp-auto 1 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_auto.ntp $toyw
-expect_text tp-auto "'tp auto'"
+# 'tp auto' is resolved by the planner wherever a plan is read, and says what it chose: the same
+# placements as 'ntpc plan' writes for that plan and profile
+check tp-auto 0 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_auto.ntp $toyw
+expect_text tp-auto "examples/plans/gpt2_auto.ntp:8:20: note: 'tp auto': the planner chose"
+expect_text tp-auto "vs unsharded: max relative error 0"
+check tp-auto-gpu 2 "$ntpc" check examples/gpt2.ntp --plan examples/plans/gpt2_auto.ntp --gpu tpu
+expect_text tp-auto-gpu "unknown GPU 'tpu'"
+for gpu in h100 a100; do
+  for w in 8 3; do
+    printf 'plan a for gpt2 {\n  world %d;\n  * tp auto;\n}\n' $w >"$tmp/auto$w.ntp"
+    check tp-auto-report-$gpu-$w 0 "$ntpc" report examples/gpt2.ntp --plan "$tmp/auto$w.ntp" --gpu $gpu -D L=2
+    grep '^placement' "$tmp/out" >"$tmp/auto.placements"
+    check tp-auto-plan-$gpu-$w 0 "$ntpc" plan examples/gpt2.ntp --plan "$tmp/auto$w.ntp" --gpu $gpu -D L=2 \
+      -o "$tmp/chosen.ntp" --svg "$tmp/chosen.svg"
+    check tp-auto-chosen-$gpu-$w 0 "$ntpc" report examples/gpt2.ntp --plan "$tmp/chosen.ntp" -D L=2
+    grep '^placement' "$tmp/out" >"$tmp/plan.placements"
+    if cmp -s "$tmp/auto.placements" "$tmp/plan.placements"; then pass=$((pass + 1)); else
+      fail=$((fail + 1)); echo "[FAIL] tp-auto-same-$gpu-$w: 'tp auto' and 'ntpc plan' chose differently"
+      diff "$tmp/auto.placements" "$tmp/plan.placements" | sed 's/^/    /'; fi
+  done
+done
+# the pipeline: --dump-after prints a pass's result as it completes; an unknown pass is a usage error
+check dump-after 0 "$ntpc" check examples/gpt2.ntp --plan examples/plans/gpt2_auto.ntp --dump-after=place,autoplan,memplan -D L=1
+expect_text dump-after "# ---- after place ----"
+expect_text dump-after "blk.0.attn: groups (8) batch (8), tp auto"
+expect_text dump-after "# ---- after autoplan ----"
+expect_text dump-after "# ---- after memplan ----"
+check dump-after-sema 0 "$ntpc" check examples/gpt2.ntp --dump-after=sema -D L=1
+expect_text dump-after-sema "layer blk.0.attn = attention"
+check dump-after-bogus 2 "$ntpc" check examples/gpt2.ntp --dump-after=sema,bogus
+expect_text dump-after-bogus "no pass 'bogus' with a dump (passes: parse, sema, place, autoplan, shard, memplan, codegen)"
 check seed-negative 2 "$ntpc" run examples/gpt2.ntp --seed -1
 
 # plan patterns with numeric ranges: the range beats blk.*, a single name beats the range

@@ -1,0 +1,128 @@
+/* autoplan.c — the autoplan pass: a layer whose placement is 'tp auto' gets the planner's choice
+ * (docs/planner.md) for the session's device profile, with every other layer pinned as written;
+ * `run`, `check`, `report` and `-o` resolve 'tp auto' this way, as `ntpc plan` does. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autoplan.h"
+#include "planner.h"
+
+/* "FILE:L:C: error: MSG" from the planner: MSG (the location is given again by the note) */
+static const char *message_of(const char *err) {
+  const char *e = strstr(err, ": error: ");
+  return e ? e + 9 : err;
+}
+
+static void to_placement(const plan_place *pp, int32_t world, sh_placement *pl) {
+  pl->ngroups = pp->ngroups;
+  pl->group_start[0] = 0;
+  for (int g = 0; g < pp->ngroups; g++) {
+    pl->group_start[g + 1] = pl->group_start[g] + pp->size[g];
+    pl->share[g] = pp->share[0] ? pp->share[g] : pp->size[g];
+  }
+  pl->shares_given = pp->share[0] != 0;
+  pl->seq_parallel = pp->sp;
+  pl->is_auto = false;
+  (void)world;
+}
+
+static void append(char **buf, size_t *len, const char *line) {
+  size_t n = strlen(line);
+  char *nb = realloc(*buf, *len + n + 2);
+  if (!nb) return;
+  memcpy(nb + *len, line, n);
+  nb[*len + n] = '\n';
+  nb[*len + n + 1] = 0;
+  *buf = nb;
+  *len += n + 1;
+}
+
+bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, const char *gpu, diag_sink *diags,
+                      char **notes) {
+  *notes = NULL;
+  int32_t first = -1;
+  for (size_t l = 0; l < m->n_layers && first < 0; l++)
+    if (pls[l].is_auto) first = (int32_t)l;
+  if (first < 0) return true;
+  const sh_placement *fa = &pls[first];
+  plan_profile prof;
+  const char *g = gpu ? gpu : "h100";
+  if (!plan_profile_builtin(g, &prof)) {
+    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' is planned for a GPU profile; '%s' is not one", g);
+    return false;
+  }
+  char err[1024];
+  plan_model *pm = plan_model_new(m, err, sizeof err);
+  if (!pm) {
+    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): the planner cannot plan this model: %s",
+              m->layers[first].name, message_of(err));
+    return false;
+  }
+  plan_request rq = {.world = world, .prof = &prof, .fixed = pls};
+  plan_solution sol;
+  bool ok = plan_solve(pm, m, &rq, &sol, err, sizeof err);
+  if (!ok) {
+    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): %s", m->layers[first].name,
+              message_of(err));
+    plan_model_free(pm);
+    return false;
+  }
+  if (!sol.feasible) {
+    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): no placement fits %d x %s: %s",
+              m->layers[first].name, world, prof.device, sol.why);
+    plan_solution_free(&sol);
+    plan_model_free(pm);
+    return false;
+  }
+  /* the choices, and one note per 'tp auto' and placement chosen for it */
+  int32_t n = plan_model_layers(pm);
+  bool *was_auto = calloc(m->n_layers + 1, sizeof *was_auto);
+  char **chosen = calloc(m->n_layers + 1, sizeof *chosen);
+  size_t len = 0;
+  ok = was_auto && chosen;
+  for (int32_t i = 0; ok && i < n; i++) {
+    int32_t l = plan_model_ir_layer(pm, i);
+    if (!pls[l].is_auto) continue;
+    char buf[512];
+    plan_place_str(&sol.layers[i].place, buf, sizeof buf);
+    chosen[l] = strdup(buf);
+    was_auto[l] = true;
+    to_placement(&sol.layers[i].place, world, &pls[l]);
+  }
+  for (size_t l = 0; ok && l < m->n_layers; l++) {
+    if (pls[l].is_auto) { /* not in the planner's chain (a norm): it follows its input */
+      pls[l].is_auto = false;
+      continue;
+    }
+    if (!was_auto[l] || !chosen[l]) continue;
+    /* every layer with the same 'tp auto' and the same choice: one note */
+    int count = 0;
+    const char *last = NULL;
+    for (size_t k = l; k < m->n_layers; k++) {
+      if (!was_auto[k] || !chosen[k] || strcmp(chosen[k], chosen[l]) || pls[k].tp_loc.first_line != pls[l].tp_loc.first_line ||
+          pls[k].tp_loc.first_column != pls[l].tp_loc.first_column || pls[k].tp_file != pls[l].tp_file)
+        continue;
+      count++;
+      last = m->layers[k].name;
+      if (k != l) {
+        free(chosen[k]);
+        chosen[k] = NULL;
+      }
+    }
+    char line[1024];
+    if (count > 1)
+      snprintf(line, sizeof line, "'tp auto': the planner chose %s for %d layers ('%s' to '%s') on %d x %s",
+               chosen[l], count, m->layers[l].name, last, world, prof.device);
+    else
+      snprintf(line, sizeof line, "'tp auto': the planner chose %s for '%s' on %d x %s", chosen[l], m->layers[l].name,
+               world, prof.device);
+    diag_emit(diags, NTPC_NOTE, pls[l].tp_file, pls[l].tp_loc, "%s", line);
+    append(notes, &len, line);
+  }
+  for (size_t l = 0; chosen && l < m->n_layers; l++) free(chosen[l]);
+  free(chosen);
+  free(was_auto);
+  plan_solution_free(&sol);
+  plan_model_free(pm);
+  return ok;
+}
