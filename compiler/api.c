@@ -226,6 +226,11 @@ static ntpc_status internal(ntpc_session *s, const char *what, const char *why) 
   return NTPC_ERR_INTERNAL;
 }
 
+static ntpc_status out_of_memory(ntpc_session *s) {
+  snprintf(s->last_error, sizeof s->last_error, "out of memory");
+  return NTPC_ERR_INTERNAL;
+}
+
 static bool sharding(const ntpc_session *s) { return s->world >= 0; }
 
 static ntpc_status run_parse(ntpc_session *s) {
@@ -250,10 +255,7 @@ static ntpc_status run_names(ntpc_session *s) {
 static ntpc_status run_sema(ntpc_session *s) {
   const char *plan_file = s->nplan_files ? s->plan_files[0] : NULL;
   s->module = sema_run(&s->pool, &s->diags, &s->ast, s->model, s->defines, s->ndefines, plan_file, s->plan_name);
-  if (!s->module) {
-    snprintf(s->last_error, sizeof s->last_error, "out of memory");
-    return NTPC_ERR_INTERNAL;
-  }
+  if (!s->module) return out_of_memory(s);
   if (s->diags.errors) {
     ir_module_free(s->module);
     s->module = NULL;
@@ -265,7 +267,7 @@ static ntpc_status run_sema(ntpc_session *s) {
 static ntpc_status run_place(ntpc_session *s) {
   if (!sharding(s)) return NTPC_OK;
   s->placements = calloc(s->module->n_layers + 1, sizeof *s->placements);
-  if (!s->placements) return internal(s, "place", "out of memory");
+  if (!s->placements) return out_of_memory(s);
   return shard_place(s->module, s->world > 0 ? s->world : 0, &s->ranks, s->placements, &s->diags) ? NTPC_OK
                                                                                                     : NTPC_ERR_INPUT;
 }
@@ -278,13 +280,13 @@ static ntpc_status run_autoplan(ntpc_session *s) {
     s->autoplan_notes = arena_strdup(&s->pool, notes);
     free(notes);
   }
-  return ok ? NTPC_OK : s->diags.errors ? NTPC_ERR_INPUT : internal(s, "autoplan", "out of memory");
+  return ok ? NTPC_OK : s->diags.errors ? NTPC_ERR_INPUT : out_of_memory(s);
 }
 
 static ntpc_status run_shard(ntpc_session *s) {
   if (!sharding(s)) return NTPC_OK;
   s->sharded = shard_lower(s->module, s->ranks, s->placements, &s->diags);
-  if (!s->sharded) return s->diags.errors ? NTPC_ERR_INPUT : internal(s, "shard", "out of memory");
+  if (!s->sharded) return s->diags.errors ? NTPC_ERR_INPUT : out_of_memory(s);
   return NTPC_OK;
 }
 
@@ -296,10 +298,11 @@ static ntpc_status run_memplan(ntpc_session *s) {
 static ntpc_status run_codegen(ntpc_session *s) {
   if (!s->sharded || !s->want_cuda) return NTPC_OK;
   s->cuda = calloc((size_t)s->ranks, sizeof *s->cuda);
-  if (!s->cuda) return internal(s, "codegen", "out of memory");
+  if (!s->cuda) return out_of_memory(s);
   char err[256];
   for (int32_t r = 0; r < s->ranks; r++)
-    if (cg_generate(s->sharded, r, &s->cuda[r], err, sizeof err) != 0) return internal(s, "codegen", err);
+    if (cg_generate(s->sharded, r, &s->cuda[r], err, sizeof err) != 0)
+      return strcmp(err, "out of memory") == 0 ? out_of_memory(s) : internal(s, "codegen", err);
   return NTPC_OK;
 }
 
@@ -397,8 +400,7 @@ ntpc_status ntpc_dump_after(ntpc_session *s, const char *passes, FILE *out) {
   return NTPC_OK;
 }
 
-static ntpc_status compile(ntpc_session *s, source_file *src) {
-  s->main_src = src;
+static ntpc_status run_pipeline(ntpc_session *s) {
   for (size_t i = 0; i < NPASSES; i++) {
     const ntpc_pass *ps = &pipeline[i];
     ntpc_status st = ps->run(s);
@@ -416,6 +418,16 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
     }
   }
   return NTPC_OK;
+}
+
+static ntpc_status compile(ntpc_session *s, source_file *src) {
+  s->main_src = src;
+  ntp_oom_guard g;
+  ntp_oom_push(&g);
+  if (setjmp(g.jb)) return out_of_memory(s); /* a compiler table could not grow */
+  ntpc_status st = run_pipeline(s);
+  ntp_oom_pop(&g);
+  return st;
 }
 
 void ntpc_set_gpu(ntpc_session *s, const char *gpu) { s->gpu = gpu ? arena_strdup(&s->pool, gpu) : NULL; }

@@ -62,14 +62,32 @@ void arena_free(arena *a) {
   a->head = NULL;
 }
 
+static _Thread_local long fail_countdown;
+void ntp_fail_growth_after(long n) { fail_countdown = n; }
+
 void vec_grow(void **arr, size_t *cap, size_t elem) {
   size_t ncap = *cap ? *cap * 2 : 16;
+  if (fail_countdown > 0 && --fail_countdown == 0) ntp_out_of_memory();
   void *p = realloc(*arr, ncap * elem);
-  if (!p) {
-    /* Out of memory while growing a compiler table: nothing sensible is left to do. */
-    fputs("ntpc: out of memory\n", stderr);
-    abort();
-  }
+  if (!p) ntp_out_of_memory();
   *arr = p;
   *cap = ncap;
+}
+
+static _Thread_local ntp_oom_guard *oom_top;
+
+void ntp_oom_push(ntp_oom_guard *g) {
+  g->prev = oom_top;
+  oom_top = g;
+}
+
+void ntp_oom_pop(ntp_oom_guard *g) { oom_top = g->prev; }
+
+_Noreturn void ntp_out_of_memory(void) {
+  ntp_oom_guard *g = oom_top;
+  if (g) {
+    oom_top = g->prev;
+    longjmp(g->jb, 1);
+  }
+  abort(); /* unreachable through the library's entry points, which all set a guard */
 }

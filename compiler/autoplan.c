@@ -53,6 +53,7 @@ bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, cons
   }
   char err[1024];
   plan_model *pm = plan_model_new(m, err, sizeof err);
+  if (!pm && strcmp(err, "out of memory") == 0) return false;
   if (!pm) {
     diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): the planner cannot plan this model: %s",
               m->layers[first].name, message_of(err));
@@ -61,6 +62,10 @@ bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, cons
   plan_request rq = {.world = world, .prof = &prof, .fixed = pls};
   plan_solution sol;
   bool ok = plan_solve(pm, m, &rq, &sol, err, sizeof err);
+  if (!ok && strcmp(err, "out of memory") == 0) {
+    plan_model_free(pm);
+    return false;
+  }
   if (!ok) {
     diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): %s", m->layers[first].name,
               message_of(err));

@@ -2,6 +2,7 @@
 #ifndef NTP_COMPILER_H
 #define NTP_COMPILER_H
 
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +36,24 @@ void arena_free(arena *a);
   (((len) >= (cap) ? vec_grow((void **)&(arr), &(cap), sizeof *(arr)) : 0),               \
    (arr)[(len)++] = (val))
 void vec_grow(void **arr, size_t *cap, size_t elem);
+
+/* Out of memory while a compiler table grows (vec_grow, strmap_put): the library's entry points
+ * (ntpc_compile_*, the planner's) set a recovery point first, and the growth jumps back to it,
+ * so the entry returns "out of memory" instead of the process aborting:
+ *     ntp_oom_guard g;
+ *     ntp_oom_push(&g);
+ *     if (setjmp(g.jb)) { ntp_oom_pop(&g); return out_of_memory; }
+ *     ... ; ntp_oom_pop(&g);
+ * Tables stay consistent (a failed growth keeps the old block); what was half built leaks. */
+typedef struct ntp_oom_guard {
+  jmp_buf jb;
+  struct ntp_oom_guard *prev;
+} ntp_oom_guard;
+void ntp_oom_push(ntp_oom_guard *g);
+void ntp_oom_pop(ntp_oom_guard *g);
+_Noreturn void ntp_out_of_memory(void);
+/* Test hook: the n-th table growth from now (on this thread) fails as if memory ran out; 0: off. */
+void ntp_fail_growth_after(long n);
 
 /* ---- diag.c: diagnostics as data ---------------------------------------------- */
 typedef struct source_file {

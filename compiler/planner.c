@@ -455,7 +455,7 @@ static bool build_index(plan_model *pm) {
   return ok;
 }
 
-plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
+static plan_model *plan_model_new_unguarded(const ir_module *m, char *err, size_t cap) {
   if (cap) err[0] = 0;
   plan_model *pm = calloc(1, sizeof *pm);
   if (!pm) {
@@ -2072,8 +2072,8 @@ static void infeasible(plan_tables *T, double mem_cap, plan_solution *out) {
 
 static double cap_of(const plan_request *rq) { return rq->mem_cap > 0 ? rq->mem_cap : rq->prof->mem_capacity; }
 
-bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, char *err,
-                size_t cap) {
+static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out,
+                                 char *err, size_t cap) {
   memset(out, 0, sizeof *out);
   int32_t W = rq->world, n = pm->n;
   if (W < 1) {
@@ -2144,7 +2144,7 @@ bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq
   return true;
 }
 
-plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, char *err, size_t cap) {
+static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_request *rq, char *err, size_t cap) {
   int32_t W = rq->world;
   plan_place *st = NULL;
   int32_t ns = 0, cs = 0;
@@ -2799,8 +2799,8 @@ void plan_failover_free(plan_failover *f) {
   memset(f, 0, sizeof *f);
 }
 
-bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out, char *err,
-                         size_t cap) {
+static bool plan_failover_solve_unguarded(const plan_model *pm, const ir_module *m, const plan_request *rq,
+                                          plan_failover *out, char *err, size_t cap) {
   memset(out, 0, sizeof *out);
   int32_t W = rq->world;
   bool *gone = calloc((size_t)W + 1, 1);
@@ -2929,4 +2929,37 @@ void plan_write_reshard(FILE *out, const plan_model *pm, const plan_solution *s,
     }
   }
   free(done);
+}
+
+/* ---- the entry points: out of memory in a table returns an error instead of aborting ---- */
+
+#define OOM_GUARDED(call, fail)              \
+  do {                                       \
+    ntp_oom_guard g_;                        \
+    ntp_oom_push(&g_);                       \
+    if (setjmp(g_.jb)) {                     \
+      snprintf(err, cap, "out of memory");   \
+      return fail;                           \
+    }                                        \
+    __typeof__(call) r_ = call;              \
+    ntp_oom_pop(&g_);                        \
+    return r_;                               \
+  } while (0)
+
+plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
+  OOM_GUARDED(plan_model_new_unguarded(m, err, cap), NULL);
+}
+
+bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, char *err,
+                size_t cap) {
+  OOM_GUARDED(plan_solve_unguarded(pm, m, rq, out, err, cap), false);
+}
+
+bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out,
+                         char *err, size_t cap) {
+  OOM_GUARDED(plan_failover_solve_unguarded(pm, m, rq, out, err, cap), false);
+}
+
+plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, char *err, size_t cap) {
+  OOM_GUARDED(plan_tables_new_unguarded(pm, rq, err, cap), NULL);
 }

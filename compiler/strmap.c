@@ -35,7 +35,12 @@ void strmap_put(strmap *m, const char *key, int64_t val) {
     m->cap = old.cap ? old.cap * 2 : 64;
     m->keys = calloc(m->cap, sizeof *m->keys);
     m->vals = calloc(m->cap, sizeof *m->vals);
-    if (!m->keys || !m->vals) abort();
+    if (!m->keys || !m->vals) {
+      free(m->keys);
+      free(m->vals);
+      *m = old; /* unchanged */
+      ntp_out_of_memory();
+    }
     m->len = 0;
     for (size_t i = 0; i < old.cap; i++)
       if (old.keys[i]) put_raw(m, old.keys[i], old.vals[i]);
