@@ -27,10 +27,9 @@ static int bench(const char *file, const char *define, int world, int runs, cons
     ntpc_session_free(s);
     return 1;
   }
-  char err[1024];
-  plan_model *pm = plan_model_new(ntpc_module(s), err, sizeof err);
+  plan_model *pm = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
   if (!pm) {
-    fprintf(stderr, "%s\n", err);
+    ntpc_print_diags(s, stderr, 0);
     ntpc_session_free(s);
     return 1;
   }
@@ -39,8 +38,8 @@ static int bench(const char *file, const char *define, int world, int runs, cons
   for (int i = 0; i < runs; i++) {
     plan_request rq = {.world = world, .prof = prof};
     if (i) plan_solution_free(&sol);
-    if (!plan_solve(pm, ntpc_module(s), &rq, &sol, err, sizeof err)) {
-      fprintf(stderr, "%s\n", err);
+    if (!plan_solve(pm, ntpc_module(s), &rq, &sol, ntpc_diag_sink(s))) {
+      ntpc_print_diags(s, stderr, 0);
       return 1;
     }
     tab[i] = sol.tables_ms;

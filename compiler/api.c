@@ -458,6 +458,10 @@ size_t ntpc_diag_count(const ntpc_session *s) { return s->diags.len; }
 const ntpc_diag *ntpc_diag_at(const ntpc_session *s, size_t i) { return i < s->diags.len ? &s->diags.items[i] : NULL; }
 size_t ntpc_error_count(const ntpc_session *s) { return s->diags.errors; }
 void ntpc_print_diags(const ntpc_session *s, FILE *out, int color) { diag_render(&s->diags, out, color); }
+void ntpc_print_diags_from(const ntpc_session *s, size_t first, FILE *out, int color) {
+  diag_render_from(&s->diags, first, out, color);
+}
+struct diag_sink *ntpc_diag_sink(ntpc_session *s) { return &s->diags; }
 const struct ir_module *ntpc_module(const ntpc_session *s) { return s->module; }
 
 ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out) {

@@ -7,12 +7,6 @@
 #include "autoplan.h"
 #include "planner.h"
 
-/* "FILE:L:C: error: MSG" from the planner: MSG (the location is given again by the note) */
-static const char *message_of(const char *err) {
-  const char *e = strstr(err, ": error: ");
-  return e ? e + 9 : err;
-}
-
 static void to_placement(const plan_place *pp, int32_t world, sh_placement *pl) {
   pl->ngroups = pp->ngroups;
   pl->group_start[0] = 0;
@@ -51,31 +45,19 @@ bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, cons
     diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' is planned for a GPU profile; '%s' is not one", g);
     return false;
   }
-  char err[1024];
-  plan_model *pm = plan_model_new(m, err, sizeof err);
-  if (!pm && strcmp(err, "out of memory") == 0) return false;
-  if (!pm) {
-    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): the planner cannot plan this model: %s",
-              m->layers[first].name, message_of(err));
-    return false;
-  }
+  size_t errors = diags->errors;
+  plan_model *pm = plan_model_new(m, diags);
   plan_request rq = {.world = world, .prof = &prof, .fixed = pls};
-  plan_solution sol;
-  bool ok = plan_solve(pm, m, &rq, &sol, err, sizeof err);
-  if (!ok && strcmp(err, "out of memory") == 0) {
-    plan_model_free(pm);
-    return false;
-  }
-  if (!ok) {
-    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): %s", m->layers[first].name,
-              message_of(err));
-    plan_model_free(pm);
-    return false;
-  }
-  if (!sol.feasible) {
-    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): no placement fits %d x %s: %s",
-              m->layers[first].name, world, prof.device, sol.why);
-    plan_solution_free(&sol);
+  plan_solution sol = {0};
+  bool ok = pm && plan_solve(pm, m, &rq, &sol, diags);
+  if (!ok || !sol.feasible) {
+    if (ok)
+      diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s'): no placement fits %d x %s: %s",
+                m->layers[first].name, world, prof.device, sol.why);
+    else if (diags->errors > errors) /* the planner's own errors, located: say who asked */
+      diag_emit(diags, NTPC_NOTE, fa->tp_file, fa->tp_loc, "'tp auto' (layer '%s') asks the planner to choose",
+                m->layers[first].name);
+    if (ok) plan_solution_free(&sol);
     plan_model_free(pm);
     return false;
   }

@@ -74,6 +74,7 @@ typedef struct diag_sink {
   size_t errors;
   size_t error_limit; /* 0: none; else errors beyond it are dropped and `stopped` is set */
   bool stopped;       /* the limit was reached: the passes stop early */
+  bool out_of_memory; /* a pass ran out of memory (not a diagnostic: reporting it needs memory) */
   struct strmap *seen; /* "file:line:col" of every error so far (see diag_vemit) */
   bool dropping;       /* the last error was a repeat: drop its notes too */
   arena *pool;
@@ -86,7 +87,9 @@ void diag_emit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, c
     __attribute__((format(printf, 5, 6)));
 void diag_vemit(diag_sink *d, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt, va_list ap);
 void diag_render(const diag_sink *d, FILE *out, int color);
+void diag_render_from(const diag_sink *d, size_t first, FILE *out, int color); /* items [first, len) */
 void diag_free(diag_sink *d);
+static inline void diag_out_of_memory(diag_sink *d) { d->out_of_memory = true; }
 /* Nearest candidate to `name` by edit distance, or NULL if none is close. */
 const char *nearest_name(const char *name, const char *const *cands, size_t n);
 

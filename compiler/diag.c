@@ -73,10 +73,12 @@ const char *source_line(arena *pool, source_file *f, int line, size_t *len) {
   return f->text + b;
 }
 
-void diag_render(const diag_sink *d, FILE *out, int color) {
+void diag_render(const diag_sink *d, FILE *out, int color) { diag_render_from(d, 0, out, color); }
+
+void diag_render_from(const diag_sink *d, size_t first, FILE *out, int color) {
   static const char *label[] = {"error", "warning", "note"};
   static const char *tint[] = {"\033[1;31m", "\033[1;35m", "\033[1;36m"};
-  for (size_t i = 0; i < d->len; i++) {
+  for (size_t i = first; i < d->len; i++) {
     const ntpc_diag *g = &d->items[i];
     if (g->line > 0)
       fprintf(out, "%s%s:%d:%d: %s", color ? "\033[1m" : "", g->file, g->line, g->col, color ? "\033[0m" : "");

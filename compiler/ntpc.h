@@ -78,6 +78,11 @@ const ntpc_diag *ntpc_diag_at(const ntpc_session *s, size_t i);
 size_t ntpc_error_count(const ntpc_session *s);
 /* Renders every diagnostic in compiler style (file:line:col: error: msg, source line, caret). */
 void ntpc_print_diags(const ntpc_session *s, FILE *out, int color);
+/* The same from diagnostic `first` on (what a later step added). */
+void ntpc_print_diags_from(const ntpc_session *s, size_t first, FILE *out, int color);
+/* The session's diagnostic sink, for the compiler's own tools and passes that run beside the
+ * pipeline (the planner: `ntpc plan`); what they report renders with the session's sources. */
+struct diag_sink *ntpc_diag_sink(ntpc_session *s);
 
 /* Stage outputs. kind: "tokens", "ast", "ir", "sharded-ir", "rank:N", "report".
  * Returns NTPC_ERR_USAGE for an unknown kind. */

@@ -135,10 +135,15 @@ static const char *gib(double b, char *buf, size_t cap) {
   return buf;
 }
 
-/* messages of the library: located ones ("FILE:L:C: error: ...") as they are, others prefixed */
-static void print_error(const char *err) {
-  if (strstr(err, ": error: ")) fprintf(stderr, "%s\n", err);
-  else fprintf(stderr, "ntpc plan: error: %s\n", err);
+/* What the planner reported into the session's sink since diagnostic `from`: rendered with the
+ * sources (caret, notes); exit 1, or 3 when it ran out of memory. */
+static int planner_failed(ntpc_session *s, const plan_opts *o, size_t from) {
+  ntpc_print_diags_from(s, from, stderr, color_of(o->color));
+  if (ntpc_diag_sink(s)->out_of_memory) {
+    fprintf(stderr, "ntpc plan: error: out of memory\n");
+    return 3;
+  }
+  return 1;
 }
 
 /* Writes the plan beside its destination, compiles the model with it (the compiler's check),
@@ -335,12 +340,15 @@ int ntpc_plan_command(int argc, char **argv) {
   const ir_module *m = ntpc_module(s);
   const ir_plan *inplan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
   int32_t W = (int32_t)o.world;
+  diag_sink *diags = ntpc_diag_sink(s);
+  size_t seen = ntpc_diag_count(s); /* printed already */
   if (inplan && inplan->world) {
     if (o.world > 0 && o.world != inplan->world) {
-      fprintf(stderr, "%s:%d:%d: error: plan '%s' sets world %lld, but --world is %ld\n", inplan->file,
-              inplan->loc.first_line, inplan->loc.first_column, inplan->name, (long long)inplan->world, o.world);
+      diag_emit(diags, NTPC_ERROR, inplan->file, inplan->loc, "plan '%s' sets world %lld, but --world is %ld",
+                inplan->name, (long long)inplan->world, o.world);
+      rc = planner_failed(s, &o, seen);
       ntpc_session_free(s);
-      return 1;
+      return rc;
     }
     W = (int32_t)inplan->world;
   }
@@ -371,11 +379,11 @@ int ntpc_plan_command(int argc, char **argv) {
     ntpc_session_free(s);
     return usage_fail("%s", "--fail lists every GPU: nothing survives to plan for");
   }
-  plan_model *pm = plan_model_new(m, err, sizeof err);
+  plan_model *pm = plan_model_new(m, diags);
   if (!pm) {
-    print_error(err);
+    rc = planner_failed(s, &o, seen);
     ntpc_session_free(s);
-    return 1;
+    return rc;
   }
 
   /* the plan's name and files */
@@ -408,9 +416,8 @@ int ntpc_plan_command(int argc, char **argv) {
   if (!nfailed) {
     for (int attempt = 0;; attempt++) {
       plan_solution sol;
-      if (!plan_solve(pm, m, &rq, &sol, err, sizeof err)) {
-        print_error(err);
-        rc = 1;
+      if (!plan_solve(pm, m, &rq, &sol, diags)) {
+        rc = planner_failed(s, &o, seen);
         goto done;
       }
       if (!sol.feasible) {
@@ -446,9 +453,8 @@ int ntpc_plan_command(int argc, char **argv) {
     }
   } else {
     plan_failover f;
-    if (!plan_failover_solve(pm, m, &rq, &f, err, sizeof err)) {
-      print_error(err);
-      rc = 1;
+    if (!plan_failover_solve(pm, m, &rq, &f, diags)) {
+      rc = planner_failed(s, &o, seen);
       goto done;
     }
     const plan_solution *h = &f.healthy, *sv = &f.survivors;

@@ -275,11 +275,8 @@ static bool is_source(const ir_module *m, int32_t v) {
   return c == IR_SLICE && m->ops[m->values[m->ops[m->values[v].def].args[0]].def].code == IR_PARAM;
 }
 
-static bool model_error(const ir_module *m, ntp_loc loc, char *err, size_t cap, const char *msg) {
-  if (loc.first_line > 0)
-    snprintf(err, cap, "%s:%d:%d: error: %s", m->file ? m->file : "<model>", loc.first_line, loc.first_column, msg);
-  else
-    snprintf(err, cap, "%s: error: %s", m->file ? m->file : "<model>", msg);
+static bool model_error(const ir_module *m, ntp_loc loc, diag_sink *diags, const char *msg) {
+  diag_emit(diags, NTPC_ERROR, m->file, loc, "%s", msg);
   return false;
 }
 
@@ -287,14 +284,14 @@ static bool home_eq(home a, home b) {
   return a.kind == b.kind && (a.kind != H_LAYER || (a.layer == b.layer && a.cols == b.cols && a.seq == b.seq));
 }
 
-static bool read_chain_layer(const ir_module *m, int32_t l, chain_layer *c, char *err, size_t cap) {
+static bool read_chain_layer(const ir_module *m, int32_t l, chain_layer *c, diag_sink *diags) {
   const ir_layer *ly = &m->layers[l];
   char msg[300];
   *c = (chain_layer){.ir = l, .k = layer_kind_of(ly)};
   c->x = ly->input;
   if (c->x < 0 || ly->core < 0) {
     snprintf(msg, sizeof msg, "layer '%s' has no recognisable core", ly->name);
-    return model_error(m, ly->loc, err, cap, msg);
+    return model_error(m, ly->loc, diags, msg);
   }
   c->xs = m->values[c->x].shape;
   c->out = m->values[ly->core].shape;
@@ -314,8 +311,7 @@ typedef struct builder {
   const ir_module *m;
   home *home_of; /* per value */
   int32_t *chain_of;
-  char *err;
-  size_t cap;
+  diag_sink *diags;
   bool failed;
 } builder;
 
@@ -329,7 +325,7 @@ static bool check_pair(builder *B, home src, home at, int32_t op, ntp_loc loc) {
            "may read model inputs and the outputs of the layer just before it)",
            op >= 0 ? "this operation" : "this layer", plan_model_layer(B->pm, src.layer < at.layer ? src.layer : at.layer)->name,
            d, plan_model_layer(B->pm, src.layer < at.layer ? at.layer : src.layer)->name);
-  model_error(B->m, loc, B->err, B->cap, msg);
+  model_error(B->m, loc, B->diags, msg);
   B->failed = true;
   return false;
 }
@@ -455,24 +451,23 @@ static bool build_index(plan_model *pm) {
   return ok;
 }
 
-static plan_model *plan_model_new_unguarded(const ir_module *m, char *err, size_t cap) {
-  if (cap) err[0] = 0;
+static plan_model *plan_model_new_unguarded(const ir_module *m, diag_sink *diags) {
   plan_model *pm = calloc(1, sizeof *pm);
   if (!pm) {
-    snprintf(err, cap, "out of memory");
+    diag_out_of_memory(diags);
     return NULL;
   }
   pm->m = m;
   for (size_t v = 0; v < m->n_values; v++)
     if (m->values[v].layout.mesh >= 0) {
-      model_error(m, m->ops[m->values[v].def].loc, err, cap,
+      model_error(m, m->ops[m->values[v].def].loc, diags,
                   "explicit layouts are not planned: the planner chooses the TP degrees of layers");
       plan_model_free(pm);
       return NULL;
     }
   for (size_t o = 0; o < m->n_outputs; o++)
     if (m->outputs[o].has_layout) {
-      model_error(m, m->outputs[o].loc, err, cap, "explicit layouts are not planned: the planner chooses the TP degrees of layers");
+      model_error(m, m->outputs[o].loc, diags, "explicit layouts are not planned: the planner chooses the TP degrees of layers");
       plan_model_free(pm);
       return NULL;
     }
@@ -484,23 +479,23 @@ static plan_model *plan_model_new_unguarded(const ir_module *m, char *err, size_
       char msg[200];
       snprintf(msg, sizeof msg, "a tensor of %.3g bytes: the planner plans tensors of at most 1 TiB",
                bytes);
-      model_error(m, m->ops[m->values[v].def].loc, err, cap, msg);
+      model_error(m, m->ops[m->values[v].def].loc, diags, msg);
       plan_model_free(pm);
       return NULL;
     }
   }
-  builder B = {.pm = pm, .m = m, .err = err, .cap = cap};
+  builder B = {.pm = pm, .m = m, .diags = diags};
   B.home_of = calloc(m->n_values + 1, sizeof *B.home_of);
   B.chain_of = malloc((m->n_layers + 1) * sizeof *B.chain_of);
   pm->L = calloc(m->n_layers + 1, sizeof *pm->L);
   if (!B.home_of || !B.chain_of || !pm->L) {
-    snprintf(err, cap, "out of memory");
+    diag_out_of_memory(diags);
     B.failed = true;
   }
   for (size_t l = 0; !B.failed && l < m->n_layers; l++) {
     B.chain_of[l] = -1;
     if (!layer_is_sharded(&m->layers[l])) continue;
-    if (!read_chain_layer(m, (int32_t)l, &pm->L[pm->n], err, cap)) B.failed = true;
+    if (!read_chain_layer(m, (int32_t)l, &pm->L[pm->n], diags)) B.failed = true;
     B.chain_of[l] = pm->n++;
   }
   if (!B.failed && pm->n == 0) {
@@ -510,7 +505,7 @@ static plan_model *plan_model_new_unguarded(const ir_module *m, char *err, size_
       if (layer_kinds[k]->shard)
         snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", kinds[0] ? ", " : "", layer_kinds[k]->name);
     snprintf(msg, sizeof msg, "model '%s' has no layer with a TP degree (%s): nothing to plan", m->name, kinds);
-    model_error(m, NTP_NOLOC, err, cap, msg);
+    model_error(m, NTP_NOLOC, diags, msg);
     B.failed = true;
   }
   for (size_t i = 0; !B.failed && i < m->n_ops;) {
@@ -537,7 +532,7 @@ static plan_model *plan_model_new_unguarded(const ir_module *m, char *err, size_
     if (op->code != IR_INPUT && op->code != IR_PARAM && op->code != IR_CONST && op->code != IR_SLICE) {
       for (int a = 0; a < op->nargs; a++)
         if (B.home_of[op->args[a]].kind < 0) {
-          model_error(m, op->loc, err, cap, "this operation reads a value inside a layer; the planner cannot place it");
+          model_error(m, op->loc, diags, "this operation reads a value inside a layer; the planner cannot place it");
           B.failed = true;
         }
       if (!B.failed) follow_op(&B, op);
@@ -549,7 +544,7 @@ static plan_model *plan_model_new_unguarded(const ir_module *m, char *err, size_
     pm->samples = c0->rows;
     pm->tokens = c0->rows * c0->T;
     if (!build_index(pm)) {
-      snprintf(err, cap, "out of memory");
+      diag_out_of_memory(diags);
       B.failed = true;
     }
   }
@@ -1176,7 +1171,7 @@ static char *unary_key(const plan_tables *T, int32_t i, size_t *len) {
  * node: [W] node of each rank (NULL: rank / nodes_of). */
 static plan_tables *tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
                                  int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
-                                 double act_extra, char *err, size_t cap) {
+                                 double act_extra, diag_sink *diags) {
   plan_tables *T = calloc(1, sizeof *T);
   int32_t n = pm->n;
   if (!T) goto oom;
@@ -1257,11 +1252,11 @@ static plan_tables *tables_build(const plan_model *pm, const plan_profile *prof,
         snprintf(msg, sizeof msg, "layer '%s' cannot take placement %s: it has %lld %s (a group may not be larger), or "
                  "sequence parallelism needs as many positions as ranks", ly->name,
                  plan_place_str(&T->st[T->pin[i]], pbuf, sizeof pbuf), (long long)c->d.units, c->k->unit_name);
-        model_error(pm->m, ly->loc, err, cap, msg);
+        model_error(pm->m, ly->loc, diags, msg);
       } else {
         char msg[300];
         snprintf(msg, sizeof msg, "layer '%s' has no placement on %d ranks", ly->name, W);
-        model_error(pm->m, ly->loc, err, cap, msg);
+        model_error(pm->m, ly->loc, diags, msg);
       }
       for (int32_t j = 0; j <= i; j++) free(ukey[j]);
       free(ukey);
@@ -1290,7 +1285,7 @@ static plan_tables *tables_build(const plan_model *pm, const plan_profile *prof,
   if (fa > T->act_reserve) T->act_reserve = fa;
   return T;
 oom:
-  snprintf(err, cap, "out of memory");
+  diag_out_of_memory(diags);
   plan_tables_free(T);
   return NULL;
 }
@@ -1599,8 +1594,7 @@ static int32_t add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_p
 
 /* The placement a rule or annotation fixes for a layer (the sharding pass's resolution); *auto_
  * when the planner decides. Without an active plan every layer is the planner's. */
-static bool resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_place *pl, bool *auto_, char *err,
-                        size_t cap) {
+static bool resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_place *pl, bool *auto_, diag_sink *diags) {
   const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
   *auto_ = true;
   if (!plan) return true;
@@ -1627,7 +1621,7 @@ static bool resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_
       if (t > W) snprintf(msg, sizeof msg, "TP degree %lld is larger than the world (%d ranks)", (long long)t, W);
       else if (W % t) snprintf(msg, sizeof msg, "TP degree %lld does not divide the world (%d ranks)", (long long)t, W);
       else snprintf(msg, sizeof msg, "%lld groups: at most %d are supported", (long long)(W / t), NTP_MAX_GROUPS);
-      snprintf(err, cap, "%s:%d:%d: error: %s", file, loc.first_line, loc.first_column, msg);
+      diag_emit(diags, NTPC_ERROR, file, loc, "%s", msg);
       return false;
     }
     pl->ngroups = (int32_t)(W / t);
@@ -1637,15 +1631,13 @@ static bool resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_
     for (int g = 0; g < tp.n; g++) sum += pl->size[g] = (int32_t)tp.groups[g];
     pl->ngroups = tp.n;
     if (sum != W) {
-      snprintf(err, cap, "%s:%d:%d: error: groups sum to %lld ranks, but the world has %d", file, loc.first_line,
-               loc.first_column, (long long)sum, W);
+      diag_emit(diags, NTPC_ERROR, file, loc, "groups sum to %lld ranks, but the world has %d", (long long)sum, W);
       return false;
     }
   }
   if (rule && rule->nbatch) {
     if (rule->nbatch != pl->ngroups) {
-      snprintf(err, cap, "%s:%d:%d: error: batch split has %d shares but the layer has %d groups", plan->file,
-               rule->loc.first_line, rule->loc.first_column, rule->nbatch, pl->ngroups);
+      diag_emit(diags, NTPC_ERROR, plan->file, rule->loc, "batch split has %d shares but the layer has %d groups", rule->nbatch, pl->ngroups);
       return false;
     }
     for (int g = 0; g < pl->ngroups; g++) pl->share[g] = rule->batch[g];
@@ -2073,11 +2065,11 @@ static void infeasible(plan_tables *T, double mem_cap, plan_solution *out) {
 static double cap_of(const plan_request *rq) { return rq->mem_cap > 0 ? rq->mem_cap : rq->prof->mem_capacity; }
 
 static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out,
-                                 char *err, size_t cap) {
+                                 diag_sink *diags) {
   memset(out, 0, sizeof *out);
   int32_t W = rq->world, n = pm->n;
   if (W < 1) {
-    snprintf(err, cap, "the world must have at least one rank");
+    diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "the world must have at least one rank");
     return false;
   }
   plan_place *st = NULL;
@@ -2101,7 +2093,7 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
           pl.share[g] = f->shares_given ? f->share[g] : 0;
         }
       }
-    } else if (!resolve_pin(m, plan_model_layer(pm, i), W, &pl, &a, err, cap)) {
+    } else if (!resolve_pin(m, plan_model_layer(pm, i), W, &pl, &a, diags)) {
       free(pins);
       free(st);
       return false;
@@ -2109,13 +2101,14 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
     if (!a) ok = (pins[i] = add_state(&st, &ns, &cs, &pl)) >= 0;
   }
   if (!ok || ns > 255) {
-    snprintf(err, cap, ok ? "too many placements to search (%d)" : "out of memory", ns);
+    if (ok) diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "too many placements to search (%d)", ns);
+    else diag_out_of_memory(diags);
     free(pins);
     free(st);
     return false;
   }
   double t0 = now_ms();
-  plan_tables *T = tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, rq->act_extra, err, cap);
+  plan_tables *T = tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, rq->act_extra, diags);
   free(pins);
   free(st);
   if (!T) return false;
@@ -2144,7 +2137,7 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
   return true;
 }
 
-static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_request *rq, char *err, size_t cap) {
+static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_request *rq, diag_sink *diags) {
   int32_t W = rq->world;
   plan_place *st = NULL;
   int32_t ns = 0, cs = 0;
@@ -2153,7 +2146,7 @@ static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_r
     add_state(&st, &ns, &cs, &a);
     if (k < W) add_state(&st, &ns, &cs, &b);
   }
-  plan_tables *T = tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->act_extra, err, cap);
+  plan_tables *T = tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->act_extra, diags);
   free(st);
   return T;
 }
@@ -2669,7 +2662,7 @@ static bool degrade(const int32_t *start, int ng, const bool *gone, int32_t cap,
 }
 
 static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, const plan_solution *healthy,
-                            const bool *gone, plan_solution *out, char *err, size_t cap) {
+                            const bool *gone, plan_solution *out, diag_sink *diags) {
   memset(out, 0, sizeof *out);
   int32_t W = rq->world, N = 0, n = pm->n, nodes_of = rq->nodes_of > 0 ? rq->nodes_of : 8;
   for (int32_t p = 0; p < W; p++) N += !gone[p];
@@ -2723,7 +2716,7 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     plan_place hp, pl;
     bool a;
     pins[i] = -1;
-    if (!resolve_pin(m, plan_model_layer(pm, i), W, &hp, &a, err, cap)) {
+    if (!resolve_pin(m, plan_model_layer(pm, i), W, &hp, &a, diags)) {
       ok = false;
       break;
     }
@@ -2750,8 +2743,8 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
   free(starts);
   free(nstart);
   if (!ok || ns > 255) {
-    if (ok) snprintf(err, cap, "too many placements to search (%d)", ns);
-    else if (!err[0]) snprintf(err, cap, "out of memory");
+    if (ok) diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "too many placements to search (%d)", ns);
+    else if (!diags->errors) diag_out_of_memory(diags);
     free(phys);
     free(node);
     free(pins);
@@ -2759,7 +2752,7 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     return false;
   }
   double t0 = now_ms();
-  plan_tables *T = tables_build(pm, rq->prof, N, node, nodes_of, st, ns, pins, rq->act_extra, err, cap);
+  plan_tables *T = tables_build(pm, rq->prof, N, node, nodes_of, st, ns, pins, rq->act_extra, diags);
   free(pins);
   free(st);
   free(node);
@@ -2800,37 +2793,37 @@ void plan_failover_free(plan_failover *f) {
 }
 
 static bool plan_failover_solve_unguarded(const plan_model *pm, const ir_module *m, const plan_request *rq,
-                                          plan_failover *out, char *err, size_t cap) {
+                                          plan_failover *out, diag_sink *diags) {
   memset(out, 0, sizeof *out);
   int32_t W = rq->world;
   bool *gone = calloc((size_t)W + 1, 1);
   if (!gone) {
-    snprintf(err, cap, "out of memory");
+    diag_out_of_memory(diags);
     return false;
   }
   for (int32_t k = 0; k < rq->nfailed; k++) {
     int32_t r = rq->failed[k];
     if (r < 0 || r >= W) {
-      snprintf(err, cap, "failed rank %d is not in the world (ranks 0 to %d)", r, W - 1);
+      diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "failed rank %d is not in the world (ranks 0 to %d)", r, W - 1);
       free(gone);
       return false;
     }
     if (gone[r]) {
-      snprintf(err, cap, "failed rank %d is listed twice", r);
+      diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "failed rank %d is listed twice", r);
       free(gone);
       return false;
     }
     gone[r] = true;
   }
   if (rq->nfailed >= W) {
-    snprintf(err, cap, "every GPU failed: nothing to plan");
+    diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "every GPU failed: nothing to plan");
     free(gone);
     return false;
   }
   plan_request h = *rq;
   h.failed = NULL;
   h.nfailed = 0;
-  if (!plan_solve(pm, m, &h, &out->healthy, err, cap)) {
+  if (!plan_solve(pm, m, &h, &out->healthy, diags)) {
     free(gone);
     return false;
   }
@@ -2850,7 +2843,7 @@ static bool plan_failover_solve_unguarded(const plan_model *pm, const ir_module 
     for (int32_t p = out->replica_start[g]; p < out->replica_start[g + 1]; p++) hit |= gone[p];
     if (hit) out->degraded[out->ndegraded++] = g;
   }
-  bool ok = survivors_solve(pm, m, rq, out->healthy.feasible ? &out->healthy : NULL, gone, &out->survivors, err, cap);
+  bool ok = survivors_solve(pm, m, rq, out->healthy.feasible ? &out->healthy : NULL, gone, &out->survivors, diags);
   bool *drop = malloc((size_t)W + 1);
   for (int32_t d = 0; ok && drop && d <= out->ndegraded; d++) {
     if (d == out->ndegraded && out->ndegraded < 2) break; /* "all of them" is the one already listed */
@@ -2860,7 +2853,7 @@ static bool plan_failover_solve_unguarded(const plan_model *pm, const ir_module 
       int32_t g = out->degraded[j];
       for (int32_t p = out->replica_start[g]; p < out->replica_start[g + 1]; p++) drop[p] = true;
     }
-    ok = survivors_solve(pm, m, rq, out->healthy.feasible ? &out->healthy : NULL, drop, &out->drop[d], err, cap);
+    ok = survivors_solve(pm, m, rq, out->healthy.feasible ? &out->healthy : NULL, drop, &out->drop[d], diags);
   }
   free(drop);
   free(gone);
@@ -2938,7 +2931,7 @@ void plan_write_reshard(FILE *out, const plan_model *pm, const plan_solution *s,
     ntp_oom_guard g_;                        \
     ntp_oom_push(&g_);                       \
     if (setjmp(g_.jb)) {                     \
-      snprintf(err, cap, "out of memory");   \
+      diag_out_of_memory(diags);           \
       return fail;                           \
     }                                        \
     __typeof__(call) r_ = call;              \
@@ -2946,20 +2939,19 @@ void plan_write_reshard(FILE *out, const plan_model *pm, const plan_solution *s,
     return r_;                               \
   } while (0)
 
-plan_model *plan_model_new(const ir_module *m, char *err, size_t cap) {
-  OOM_GUARDED(plan_model_new_unguarded(m, err, cap), NULL);
+plan_model *plan_model_new(const ir_module *m, diag_sink *diags) {
+  OOM_GUARDED(plan_model_new_unguarded(m, diags), NULL);
 }
 
-bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, char *err,
-                size_t cap) {
-  OOM_GUARDED(plan_solve_unguarded(pm, m, rq, out, err, cap), false);
+bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, diag_sink *diags) {
+  OOM_GUARDED(plan_solve_unguarded(pm, m, rq, out, diags), false);
 }
 
 bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out,
-                         char *err, size_t cap) {
-  OOM_GUARDED(plan_failover_solve_unguarded(pm, m, rq, out, err, cap), false);
+                         diag_sink *diags) {
+  OOM_GUARDED(plan_failover_solve_unguarded(pm, m, rq, out, diags), false);
 }
 
-plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, char *err, size_t cap) {
-  OOM_GUARDED(plan_tables_new_unguarded(pm, rq, err, cap), NULL);
+plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, diag_sink *diags) {
+  OOM_GUARDED(plan_tables_new_unguarded(pm, rq, diags), NULL);
 }

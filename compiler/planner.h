@@ -103,10 +103,11 @@ plan_place plan_place_balanced(int32_t w, int32_t k, bool sp);
 
 typedef struct plan_model plan_model;
 
-/* Reads the layer chain of a compiled module. NULL + message (FILE:LINE:COL: ...) when the
- * model cannot be planned (no layer with a degree, explicit layouts, a layer reading an output
- * older than the previous layer's). */
-plan_model *plan_model_new(const ir_module *m, char *err, size_t cap);
+/* Reads the layer chain of a compiled module. NULL when the model cannot be planned (no layer
+ * with a degree, explicit layouts, a layer reading an output older than the previous layer's):
+ * the reasons are errors in diags, located in the source; diags->out_of_memory when that was it.
+ * The other entry points below report the same way. */
+plan_model *plan_model_new(const ir_module *m, struct diag_sink *diags);
 void plan_model_free(plan_model *pm);
 int32_t plan_model_layers(const plan_model *pm);                 /* sharded layers (the chain) */
 const ir_layer *plan_model_layer(const plan_model *pm, int32_t i); /* i-th in the chain */
@@ -190,9 +191,9 @@ typedef struct plan_solution {
 } plan_solution;
 
 /* Healthy planning (request->nfailed == 0). `m` is the module pm was built from; a plan active
- * in it (ntpc --plan) pins its non-auto rules. Returns false + err on errors of the request. */
-bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, char *err,
-                size_t cap);
+ * in it (ntpc --plan) pins its non-auto rules. false on errors of the request (in diags). */
+bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out,
+                struct diag_sink *diags);
 void plan_solution_free(plan_solution *s);
 
 /* Failure re-planning: the healthy plan, the survivors' plan (degraded groups, batch by
@@ -207,7 +208,7 @@ typedef struct plan_failover {
   plan_solution drop[NTP_MAX_GROUPS + 1];    /* [i]: replica degraded[i] dropped; [ndegraded]: all of them */
 } plan_failover;
 bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out,
-                         char *err, size_t cap);
+                         struct diag_sink *diags);
 void plan_failover_free(plan_failover *f);
 
 /* ================================ output ================================ */
@@ -234,7 +235,7 @@ double plan_model_tokens(const plan_model *pm);
 /* The tables of one world for tests: states = every balanced placement with and without
  * sequence parallelism (what plan_solve searches without pins or failures). */
 typedef struct plan_tables plan_tables;
-plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, char *err, size_t cap);
+plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, struct diag_sink *diags);
 void plan_tables_free(plan_tables *t);
 /* The problem at a memory cap (bytes); ceil: conservative rounding (else the relaxation). */
 plan_problem plan_tables_problem(plan_tables *t, double mem_cap, int32_t quanta, bool ceil);

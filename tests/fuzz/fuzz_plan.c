@@ -42,14 +42,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ntpc_emit(s, "sharded-ir", out);
     ntpc_emit(s, "report", out);
     ntpc_emit(s, "rank:0", out);
-    char err[256];
     const ir_module *m = ntpc_module(s);
-    plan_model *pm = plan_model_new(m, err, sizeof err);
+    plan_model *pm = plan_model_new(m, ntpc_diag_sink(s));
     plan_profile prof;
     if (pm && plan_profile_builtin("h100", &prof)) {
       plan_request rq = {.world = 1 + data[0] % 4, .prof = &prof};
       plan_solution sol = {0};
-      if (plan_solve(pm, m, &rq, &sol, err, sizeof err)) plan_write_plan(out, pm, m, &sol, "fuzzed", "// fuzz");
+      if (plan_solve(pm, m, &rq, &sol, ntpc_diag_sink(s))) plan_write_plan(out, pm, m, &sol, "fuzzed", "// fuzz");
       plan_solution_free(&sol);
     }
     plan_model_free(pm);

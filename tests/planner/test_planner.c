@@ -49,6 +49,12 @@ static bool verbose;
     }                                                                                     \
   } while (0)
 
+/* the planner reports into the session's sink: its last message, for a failed check */
+static const char *planner_said(const ntpc_session *s) {
+  size_t n = ntpc_diag_count(s);
+  return n ? ntpc_diag_at(s, n - 1)->message : (ntpc_diag_sink((ntpc_session *)s)->out_of_memory ? "out of memory" : "");
+}
+
 /* ---- random numbers and text ------------------------------------------------------- */
 
 #include "rng.h"
@@ -375,9 +381,8 @@ static bool run_case(unsigned long long seed, stats *st) {
   CHECK(s != NULL, "the random model compiles");
   if (!s) return true;
   const ir_module *m = ntpc_module(s);
-  char err[1024];
-  plan_model *pm = plan_model_new(m, err, sizeof err);
-  CHECK(pm != NULL, "the planner reads the model: %s", err);
+  plan_model *pm = plan_model_new(m, ntpc_diag_sink(s));
+  CHECK(pm != NULL, "the planner reads the model: %s", planner_said(s));
   if (!pm) {
     ntpc_session_free(s);
     return true;
@@ -389,8 +394,8 @@ static bool run_case(unsigned long long seed, stats *st) {
   prof.flops[NTP_BF16] *= 0.5 + unif(&r);
   prof.launch *= 2 * unif(&r);
   plan_request rq = {.world = g.W, .prof = &prof, .nodes_of = g.nodes_of};
-  plan_tables *T = plan_tables_new(pm, &rq, err, sizeof err);
-  CHECK(T != NULL, "tables: %s", err);
+  plan_tables *T = plan_tables_new(pm, &rq, ntpc_diag_sink(s));
+  CHECK(T != NULL, "tables: %s", planner_said(s));
   if (!T) {
     plan_model_free(pm);
     ntpc_session_free(s);
@@ -457,8 +462,8 @@ static bool run_case(unsigned long long seed, stats *st) {
   plan_request rs = rq;
   rs.mem_cap = cap;
   plan_solution sol;
-  bool solved = plan_solve(pm, m, &rs, &sol, err, sizeof err);
-  CHECK(solved, "plan_solve: %s", err);
+  bool solved = plan_solve(pm, m, &rs, &sol, ntpc_diag_sink(s));
+  CHECK(solved, "plan_solve: %s", planner_said(s));
   int32_t choice[64];
   bool have = false;
   /* the quantised search rounds each layer's memory up to its unit: it may miss only plans that
@@ -573,14 +578,13 @@ static void test_failover(int W, const int32_t *failed, int nfailed) {
     failures++;
     return;
   }
-  char err[1024];
-  plan_model *pm = plan_model_new(ntpc_module(s), err, sizeof err);
+  plan_model *pm = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
   plan_profile prof;
   plan_profile_builtin("h100", &prof);
   plan_request rq = {.world = W, .prof = &prof, .nodes_of = 8, .failed = failed, .nfailed = nfailed};
   plan_failover f;
-  bool ok = pm && plan_failover_solve(pm, ntpc_module(s), &rq, &f, err, sizeof err);
-  CHECK(ok, "failover: %s", err);
+  bool ok = pm && plan_failover_solve(pm, ntpc_module(s), &rq, &f, ntpc_diag_sink(s));
+  CHECK(ok, "failover: %s", planner_said(s));
   if (ok) {
     const plan_solution *sv = &f.survivors;
     CHECK(f.healthy.feasible && sv->feasible, "both plans exist");
