@@ -10,12 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "outfile.h"
 #include "ntpc.h"
 #include "planner.h"
 #include "shard.h"
 
-int ntpc_plan_command(int argc, char **argv);
 
 static const char plan_usage[] =
     "usage: ntpc plan FILE [options]\n"

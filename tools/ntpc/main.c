@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "artifact.h"
+#include "cli.h"
 #include "outfile.h"
 #include "cuda_backend.h"
 
@@ -425,7 +426,6 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
   return rc;
 }
 
-int ntpc_plan_command(int argc, char **argv); /* plan_cmd.c */
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);

@@ -225,11 +225,6 @@ typedef struct ast_file {
 
 void ast_print(const ast_file *f, FILE *out);
 
-/* ---- cli_args.c ------------------------------------------------------------------ */
-/* The value of option `name` at argv[*i] given as "NAME=V" or "NAME V" (then *i advances);
- * NULL if argv[*i] is another option, with *missing set when the value is absent. */
-const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *missing);
-
 /* ---- parse.c glue (grammar/): parse one source file, appending to `into` --------- */
 typedef struct parse_ctx {
   arena *pool;

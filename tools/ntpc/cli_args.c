@@ -1,7 +1,7 @@
 /* cli_args.c — option values as both commands of the CLI (ntpc, ntpc plan) take them. */
 #include <string.h>
 
-#include "compiler.h"
+#include "cli.h"
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *missing) {
   size_t n = strlen(name);

@@ -1,0 +1,650 @@
+/* solve.c — planning: the states searched, the pins a plan fixes, the peaks and the Lagrangian
+ * bound, the solution; the entry points. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner_internal.h"
+
+/* ======================================================================================
+ * planning: states, pins, the solution
+ * ====================================================================================== */
+
+void plan_solution_free(plan_solution *s) {
+  if (!s) return;
+  free(s->phys);
+  free(s->layers);
+  free(s->rank_params);
+  free(s->rank_act);
+  memset(s, 0, sizeof *s);
+}
+
+int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place *pl) {
+  for (int32_t i = 0; i < *n; i++)
+    if (memcmp(&(*st)[i], pl, sizeof *pl) == 0) return i;
+  if (*n == *cap) {
+    int32_t nc = *cap ? *cap * 2 : 64;
+    plan_place *ns = realloc(*st, (size_t)nc * sizeof *ns);
+    if (!ns) return -1;
+    *st = ns;
+    *cap = nc;
+  }
+  (*st)[*n] = *pl;
+  return (*n)++;
+}
+
+/* The placement a rule or annotation fixes for a layer (the sharding pass's resolution); *auto_
+ * when the planner decides. Without an active plan every layer is the planner's. */
+bool pl_resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_place *pl, bool *auto_, diag_sink *diags) {
+  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  *auto_ = true;
+  if (!plan) return true;
+  const ir_rule *rule = NULL;
+  int best = -1;
+  for (size_t r = 0; r < plan->nrules; r++) {
+    if (!ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
+    int s = ir_pattern_specificity(plan->rules[r].pattern); /* as the sharding pass */
+    if (s >= best) {
+      best = s;
+      rule = &plan->rules[r];
+    }
+  }
+  ir_tp tp = rule ? rule->tp : ly->tp;
+  const char *file = rule ? plan->file : m->file;
+  ntp_loc loc = tp.loc.first_line ? tp.loc : (rule ? rule->loc : ly->loc);
+  if (tp.kind == TP_AUTO) return true;
+  *auto_ = false;
+  *pl = (plan_place){.sp = rule && rule->seq_parallel};
+  char msg[300];
+  if (tp.kind == TP_NONE || tp.n == 1) {
+    int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
+    if (t > W || W % t || W / t > NTP_MAX_GROUPS) {
+      if (t > W) snprintf(msg, sizeof msg, "TP degree %lld is larger than the world (%d ranks)", (long long)t, W);
+      else if (W % t) snprintf(msg, sizeof msg, "TP degree %lld does not divide the world (%d ranks)", (long long)t, W);
+      else snprintf(msg, sizeof msg, "%lld groups: at most %d are supported", (long long)(W / t), NTP_MAX_GROUPS);
+      diag_emit(diags, NTPC_ERROR, file, loc, "%s", msg);
+      return false;
+    }
+    pl->ngroups = (int32_t)(W / t);
+    for (int g = 0; g < pl->ngroups; g++) pl->size[g] = (int32_t)t;
+  } else {
+    int64_t sum = 0;
+    for (int g = 0; g < tp.n; g++) sum += pl->size[g] = (int32_t)tp.groups[g];
+    pl->ngroups = tp.n;
+    if (sum != W) {
+      diag_emit(diags, NTPC_ERROR, file, loc, "groups sum to %lld ranks, but the world has %d", (long long)sum, W);
+      return false;
+    }
+  }
+  if (rule && rule->nbatch) {
+    if (rule->nbatch != pl->ngroups) {
+      diag_emit(diags, NTPC_ERROR, plan->file, rule->loc, "batch split has %d shares but the layer has %d groups", rule->nbatch, pl->ngroups);
+      return false;
+    }
+    for (int g = 0; g < pl->ngroups; g++) pl->share[g] = rule->batch[g];
+  }
+  return true;
+}
+
+/* Bytes per GPU the DP's memory model gives an assignment (parameters of every layer on its
+ * most-loaded rank, the activation reserve, what no layer places). */
+static double model_bytes(const plan_tables *T, const int32_t *choice) {
+  double need = T->act_reserve + T->const_mem;
+  for (int32_t i = 0; i < T->pm->n; i++) need += T->pmax[(size_t)i * T->S + choice[i]];
+  return need;
+}
+
+/* Byte-exact local improvement of a plan that fits: while some layer can change its state,
+ * keeping the plan within the cap, and the step gets faster, make the best such change. The
+ * quantised search rounds every layer's memory up; this spends the memory that rounding left. */
+static void improve(const plan_tables *T, double cap, int32_t *choice) {
+  int32_t n = T->pm->n, S = T->S;
+  double bytes = model_bytes(T, choice);
+  for (int32_t iter = 0; iter < 8 * n + 8; iter++) {
+    double best = 0;
+    int32_t bl = -1, bs = -1;
+    for (int32_t l = 0; l < n; l++) {
+      int32_t c = choice[l];
+      size_t kc = (size_t)l * S + c;
+      for (int32_t s = 0; s < S; s++) {
+        size_t k = (size_t)l * S + s;
+        if (s == c || !T->legal[k] || bytes + T->pmax[k] - T->pmax[kc] > cap) continue;
+        double dt = (T->tcomp[k] + T->tcomm[k]) - (T->tcomp[kc] + T->tcomm[kc]);
+        if (l > 0) dt += T->trans[l][(size_t)choice[l - 1] * S + s] - T->trans[l][(size_t)choice[l - 1] * S + c];
+        if (l + 1 < n) dt += T->trans[l + 1][(size_t)s * S + choice[l + 1]] - T->trans[l + 1][(size_t)c * S + choice[l + 1]];
+        if (dt < best) {
+          best = dt;
+          bl = l;
+          bs = s;
+        }
+      }
+    }
+    if (bl < 0 || best > -1e-12) break;
+    bytes += T->pmax[(size_t)bl * S + bs] - T->pmax[(size_t)bl * S + choice[bl]];
+    choice[bl] = bs;
+  }
+}
+
+/* min over plans of time + lam * bytes (no memory constraint): a DP over layers and states in
+ * double; the plan in choice. */
+static double lagrange_dp(const plan_tables *T, double lam, int32_t *choice, double *scratch, int32_t *from) {
+  int32_t n = T->pm->n, S = T->S;
+  double *prev = scratch, *cur = scratch + S;
+  for (int32_t s = 0; s < S; s++)
+    prev[s] = T->legal[s] ? T->tcomp[s] + T->tcomm[s] + lam * T->pmax[s] : INFINITY;
+  for (int32_t l = 1; l < n; l++) {
+    for (int32_t s = 0; s < S; s++) {
+      size_t k = (size_t)l * S + s;
+      double best = INFINITY;
+      int32_t arg = -1;
+      if (T->legal[k])
+        for (int32_t s2 = 0; s2 < S; s2++) {
+          double v = prev[s2] + T->trans[l][(size_t)s2 * S + s];
+          if (v < best) {
+            best = v;
+            arg = s2;
+          }
+        }
+      cur[s] = best + T->tcomp[k] + T->tcomm[k] + lam * T->pmax[k];
+      from[(size_t)l * S + s] = arg;
+    }
+    double *t = prev;
+    prev = cur;
+    cur = t;
+  }
+  int32_t bs = -1;
+  for (int32_t s = 0; s < S; s++)
+    if (prev[s] < INFINITY && (bs < 0 || prev[s] < prev[bs])) bs = s;
+  if (bs < 0) return INFINITY;
+  double v = prev[bs];
+  for (int32_t l = n - 1; l >= 0; l--) {
+    choice[l] = bs;
+    if (l) bs = from[(size_t)l * S + bs];
+  }
+  return v;
+}
+
+static double plan_time(const plan_tables *T, const int32_t *choice) {
+  int32_t S = T->S;
+  double t = 0;
+  for (int32_t l = 0; l < T->pm->n; l++) {
+    size_t k = (size_t)l * S + choice[l];
+    t += T->tcomp[k] + T->tcomm[k] + (l ? T->trans[l][(size_t)choice[l - 1] * S + choice[l]] : 0);
+  }
+  return t;
+}
+
+/* The Lagrangian dual of the memory constraint: for every lam >= 0, min over plans of
+ * time + lam (bytes - cap) is a lower bound on the best time within the cap; the bound is
+ * maximised over lam by bisection on its slope (bytes - cap of the minimising plan). The
+ * minimising plans that fit are candidates; the best is left in `best` (best_t: its time). */
+static double lagrange_bound(const plan_tables *T, double cap, int32_t *best, double *best_t, double *lam_best) {
+  int32_t n = T->pm->n, S = T->S;
+  double *scratch = malloc(2 * (size_t)S * sizeof *scratch);
+  int32_t *from = malloc((size_t)n * (size_t)S * sizeof *from), *c = malloc((size_t)n * sizeof *c);
+  double bound = -INFINITY;
+  *best_t = INFINITY;
+  if (!scratch || !from || !c) goto done;
+  double lo = 0, hi = 0;
+  for (int it = 0; it < 200; it++) {
+    double lam = it == 0 ? 0 : hi > 0 && lo < hi ? 0.5 * (lo + hi) : (hi > 0 ? hi : 1e-12);
+    double v = lagrange_dp(T, lam, c, scratch, from);
+    if (!(v < INFINITY)) break;
+    double bytes = model_bytes(T, c), b = v - lam * (cap - T->act_reserve - T->const_mem);
+    if (b > bound) {
+      bound = b;
+      if (lam_best) *lam_best = lam;
+    }
+    if (bytes <= cap) {
+      double t = plan_time(T, c);
+      if (t < *best_t) {
+        *best_t = t;
+        memcpy(best, c, (size_t)n * sizeof *c);
+      }
+      if (it == 0) break; /* memory does not bind */
+      hi = lam;
+    } else {
+      lo = lam;
+      if (hi == 0 || lam >= hi) hi = lam > 0 ? lam * 4 : 1e-12; /* no upper end yet: grow */
+    }
+    if (hi > 0 && lo > 0 && hi - lo <= 1e-6 * hi) break;
+  }
+done:
+  free(scratch);
+  free(from);
+  free(c);
+  return bound;
+}
+
+/* The activation peak of a plan (its layers' working sets, the largest), and its bytes per GPU
+ * with that peak: what a plan needs to fit. */
+static double plan_peak(const plan_tables *T, const int32_t *choice) {
+  double a = 0;
+  for (int32_t i = 0; i < T->pm->n; i++)
+    if (T->amax[(size_t)i * T->S + choice[i]] > a) a = T->amax[(size_t)i * T->S + choice[i]];
+  return a;
+}
+
+static double peak_bytes(const plan_tables *T, const int32_t *choice) {
+  double need = plan_peak(T, choice) + T->const_mem;
+  for (int32_t i = 0; i < T->pm->n; i++) need += T->pmax[(size_t)i * T->S + choice[i]];
+  return need;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* Solves the tables. A plan fits when its parameters (each layer's on its most-loaded rank),
+ * its activation peak (the largest working set of its layers) and the unplaced slices fit the
+ * cap. The peak is a maximum, not a sum, so the search runs once per candidate peak theta (the
+ * distinct working sets, largest first): states whose working set exceeds theta are excluded,
+ * theta is reserved, and the parameters are the DP's knapsack (memory in units rounded up:
+ * every plan it accepts fits), improved byte for byte by local moves. A theta is skipped when
+ * even its smallest parameters do not fit, or when its unconstrained optimum is no faster than
+ * the best plan so far. The Lagrangian dual (with the smallest possible peak) bounds every plan
+ * that fits; a plan as fast as the bound is certified optimal. */
+bool pl_solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *choice, plan_solution *out) {
+  int32_t n = T->pm->n, S = T->S;
+  size_t ns = (size_t)n * S;
+  int32_t *alt = malloc((size_t)n * sizeof *alt);
+  uint8_t *legal = malloc(ns);
+  double *thetas = malloc((ns + 1) * sizeof *thetas);
+  double t0 = pl_now_ms(), reserve = T->act_reserve;
+  if (quanta <= 0) quanta = 1024;
+  bool ok = false;
+  dp_ws ws = {0};
+  out->exact = true;
+  out->quantum = 0;
+  int64_t fit = (int64_t)(PLAN_DP_BYTES / (ns * sizeof(float))) - 1; /* every layer's DP table is kept */
+  if (quanta > fit) quanta = fit > 16 ? (int32_t)fit : 16;
+  double ta = INFINITY;
+  int nt = 0, full = 0;
+  double *scratch = malloc(2 * (size_t)S * sizeof *scratch);
+  int32_t *from = malloc((ns + (size_t)n) * sizeof *from);
+  /* the bound first: with the smallest activation peak any plan can have, and every state;
+   * its multiplier then bounds each peak's search from below */
+  double lam = 0, lb = -INFINITY, tl = INFINITY;
+  if (alt && legal && thetas && scratch && from) {
+    memcpy(legal, T->legal, ns);
+    for (size_t k = 0; k < ns; k++)
+      if (legal[k]) thetas[nt++] = T->amax[k];
+    qsort(thetas, (size_t)nt, sizeof *thetas, cmp_desc);
+    double floor_act = 0;
+    for (int32_t i = 0; i < n; i++) {
+      double mn = INFINITY;
+      for (int32_t k = 0; k < S; k++)
+        if (T->legal[(size_t)i * S + k] && T->amax[(size_t)i * S + k] < mn) mn = T->amax[(size_t)i * S + k];
+      if (mn > floor_act && mn < INFINITY) floor_act = mn;
+    }
+    T->act_reserve = floor_act;
+    lb = lagrange_bound(T, mem_cap, alt, &tl, &lam);
+    T->act_reserve = reserve;
+    if (tl < INFINITY && peak_bytes(T, alt) <= mem_cap) { /* a Lagrangian plan that fits: the first incumbent */
+      ta = tl;
+      memcpy(choice, alt, (size_t)n * sizeof *alt);
+      ok = true;
+    }
+  } else {
+    nt = 0;
+  }
+  /* small problems get a finer memory resolution (up to 65536 units) while searching every
+   * candidate peak stays under 2e7 DP cells */
+  int distinct = 0;
+  for (int it = 0; it < nt; it++) distinct += !it || thetas[it] != thetas[it - 1];
+  double finer = 2e7 / ((double)(distinct > 0 ? distinct : 1) * n * S * S);
+  if (finer > quanta) quanta = finer > 65536 ? 65536 : (int32_t)finer;
+  if (quanta > fit) quanta = fit > 16 ? (int32_t)fit : 16;
+  /* every peak is searched when that is cheap; past the budget only the incumbent's own peak */
+  double work = (double)n * S * S * (quanta + 1), budget_dps = 1e8 / (work > 1 ? work : 1);
+  int max_full = budget_dps > 1 ? (int)budget_dps : 1;
+  out->peaks_exact = true;
+  for (int it = 0; it < nt; it++) {
+    double theta = thetas[it];
+    if (it && theta == thetas[it - 1]) continue;
+    if (full >= max_full) { /* over budget: jump to the incumbent's peak, if it is below */
+      double peak = ok ? plan_peak(T, choice) : -1;
+      out->peaks_exact = false;
+      while (it < nt && thetas[it] > peak) it++;
+      if (it >= nt || thetas[it] != peak) break;
+      theta = thetas[it];
+    }
+    bool any_layer = true;
+    double least = theta + T->const_mem;
+    for (int32_t i = 0; i < n && any_layer; i++) {
+      double mn = INFINITY;
+      for (int32_t k = 0; k < S; k++) {
+        size_t q = (size_t)i * S + k;
+        T->legal[q] = legal[q] && T->amax[q] <= theta;
+        if (T->legal[q] && T->pmax[q] < mn) mn = T->pmax[q];
+      }
+      any_layer = mn < INFINITY;
+      least += mn;
+    }
+    if (!any_layer) break;       /* a lower theta leaves a layer no state either */
+    if (least > mem_cap) continue; /* nothing fits with this peak */
+    T->act_reserve = theta;
+    plan_problem pb = plan_tables_problem(T, mem_cap, quanta, true);
+    if (!pl_dp_core(&pb, 0, false, alt, &ws)) continue;
+    double tu = plan_time(T, alt);
+    if (tu >= ta) continue; /* not even without a memory limit */
+    if (lam > 0) { /* the Lagrangian bound at this peak, with the multiplier found above */
+      double v = lagrange_dp(T, lam, from /* as a plan buffer */, scratch, from + n);
+      if (v - lam * (mem_cap - theta - T->const_mem) >= ta * (1 - 1e-12)) continue;
+    }
+    if (model_bytes(T, alt) <= mem_cap) { /* the unconstrained optimum at this peak fits */
+      ta = tu;
+      memcpy(choice, alt, (size_t)n * sizeof *alt);
+      ok = true;
+      continue;
+    }
+    for (int32_t qn = quanta; qn <= quanta * 16 && qn <= fit; qn *= 4) {
+      pb = plan_tables_problem(T, mem_cap, qn, true);
+      if (T->quantum > out->quantum) out->quantum = T->quantum;
+      full++;
+      if (pl_dp_solve_ws(&pb, alt, NULL, NULL, &ws)) {
+        improve(T, mem_cap, alt);
+        double t = plan_time(T, alt);
+        if (t < ta) {
+          ta = t;
+          memcpy(choice, alt, (size_t)n * sizeof *alt);
+          ok = true;
+        }
+        break;
+      }
+    }
+    if (work < 1e7) { /* cheap: the relaxation (units rounded down); its plan, if it fits, is optimal at this peak */
+      pb = plan_tables_problem(T, mem_cap, quanta, false);
+      if (pl_dp_solve_ws(&pb, alt, NULL, NULL, &ws) && model_bytes(T, alt) <= mem_cap) {
+        double t = plan_time(T, alt);
+        if (t < ta) {
+          ta = t;
+          memcpy(choice, alt, (size_t)n * sizeof *alt);
+          ok = true;
+        }
+      }
+    }
+  }
+  if (legal) memcpy(T->legal, legal, ns);
+  T->act_reserve = reserve;
+  if (ok) {
+    out->lower_bound_s = (lb < ta ? lb : ta) + T->const_time;
+    out->exact = out->quantum == 0 || ta <= lb * (1 + 1e-12);
+  }
+  out->full_dps = full;
+  out->search_ms = pl_now_ms() - t0;
+  free(ws.D);
+  free(alt);
+  free(legal);
+  free(thetas);
+  free(scratch);
+  free(from);
+  return ok;
+}
+
+/* The report's numbers for an assignment of states. */
+void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, plan_solution *out) {
+  int32_t n = T->pm->n, S = T->S, W = T->W;
+  out->feasible = true;
+  out->world = W;
+  out->nlayers = n;
+  out->layers = calloc((size_t)n, sizeof *out->layers);
+  out->rank_params = calloc((size_t)W, sizeof *out->rank_params);
+  out->rank_act = calloc((size_t)W, sizeof *out->rank_act);
+  out->act_reserve = plan_peak(T, choice);
+  out->mem_cap = mem_cap;
+  out->states = S;
+  if (!out->phys) {
+    out->phys = malloc((size_t)W * sizeof *out->phys);
+    for (int32_t r = 0; out->phys && r < W; r++) out->phys[r] = r;
+  }
+  double *pr = calloc((size_t)W, sizeof *pr);
+  if (!out->layers || !out->rank_params || !out->rank_act || !pr) {
+    out->feasible = false;
+    snprintf(out->why, sizeof out->why, "out of memory");
+    free(pr);
+    return;
+  }
+  double act = 0, step = T->const_time;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t s = choice[i];
+    size_t k = (size_t)i * S + s;
+    plan_layer_out *lo = &out->layers[i];
+    lo->place = T->st[s];
+    lo->pinned = T->pin[i] >= 0;
+    lo->compute_s = T->tcomp[k];
+    lo->comm_s = T->tcomm[k];
+    lo->redist_s = i ? T->trans[i][(size_t)choice[i - 1] * S + s] : 0;
+    lo->param_bytes = T->pmax[k];
+    lo->act_bytes = T->amax[k];
+    lo->reduce_bytes = T->rbytes[k];
+    lo->redist_bytes = T->ubytes[k] + (i ? T->tbytes[i][(size_t)choice[i - 1] * S + s] : 0);
+    step += lo->compute_s + lo->comm_s + lo->redist_s;
+    out->compute_s += lo->compute_s;
+    out->comm_s += lo->comm_s + lo->redist_s;
+    unary_out u;
+    memset(pr, 0, (size_t)W * sizeof *pr);
+    pl_unary_eval(T, i, s, &u, pr);
+    for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
+    memset(pr, 0, (size_t)W * sizeof *pr); /* its slices read by ops: counted once below, across layers */
+    pl_add_reads(T, (home){.kind = H_LAYER, .layer = i}, s, pr);
+    for (int32_t r = 0; r < W; r++) out->rank_params[r] -= pr[r];
+    if (T->amax[k] > act) act = T->amax[k];
+  }
+  memset(pr, 0, (size_t)W * sizeof *pr);
+  pl_add_reads_plan(T, choice, pr);
+  for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
+  /* a head tied to an earlier layer's table: where a rank holds the same rows of it for both,
+   * the compiler keeps one slice (the search counts both, to stay additive) */
+  for (int32_t j = 0; j < n; j++) {
+    const chain_layer *h = &T->pm->L[j];
+    if (h->wval < 0) continue;
+    for (int32_t i = 0; i < n; i++) {
+      const chain_layer *e = &T->pm->L[i];
+      if (i == j || T->pm->m->layers[e->ir].weight != h->wval) continue;
+      const ir_value *w = &T->pm->m->values[h->wval];
+      for (int32_t r = 0; r < W; r++) {
+        int64_t rl[2], rh[2];
+        bool held[2];
+        for (int side = 0; side < 2; side++) {
+          const plan_place *pl = &T->st[choice[side ? j : i]];
+          const chain_layer *c = side ? h : e;
+          int64_t rows[NTP_MAX_GROUPS + 1];
+          int32_t gs[NTP_MAX_GROUPS + 1];
+          pl_place_rows(pl, c->rows, rows);
+          pl_group_starts(pl, gs);
+          held[side] = false;
+          for (int g = 0; g < pl->ngroups; g++)
+            if (r >= gs[g] && r < gs[g + 1] && rows[g + 1] > rows[g]) {
+              layer_slice sl;
+              c->k->split(&c->d, pl->size[g], r - gs[g], &sl);
+              rl[side] = sl.lo;
+              rh[side] = sl.hi;
+              held[side] = true;
+            }
+        }
+        if (held[0] && held[1] && rl[0] == rl[1] && rh[0] == rh[1])
+          out->rank_params[r] -= plan_tensor_bytes((double)(rh[0] - rl[0]) * (double)w->shape.dim[1] *
+                                                   (double)dtype_bytes(w->dtype));
+      }
+    }
+  }
+  out->mem_peak = 0;
+  for (int32_t r = 0; r < W; r++) {
+    out->rank_act[r] = act;
+    if (out->rank_params[r] + act > out->mem_peak) out->mem_peak = out->rank_params[r] + act;
+  }
+  out->const_s = T->const_time;
+  out->compute_s += T->const_time;
+  out->step_s = step;
+  free(pr);
+}
+
+
+void pl_infeasible(plan_tables *T, double mem_cap, plan_solution *out) {
+  double need = T->act_reserve + T->const_mem;
+  for (int32_t i = 0; i < T->pm->n; i++) {
+    double pmin = INFINITY;
+    for (int32_t s = 0; s < T->S; s++)
+      if (T->legal[(size_t)i * T->S + s] && T->pmax[(size_t)i * T->S + s] < pmin) pmin = T->pmax[(size_t)i * T->S + s];
+    need += pmin;
+  }
+  out->feasible = false;
+  out->world = T->W;
+  out->mem_cap = mem_cap;
+  out->act_reserve = T->act_reserve;
+  char b1[32], b2[32], b3[32];
+  snprintf(out->why, sizeof out->why,
+           "does not fit: the smallest plan needs %s per GPU (parameters at the highest degrees, plus %s of "
+           "activations and unplaced slices), the cap is %s",
+           pl_fmt_bytes(need, b1, sizeof b1), pl_fmt_bytes(T->act_reserve + T->const_mem, b2, sizeof b2),
+           pl_fmt_bytes(mem_cap, b3, sizeof b3));
+}
+
+double pl_cap_of(const plan_request *rq) { return rq->mem_cap > 0 ? rq->mem_cap : rq->prof->mem_capacity; }
+
+static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out,
+                                 diag_sink *diags) {
+  memset(out, 0, sizeof *out);
+  int32_t W = rq->world, n = pm->n;
+  if (W < 1) {
+    diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "the world must have at least one rank");
+    return false;
+  }
+  plan_place *st = NULL;
+  int32_t ns = 0, cs = 0;
+  int32_t *pins = malloc((size_t)n * sizeof *pins);
+  bool ok = pins != NULL;
+  for (int32_t k = 1; ok && k <= W && k <= NTP_MAX_GROUPS; k++) {
+    plan_place a = plan_place_balanced(W, k, false), b = plan_place_balanced(W, k, true);
+    ok = pl_add_state(&st, &ns, &cs, &a) >= 0 && (k == W || pl_add_state(&st, &ns, &cs, &b) >= 0);
+  }
+  for (int32_t i = 0; ok && i < n; i++) {
+    plan_place pl;
+    bool a;
+    pins[i] = -1;
+    if (rq->fixed) {
+      const sh_placement *f = &rq->fixed[plan_model_ir_layer(pm, i)];
+      if ((a = f->is_auto) == false) {
+        pl = (plan_place){.ngroups = f->ngroups, .sp = f->seq_parallel};
+        for (int g = 0; g < f->ngroups; g++) {
+          pl.size[g] = f->group_start[g + 1] - f->group_start[g];
+          pl.share[g] = f->shares_given ? f->share[g] : 0;
+        }
+      }
+    } else if (!pl_resolve_pin(m, plan_model_layer(pm, i), W, &pl, &a, diags)) {
+      free(pins);
+      free(st);
+      return false;
+    }
+    if (!a) ok = (pins[i] = pl_add_state(&st, &ns, &cs, &pl)) >= 0;
+  }
+  if (!ok || ns > 255) {
+    if (ok) diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "too many placements to search (%d)", ns);
+    else diag_out_of_memory(diags);
+    free(pins);
+    free(st);
+    return false;
+  }
+  double t0 = pl_now_ms();
+  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, rq->act_extra, diags);
+  free(pins);
+  free(st);
+  if (!T) return false;
+  out->tables_ms = pl_now_ms() - t0;
+  int32_t *choice = malloc((size_t)n * sizeof *choice);
+  double mem_cap = pl_cap_of(rq);
+  double tms = out->tables_ms;
+  if (choice && pl_solve_tables(T, mem_cap, rq->quanta, choice, out)) {
+    double sms = out->search_ms, q = out->quantum, lb = out->lower_bound_s;
+    bool exact = out->exact;
+    int fd = out->full_dps;
+    bool pe = out->peaks_exact;
+    pl_fill_solution(T, choice, mem_cap, out);
+    out->full_dps = fd;
+    out->peaks_exact = pe;
+    out->search_ms = sms;
+    out->quantum = q;
+    out->lower_bound_s = lb;
+    out->exact = exact;
+  } else {
+    pl_infeasible(T, mem_cap, out);
+  }
+  out->tables_ms = tms;
+  free(choice);
+  plan_tables_free(T);
+  return true;
+}
+
+static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_request *rq, diag_sink *diags) {
+  int32_t W = rq->world;
+  plan_place *st = NULL;
+  int32_t ns = 0, cs = 0;
+  for (int32_t k = 1; k <= W && k <= NTP_MAX_GROUPS; k++) {
+    plan_place a = plan_place_balanced(W, k, false), b = plan_place_balanced(W, k, true);
+    pl_add_state(&st, &ns, &cs, &a);
+    if (k < W) pl_add_state(&st, &ns, &cs, &b);
+  }
+  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->act_extra, diags);
+  free(st);
+  return T;
+}
+
+void plan_tables_bytes_in(plan_tables *T, const int32_t *choice, double *per_rank) {
+  int32_t n = T->pm->n, W = T->W;
+  memset(per_rank, 0, (size_t)W * sizeof *per_rank);
+  for (int32_t i = 0; i < n; i++) {
+    const chain_layer *c = &T->pm->L[i];
+    const plan_place *pl = &T->st[choice[i]];
+    int64_t rows[NTP_MAX_GROUPS + 1];
+    int32_t gs[NTP_MAX_GROUPS + 1];
+    pl_place_rows(pl, c->rows, rows);
+    pl_group_starts(pl, gs);
+    for (int g = 0; g < pl->ngroups; g++) {
+      double b;
+      pl_group_reduce(T, c, pl, gs[g], pl->size[g], rows[g + 1] - rows[g], &b);
+      for (int k = 0; k < pl->size[g] && b > 0; k++) per_rank[gs[g] + k] += b;
+    }
+    const plan_model *pm = T->pm;
+    for (int32_t e = pm->umove_off[i]; e < pm->umove_off[i + 1]; e++)
+      pl_move_eval(T, &pm->moves[pm->umove_ix[e]], i, choice[i], choice[i], NULL, per_rank);
+    for (int32_t e = pm->pmove_off[i]; i > 0 && e < pm->pmove_off[i + 1]; e++)
+      pl_move_eval(T, &pm->moves[pm->pmove_ix[e]], i - 1, choice[i - 1], choice[i], NULL, per_rank);
+  }
+  for (int32_t e = T->pm->umove_off[n]; e < T->pm->umove_off[n + 1]; e++)
+    pl_move_eval(T, &T->pm->moves[T->pm->umove_ix[e]], 0, 0, 0, NULL, per_rank);
+}
+
+
+/* ---- the entry points: out of memory in a table returns an error instead of aborting ---- */
+
+#define OOM_GUARDED(call, fail)              \
+  do {                                       \
+    ntp_oom_guard g_;                        \
+    ntp_oom_push(&g_);                       \
+    if (setjmp(g_.jb)) {                     \
+      diag_out_of_memory(diags);           \
+      return fail;                           \
+    }                                        \
+    __typeof__(call) r_ = call;              \
+    ntp_oom_pop(&g_);                        \
+    return r_;                               \
+  } while (0)
+
+plan_model *plan_model_new(const ir_module *m, diag_sink *diags) {
+  OOM_GUARDED(plan_model_new_unguarded(m, diags), NULL);
+}
+
+bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, diag_sink *diags) {
+  OOM_GUARDED(plan_solve_unguarded(pm, m, rq, out, diags), false);
+}
+
+bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out,
+                         diag_sink *diags) {
+  OOM_GUARDED(plan_failover_solve_unguarded(pm, m, rq, out, diags), false);
+}
+
+plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, diag_sink *diags) {
+  OOM_GUARDED(plan_tables_new_unguarded(pm, rq, diags), NULL);
+}
