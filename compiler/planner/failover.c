@@ -158,15 +158,18 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     ok &= pl_add_state(&st, &ns, &cs, &pl) >= 0;
   }
   /* pins: the pinned placement's groups, degraded */
+  plan_place *hpin = malloc((size_t)(n + 1) * sizeof *hpin);
+  bool *free_ = malloc((size_t)(n + 1) * sizeof *free_);
+  if (ok && (!hpin || !free_)) {
+    ok = false;
+    diag_out_of_memory(diags);
+  } else if (ok) {
+    ok = pl_pins(pm, m, W, rq->fixed, hpin, free_, diags);
+  }
   for (int32_t i = 0; ok && i < n; i++) {
-    plan_place hp, pl;
-    bool a;
+    plan_place hp = hpin[i], pl;
     pins[i] = -1;
-    if (!pl_resolve_pin(m, plan_model_layer(pm, i), W, &hp, &a, diags)) {
-      ok = false;
-      break;
-    }
-    if (a) continue;
+    if (free_[i]) continue;
     int32_t gs[NTP_MAX_GROUPS + 1];
     pl_group_starts(&hp, gs);
     if (!degrade(gs, hp.ngroups, gone, 0, &pl)) continue;
@@ -175,6 +178,8 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     ok &= idx >= 0;
     pins[i] = -2 - idx; /* resolved below, after the sp copies */
   }
+  free(hpin);
+  free(free_);
   /* every structure with and without sequence parallelism, batch rows by throughput */
   int32_t base = ns;
   for (int32_t k = 0; ok && k < base; k++) {

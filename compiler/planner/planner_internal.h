@@ -163,7 +163,8 @@ bool pl_dp_solve_ws(const plan_problem *pb, int32_t *choice, double *time, int64
 /* solve.c */
 int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place *pl);
 double pl_cap_of(const plan_request *rq);
-bool pl_resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_place *pl, bool *auto_, diag_sink *diags);
+bool pl_pins(const plan_model *pm, const ir_module *m, int32_t W, const sh_placement *fixed, plan_place *pin, bool *free_,
+             diag_sink *diags);
 bool pl_solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *choice, plan_solution *out);
 void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, plan_solution *out);
 void pl_infeasible(plan_tables *T, double mem_cap, plan_solution *out);

@@ -33,56 +33,40 @@ int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place
   return (*n)++;
 }
 
-/* The placement a rule or annotation fixes for a layer (the sharding pass's resolution); *auto_
- * when the planner decides. Without an active plan every layer is the planner's. */
-bool pl_resolve_pin(const ir_module *m, const ir_layer *ly, int32_t W, plan_place *pl, bool *auto_, diag_sink *diags) {
-  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
-  *auto_ = true;
-  if (!plan) return true;
-  const ir_rule *rule = NULL;
-  int best = -1;
-  for (size_t r = 0; r < plan->nrules; r++) {
-    if (!ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
-    int s = ir_pattern_specificity(plan->rules[r].pattern); /* as the sharding pass */
-    if (s >= best) {
-      best = s;
-      rule = &plan->rules[r];
-    }
+/* Every chain layer's pin (*free_[i]: none, the planner decides): its placement in `fixed` (the
+ * autoplan pass's), else in the active plan as the place pass resolves it (shard_place: the
+ * same rules, the same messages), else none (without a plan every layer is the planner's). */
+bool pl_pins(const plan_model *pm, const ir_module *m, int32_t W, const sh_placement *fixed, plan_place *pin, bool *free_,
+             diag_sink *diags) {
+  int32_t n = pm->n;
+  sh_placement *own = NULL;
+  if (!fixed && m->active_plan < 0) {
+    for (int32_t i = 0; i < n; i++) free_[i] = true;
+    return true;
   }
-  ir_tp tp = rule ? rule->tp : ly->tp;
-  const char *file = rule ? plan->file : m->file;
-  ntp_loc loc = tp.loc.first_line ? tp.loc : (rule ? rule->loc : ly->loc);
-  if (tp.kind == TP_AUTO) return true;
-  *auto_ = false;
-  *pl = (plan_place){.sp = rule && rule->seq_parallel};
-  char msg[300];
-  if (tp.kind == TP_NONE || tp.n == 1) {
-    int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
-    if (t > W || W % t || W / t > NTP_MAX_GROUPS) {
-      if (t > W) snprintf(msg, sizeof msg, "TP degree %lld is larger than the world (%d ranks)", (long long)t, W);
-      else if (W % t) snprintf(msg, sizeof msg, "TP degree %lld does not divide the world (%d ranks)", (long long)t, W);
-      else snprintf(msg, sizeof msg, "%lld groups: at most %d are supported", (long long)(W / t), NTP_MAX_GROUPS);
-      diag_emit(diags, NTPC_ERROR, file, loc, "%s", msg);
+  if (!fixed) {
+    int32_t world;
+    if (!(own = calloc(m->n_layers + 1, sizeof *own))) {
+      diag_out_of_memory(diags);
       return false;
     }
-    pl->ngroups = (int32_t)(W / t);
-    for (int g = 0; g < pl->ngroups; g++) pl->size[g] = (int32_t)t;
-  } else {
-    int64_t sum = 0;
-    for (int g = 0; g < tp.n; g++) sum += pl->size[g] = (int32_t)tp.groups[g];
-    pl->ngroups = tp.n;
-    if (sum != W) {
-      diag_emit(diags, NTPC_ERROR, file, loc, "groups sum to %lld ranks, but the world has %d", (long long)sum, W);
+    if (!shard_place(m, W, &world, own, diags)) {
+      free(own);
       return false;
     }
+    fixed = own;
   }
-  if (rule && rule->nbatch) {
-    if (rule->nbatch != pl->ngroups) {
-      diag_emit(diags, NTPC_ERROR, plan->file, rule->loc, "batch split has %d shares but the layer has %d groups", rule->nbatch, pl->ngroups);
-      return false;
+  for (int32_t i = 0; i < n; i++) {
+    const sh_placement *f = &fixed[plan_model_ir_layer(pm, i)];
+    free_[i] = f->is_auto;
+    if (f->is_auto) continue;
+    pin[i] = (plan_place){.ngroups = f->ngroups, .sp = f->seq_parallel};
+    for (int g = 0; g < f->ngroups; g++) {
+      pin[i].size[g] = f->group_start[g + 1] - f->group_start[g];
+      pin[i].share[g] = f->shares_given ? f->share[g] : 0;
     }
-    for (int g = 0; g < pl->ngroups; g++) pl->share[g] = rule->batch[g];
   }
+  free(own);
   return true;
 }
 
@@ -520,26 +504,24 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
     plan_place a = plan_place_balanced(W, k, false), b = plan_place_balanced(W, k, true);
     ok = pl_add_state(&st, &ns, &cs, &a) >= 0 && (k == W || pl_add_state(&st, &ns, &cs, &b) >= 0);
   }
-  for (int32_t i = 0; ok && i < n; i++) {
-    plan_place pl;
-    bool a;
-    pins[i] = -1;
-    if (rq->fixed) {
-      const sh_placement *f = &rq->fixed[plan_model_ir_layer(pm, i)];
-      if ((a = f->is_auto) == false) {
-        pl = (plan_place){.ngroups = f->ngroups, .sp = f->seq_parallel};
-        for (int g = 0; g < f->ngroups; g++) {
-          pl.size[g] = f->group_start[g + 1] - f->group_start[g];
-          pl.share[g] = f->shares_given ? f->share[g] : 0;
-        }
-      }
-    } else if (!pl_resolve_pin(m, plan_model_layer(pm, i), W, &pl, &a, diags)) {
-      free(pins);
-      free(st);
-      return false;
-    }
-    if (!a) ok = (pins[i] = pl_add_state(&st, &ns, &cs, &pl)) >= 0;
+  plan_place *pin = malloc((size_t)(n + 1) * sizeof *pin);
+  bool *free_ = malloc((size_t)(n + 1) * sizeof *free_);
+  if (ok && (!pin || !free_)) {
+    ok = false;
+    diag_out_of_memory(diags);
+  } else if (ok && !pl_pins(pm, m, W, rq->fixed, pin, free_, diags)) {
+    free(pin);
+    free(free_);
+    free(pins);
+    free(st);
+    return false;
   }
+  for (int32_t i = 0; ok && i < n; i++) {
+    pins[i] = -1;
+    if (!free_[i]) ok = (pins[i] = pl_add_state(&st, &ns, &cs, &pin[i])) >= 0;
+  }
+  free(pin);
+  free(free_);
   if (!ok || ns > 255) {
     if (ok) diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "too many placements to search (%d)", ns);
     else diag_out_of_memory(diags);
