@@ -7,19 +7,6 @@
 #include "autoplan.h"
 #include "planner.h"
 
-static void to_placement(const plan_place *pp, int32_t world, sh_placement *pl) {
-  pl->ngroups = pp->ngroups;
-  pl->group_start[0] = 0;
-  for (int g = 0; g < pp->ngroups; g++) {
-    pl->group_start[g + 1] = pl->group_start[g] + pp->size[g];
-    pl->share[g] = pp->share[0] ? pp->share[g] : pp->size[g];
-  }
-  pl->shares_given = pp->share[0] != 0;
-  pl->seq_parallel = pp->sp;
-  pl->is_auto = false;
-  (void)world;
-}
-
 static void append(char **buf, size_t *len, const char *line) {
   size_t n = strlen(line);
   char *nb = realloc(*buf, *len + n + 2);
@@ -65,8 +52,10 @@ bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, cons
   int32_t n = plan_model_layers(pm);
   bool *was_auto = calloc(m->n_layers + 1, sizeof *was_auto);
   char **chosen = calloc(m->n_layers + 1, sizeof *chosen);
+  sh_placement *planned = calloc(m->n_layers + 1, sizeof *planned);
   size_t len = 0;
-  ok = was_auto && chosen;
+  ok = was_auto && chosen && planned;
+  if (ok) plan_solution_placements(pm, &sol, planned);
   for (int32_t i = 0; ok && i < n; i++) {
     int32_t l = plan_model_ir_layer(pm, i);
     if (!pls[l].is_auto) continue;
@@ -74,7 +63,11 @@ bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, cons
     plan_place_str(&sol.layers[i].place, buf, sizeof buf);
     chosen[l] = strdup(buf);
     was_auto[l] = true;
-    to_placement(&sol.layers[i].place, world, &pls[l]);
+    sh_placement keep = pls[l]; /* where the 'tp auto' was written, for the note */
+    pls[l] = planned[l];
+    pls[l].rule = keep.rule;
+    pls[l].tp_file = keep.tp_file;
+    pls[l].tp_loc = keep.tp_loc;
   }
   for (size_t l = 0; ok && l < m->n_layers; l++) {
     if (pls[l].is_auto) { /* not in the planner's chain (a norm): it follows its input */
@@ -109,6 +102,7 @@ bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, cons
   for (size_t l = 0; chosen && l < m->n_layers; l++) free(chosen[l]);
   free(chosen);
   free(was_auto);
+  free(planned);
   plan_solution_free(&sol);
   plan_model_free(pm);
   return ok;

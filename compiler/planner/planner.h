@@ -195,6 +195,9 @@ typedef struct plan_solution {
 bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out,
                 struct diag_sink *diags);
 void plan_solution_free(plan_solution *s);
+/* The solution as the compiler's placements, for every layer of pm's module (out: [n_layers]): the
+ * chain layers' as chosen, every other layer (a norm: it follows its input) one group of them all. */
+void plan_solution_placements(const plan_model *pm, const plan_solution *s, struct sh_placement *out);
 
 /* Failure re-planning: the healthy plan, the survivors' plan (degraded groups, batch by
  * throughput) and the alternatives that drop degraded replicas. */

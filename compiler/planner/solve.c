@@ -33,6 +33,24 @@ int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place
   return (*n)++;
 }
 
+void plan_solution_placements(const plan_model *pm, const plan_solution *s, sh_placement *out) {
+  for (size_t l = 0; l < pm->m->n_layers; l++)
+    out[l] = (sh_placement){.ngroups = 1, .group_start = {0, s->world}, .share = {s->world}, .rule = -1,
+                            .tp_file = pm->m->file, .tp_loc = pm->m->layers[l].loc};
+  for (int32_t i = 0; i < pm->n; i++) {
+    const plan_place *pp = &s->layers[i].place;
+    sh_placement *pl = &out[pm->L[i].ir];
+    pl->ngroups = pp->ngroups;
+    pl->group_start[0] = 0;
+    for (int g = 0; g < pp->ngroups; g++) {
+      pl->group_start[g + 1] = pl->group_start[g] + pp->size[g];
+      pl->share[g] = pp->share[0] ? pp->share[g] : pp->size[g];
+    }
+    pl->shares_given = pp->share[0] != 0;
+    pl->seq_parallel = pp->sp;
+  }
+}
+
 /* Every chain layer's pin (*free_[i]: none, the planner decides): its placement in `fixed` (the
  * autoplan pass's), else in the active plan as the place pass resolves it (shard_place: the
  * same rules, the same messages), else none (without a plan every layer is the planner's). */

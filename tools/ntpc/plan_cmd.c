@@ -146,62 +146,59 @@ static int planner_failed(ntpc_session *s, const plan_opts *o, size_t from) {
   return 1;
 }
 
-/* Writes the plan beside its destination, compiles the model with it (the compiler's check),
- * prints the compiler's own figures, and renames it into place. */
-/* returns 0 (written), 2 or 3 (errors), or -1: the compiler's memory plan needs more than the
- * cap on some GPU (*shortfall: by how much); nothing is written then. */
-static int write_plan_checked(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
-                              const char *name, const char *header, const char *path, double *shortfall) {
+/* Checks the solution with the compiler in memory (its placements lowered, the memory planned and
+ * both verified, as a compile with the written plan would), prints the compiler's own figures,
+ * and writes the plan file whole. Returns 0 (written), 2 or 3 (errors), or -1: the compiler's
+ * memory plan needs more than the cap on some GPU (*shortfall: by how much); nothing is
+ * written then. */
+static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_model *pm, const ir_module *m,
+                              const plan_solution *sol, const char *name, const char *header, const char *path,
+                              double *shortfall) {
   char err[512];
+  *shortfall = 0;
+  sh_placement *pls = calloc(m->n_layers + 1, sizeof *pls);
+  if (!pls) {
+    fprintf(stderr, "ntpc plan: error: out of memory\n");
+    return 3;
+  }
+  plan_solution_placements(pm, sol, pls);
+  size_t seen = ntpc_diag_count(s);
+  sh_program *p = shard_lower(m, sol->world, pls, ntpc_diag_sink(s));
+  free(pls);
+  if (p) sh_plan_memory(p);
+  if (!p || !sh_verify(p, err, sizeof err) || !sh_check_memory(p, err, sizeof err)) {
+    ntpc_print_diags_from(s, seen, stderr, color_of(o->color));
+    fprintf(stderr, "ntpc plan: internal error: the compiler rejects the plan chosen for it%s%s (not written)\n",
+            p ? ": " : "", p ? err : "");
+    sh_program_free(p);
+    return 3;
+  }
+  double prm = 0, act = 0, recv = 0;
+  for (int32_t r = 0; r < p->world; r++) {
+    double need = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes + p->mem[r].arena_bytes);
+    if (need - sol->mem_cap > *shortfall) *shortfall = need - sol->mem_cap;
+    double pr = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes);
+    if (pr > prm) prm = pr;
+    if ((double)p->mem[r].arena_bytes > act) act = (double)p->mem[r].arena_bytes;
+    if ((double)p->mem[r].bytes_received > recv) recv = (double)p->mem[r].bytes_received;
+  }
+  double pprm = 0;
+  for (int32_t r = 0; r < sol->world; r++)
+    if (sol->rank_params[r] > pprm) pprm = sol->rank_params[r];
+  char b1[32], b2[32], b3[32], b4[32], b5[32];
+  printf("compiler check: the plan compiles for %d ranks; busiest GPU: parameters %s (predicted %s), activation "
+         "arena %s (reserved %s), received %s per step\n",
+         p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
+         gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
+  sh_program_free(p);
+  if (*shortfall > 0) return -1;
   ntp_outfile out;
   if (ntp_outfile_open(&out, path, ".ntp", err, sizeof err) != 0) {
     fprintf(stderr, "ntpc plan: error: %s\n", err);
     return 2;
   }
   plan_write_plan(out.f, pm, m, sol, name, header);
-  bool written = !ferror(out.f) && fclose(out.f) == 0;
-  out.f = NULL; /* closed: the compiler reads it back before it is renamed into place */
-  if (!written) {
-    fprintf(stderr, "ntpc plan: error: cannot write '%s'\n", path);
-    ntp_outfile_abort(&out);
-    return 2;
-  }
-  const char *tmp = out.tmp;
-  int rc = 0;
-  ntpc_session *s = compile_model(o, tmp, name, 0, &rc);
-  if (!s) {
-    fprintf(stderr, "ntpc plan: internal error: the compiler rejects the plan written for it (not written)\n");
-    ntp_outfile_abort(&out);
-    return 3;
-  }
-  const sh_program *p = ntpc_sharded(s);
-  *shortfall = 0;
-  if (p) {
-    double prm = 0, act = 0, sent = 0, recv = 0;
-    for (int32_t r = 0; r < p->world; r++) {
-      double need = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes + p->mem[r].arena_bytes);
-      if (need - sol->mem_cap > *shortfall) *shortfall = need - sol->mem_cap;
-      double pr = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes);
-      if (pr > prm) prm = pr;
-      if ((double)p->mem[r].arena_bytes > act) act = (double)p->mem[r].arena_bytes;
-      if ((double)p->mem[r].bytes_sent > sent) sent = (double)p->mem[r].bytes_sent;
-      if ((double)p->mem[r].bytes_received > recv) recv = (double)p->mem[r].bytes_received;
-    }
-    double pprm = 0;
-    for (int32_t r = 0; r < sol->world; r++)
-      if (sol->rank_params[r] > pprm) pprm = sol->rank_params[r];
-    char b1[32], b2[32], b3[32], b4[32], b5[32];
-    printf("compiler check: the plan compiles for %d ranks; busiest GPU: parameters %s (predicted %s), activation "
-           "arena %s (reserved %s), received %s per step\n",
-           p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
-           gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
-  }
-  ntpc_session_free(s);
-  if (*shortfall > 0) {
-    ntp_outfile_abort(&out);
-    return -1;
-  }
-  if (ntp_outfile_commit(&out, true, err, sizeof err) != 0) {
+  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
     fprintf(stderr, "ntpc plan: error: %s\n", err);
     return 2;
   }
@@ -435,7 +432,7 @@ int ntpc_plan_command(int argc, char **argv) {
                     m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), sol.step_s * 1e3, tokens / sol.step_s);
       title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
       double short_by = 0;
-      rc = write_plan_checked(&o, pm, m, &sol, name, header ? header : "", pfile, &short_by);
+      rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile, &short_by);
       if (rc < 0 && attempt < 3) { /* the compiler's memory plan does not fit: reserve more and search again */
         printf("the compiler's memory plan needs %s more than the cap on some GPU: planning again with that much more "
                "reserved\n\n", gib(short_by, b1, sizeof b1));
@@ -523,7 +520,7 @@ int ntpc_plan_command(int argc, char **argv) {
     title = strf("%s: %s on %d survivors of %d x %s", name, m->name, sv->world, W, prof.device);
     printf("\n");
     double short_by = 0;
-    rc = write_plan_checked(&o, pm, m, sv, name, header ? header : "", pfile, &short_by);
+    rc = write_plan_checked(s, &o, pm, m, sv, name, header ? header : "", pfile, &short_by);
     if (rc < 0) {
       fprintf(stderr, "ntpc plan: error: the compiler's memory plan needs %s more than the cap on some GPU\n",
               gib(short_by, b1, sizeof b1));
