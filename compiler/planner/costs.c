@@ -71,7 +71,7 @@ double plan_coll_time(const plan_profile *p, plan_level lv, plan_coll c, double 
 
 double plan_allreduce_time(const plan_profile *p, plan_level lv, int n, double bytes) {
   if (n <= 1) return 0;
-  return plan_coll_time(p, lv, PLAN_ALL_REDUCE, bytes, 2.0 * (n - 1) / n * bytes);
+  return plan_coll_time(p, lv, COMM_ALL_REDUCE, bytes, 2.0 * (n - 1) / n * bytes);
 }
 
 /* ======================================================================================

@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "ir.h"
+#include "shard.h"
 
 /* ================================ device profiles ================================ */
 
@@ -32,19 +33,10 @@ double plan_curve_at(const plan_curve *c, double x); /* n == 0: 1 */
 
 typedef enum { PLAN_INTRA, PLAN_INTER, PLAN_NLEVELS } plan_level;
 
-#define PLAN_COLLS(X)                      \
-  X(ALL_REDUCE, "all-reduce")              \
-  X(REDUCE_SCATTER, "reduce-scatter")      \
-  X(ALL_GATHER, "all-gather")              \
-  X(ALL_TO_ALL, "all-to-all")              \
-  X(SEND_RECV, "send-recv")
-typedef enum {
-#define X(e, s) PLAN_##e,
-  PLAN_COLLS(X)
-#undef X
-  PLAN_NCOLLS
-} plan_coll;
-const char *plan_coll_name(plan_coll c);
+/* The collectives a profile prices: the compiler's (shard.h), all but the local copy. */
+typedef sh_comm_kind plan_coll;
+#define PLAN_NCOLLS SH_NPRICED_COMMS
+const char *plan_coll_name(plan_coll c); /* its key in a profile file */
 
 typedef struct plan_profile {
   char name[32];

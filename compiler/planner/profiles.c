@@ -206,12 +206,7 @@ bool plan_profile_builtin(const char *name, plan_profile *out) {
 
 /* ---- the text format ---------------------------------------------------------------- */
 
-static const char *coll_names[] = {
-#define X(e, s) s,
-    PLAN_COLLS(X)
-#undef X
-};
-const char *plan_coll_name(plan_coll c) { return c < PLAN_NCOLLS ? coll_names[c] : "?"; }
+const char *plan_coll_name(plan_coll c) { return c < PLAN_NCOLLS ? sh_comm_profile_key(c) : "?"; }
 
 typedef struct parser {
   const char *file;
@@ -369,7 +364,7 @@ bool plan_profile_parse(const char *text, const char *file, plan_profile *out, c
       }
       int kind = -1;
       for (int c = 0; c < PLAN_NCOLLS; c++)
-        if (strcmp(tok[2], coll_names[c]) == 0) kind = c;
+        if (strcmp(tok[2], plan_coll_name(c)) == 0) kind = c;
       if (kind < 0 && strcmp(tok[2], "*") != 0) {
         fail(&p, "unknown collective '%s' (all-reduce, reduce-scatter, all-gather, all-to-all, send-recv or *)", tok[2]);
         break;

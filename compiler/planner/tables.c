@@ -188,7 +188,7 @@ double pl_move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_t s_
     traffic(T, src, ns, need, nn, (double)dtype_bytes(mv->dt), in, out);
     bool gather = mv->src.kind == H_LAYER && mv->at.kind == H_LAYER && pl_place_same_groups(&T->st[ss], &T->st[sa]) &&
                   T->pm->L[mv->src.layer].rows == T->pm->L[mv->at.layer].rows;
-    t = traffic_time(T, in, out, gather ? PLAN_ALL_GATHER : PLAN_SEND_RECV, &mi);
+    t = traffic_time(T, in, out, gather ? COMM_ALL_GATHER : COMM_SEND_RECV, &mi);
     if (per_rank_in)
       for (int32_t r = 0; r < W; r++) per_rank_in[r] += in[r] + in[W + r];
   }
@@ -226,7 +226,7 @@ double pl_group_reduce(const plan_tables *T, const chain_layer *c, const plan_pl
   for (int i = 1; i < t; i++)
     if (T->node[r0 + i] != T->node[r0]) lv = PLAN_INTER;
   *bytes = (double)per;
-  return plan_coll_time(T->prof, (plan_level)lv, scatter ? PLAN_REDUCE_SCATTER : PLAN_ALL_REDUCE, (double)(elems * eb),
+  return plan_coll_time(T->prof, (plan_level)lv, scatter ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, (double)(elems * eb),
                         (double)per);
 }
 

@@ -85,20 +85,25 @@ typedef struct sh_tensor {
   int64_t offset;        /* byte offset: in the rank's arena, or in its parameter block if persistent */
 } sh_tensor;
 
-#define SH_COMMS(X)                                                                    \
-  X(ALL_REDUCE, "all-reduce")         /* sum of partials, result on every member */   \
-  X(REDUCE_SCATTER, "reduce-scatter") /* sum of partials, each member keeps a slice */ \
-  X(ALL_GATHER, "all-gather")         /* each member receives every other's slice */  \
-  X(ALL_TO_ALL, "all-to-all")         /* every member sends a distinct slice to every other */ \
-  X(SEND_RECV, "send/recv")           /* grouped point-to-point transfers */           \
-  X(LOCAL_COPY, "local copy")         /* slices copied within ranks: no communication */
+/* X(enum suffix, printed name, the planner's profile key): the collectives, one list for the
+ * compiler (what a comm step is) and the planner (what a device profile prices); the priced
+ * ones come first, before COMM_LOCAL_COPY. */
+#define SH_COMMS(X)                                                                                 \
+  X(ALL_REDUCE, "all-reduce", "all-reduce")             /* sum of partials, result on every member */   \
+  X(REDUCE_SCATTER, "reduce-scatter", "reduce-scatter") /* sum of partials, each member keeps a slice */ \
+  X(ALL_GATHER, "all-gather", "all-gather")             /* each member receives every other's slice */  \
+  X(ALL_TO_ALL, "all-to-all", "all-to-all")             /* every member sends a distinct slice to every other */ \
+  X(SEND_RECV, "send/recv", "send-recv")                /* grouped point-to-point transfers */           \
+  X(LOCAL_COPY, "local copy", NULL)                     /* slices copied within ranks: no communication */
 
 typedef enum {
-#define X(e, s) COMM_##e,
+#define X(e, s, key) COMM_##e,
   SH_COMMS(X)
 #undef X
 } sh_comm_kind;
+#define SH_NPRICED_COMMS COMM_LOCAL_COPY /* the collectives a device profile prices */
 const char *sh_comm_name(sh_comm_kind k);
+const char *sh_comm_profile_key(sh_comm_kind k); /* NULL for a local copy */
 
 /* One box moved from tensor src to tensor dst (global coordinates of the value). For
  * reductions, the dst receives the sum over all srcs of the step that share its box. */

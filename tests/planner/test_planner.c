@@ -110,7 +110,7 @@ static void test_closed_forms(void) {
   }
   CHECK(close_to(plan_allreduce_time(&p, PLAN_INTER, 8, 1e9), 10e-6 + 1.75e9 / 10e9, 1e-12), "inter-node all-reduce");
   /* with an efficiency curve the bandwidth is scaled by the curve at the message size */
-  p.eff[PLAN_INTRA][PLAN_ALL_REDUCE] = (plan_curve){.n = 2, .x = {1 << 20, 1 << 22}, .y = {0.25, 0.75}};
+  p.eff[PLAN_INTRA][COMM_ALL_REDUCE] = (plan_curve){.n = 2, .x = {1 << 20, 1 << 22}, .y = {0.25, 0.75}};
   double got = plan_allreduce_time(&p, PLAN_INTRA, 2, (double)(1 << 21));
   CHECK(close_to(got, 10e-6 + (double)(1 << 21) / (100e9 * 0.5), 1e-12), "all-reduce at half efficiency: %g", got);
   /* GEMM: compute-bound at the curve's efficiency; memory-bound when thin */
