@@ -59,7 +59,8 @@ static bool read_chain_layer(const ir_module *m, int32_t l, chain_layer *c, diag
   c->xs = m->values[c->x].shape;
   c->out = m->values[ly->core].shape;
   c->dt = m->values[ly->core].dtype;
-  c->rows = c->xs.ndim ? c->xs.dim[0] : 1;
+  c->whole = c->xs.ndim < 2; /* no batch dim: one group takes the layer whole (as the sharder) */
+  c->rows = c->whole ? 1 : c->xs.dim[0];
   c->T = 1;
   int tlast = c->k->index_input ? c->xs.ndim : c->xs.ndim - 1;
   for (int d = 1; d < tlast; d++) c->T *= c->xs.dim[d];
@@ -112,20 +113,10 @@ static void follow_op(builder *B, const ir_op *op) {
   const ir_module *m = B->m;
   int32_t r = op->result;
   ntp_shape rs = m->values[r].shape;
-  int32_t a = -1;
-  if (op->code == IR_MATMUL) {
-    a = op->args[0];
-  } else {
-    for (int i = 0; i < op->nargs; i++) {
-      int32_t v = op->args[i];
-      ntp_shape vs = m->values[v].shape;
-      if (m->ops[m->values[v].def].code != IR_CONST && shape_eq(&vs, &rs) && v > a) a = v;
-    }
-  }
+  int32_t a = geom_followed_operand(m, op); /* the compiler's rule (geometry.h) */
   home at = {.kind = H_DEFAULT};
   if (a >= 0 && B->home_of[a].kind != H_SOURCE) at = B->home_of[a];
-  if (op->code == IR_MATMUL || op->code == IR_LAYERNORM || op->code == IR_RMSNORM || op->code == IR_SOFTMAX)
-    at.cols = false; /* whole rows */
+  if (geom_whole_rows(op->code)) at.cols = false;
   fop f = {.at = at, .code = op->code, .rs = rs, .nargs = op->nargs, .dt = m->values[r].dtype};
   for (int i = 0; i < op->nargs; i++) {
     int32_t v = op->args[i];

@@ -19,6 +19,7 @@
 
 #include "layer_kind.h"
 #include "planner.h"
+#include "geometry.h"
 #include "shard.h"
 #include "shard_internal.h"
 
@@ -75,6 +76,7 @@ typedef struct chain_layer {
   ntp_shape xs, out;
   ntp_dtype dt, wdt;
   int64_t rows, T; /* batch rows (dim 0 of the input), tokens per row */
+  bool whole;      /* the input has no batch dim: the layer's values are whole on its ranks */
   layer_dims d;    /* the kind's description: units, sizes */
   int32_t wval;    /* a weight split by units that another layer may share (a tied head), or -1 */
 } chain_layer;

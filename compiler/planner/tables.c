@@ -37,37 +37,16 @@ static int home_pieces(const plan_tables *T, home h, int32_t state, ntp_shape s,
   for (int g = 0; g < pl->ngroups; g++) {
     if (rows[g + 1] == rows[g]) continue;
     int t = pl->size[g];
-    for (int i = 0; i < t; i++) {
-      ntp_box b = box_full(&s);
-      if (s.ndim >= 1) {
-        b.lo[0] = rows[g];
-        b.hi[0] = rows[g + 1] < s.dim[0] ? rows[g + 1] : s.dim[0];
-      }
-      if (h.seq && pl->sp && t > 1 && s.ndim >= 2) split_range(s.dim[1], t, i, &b.lo[1], &b.hi[1]);
-      if (h.cols && t > 1 && s.ndim >= 1) split_range(s.dim[s.ndim - 1], t, i, &b.lo[s.ndim - 1], &b.hi[s.ndim - 1]);
-      out[n++] = (rbox){gs[g] + i, b};
-    }
+    for (int i = 0; i < t; i++)
+      out[n++] = (rbox){gs[g] + i, geom_group_piece(s, rows[g], rows[g + 1], c->whole, t, i, h.seq && pl->sp, h.cols)};
   }
   return n;
 }
 
 /* What an operand of shape vs must hold for a result piece rb. */
 static ntp_box need_box(ntp_box rb, ntp_shape vs, int8_t xf) {
-  if (xf == XF_MM_A) {
-    ntp_box b = rb;
-    b.lo[vs.ndim - 1] = 0;
-    b.hi[vs.ndim - 1] = vs.dim[vs.ndim - 1];
-    return b;
-  }
-  if (xf == XF_MM_B) {
-    ntp_box b = box_full(&vs);
-    for (int d = 0; d + 2 < vs.ndim && d < rb.ndim; d++) {
-      b.lo[d] = rb.lo[d];
-      b.hi[d] = rb.hi[d];
-    }
-    return b;
-  }
-  return box_project(rb, vs);
+  /* xf: the left or right operand of a matmul, or an operand of any other op */
+  return geom_operand_need(xf == XF_SAME ? IR_ADD : IR_MATMUL, xf == XF_MM_B, rb, vs);
 }
 
 static int need_pieces(const plan_tables *T, home at, int32_t state, ntp_shape rs, ntp_shape vs, int8_t xf, rbox *out) {
@@ -86,49 +65,33 @@ static int level_of_pair(const plan_tables *T, int32_t a, int32_t b) { return T-
 /* Bytes each rank receives and sends, by link level, when every need is served from the
  * pieces: a need is cut along every piece boundary and each cell comes from the rank itself
  * if it holds it, else from the nearest rank that does (the compiler's `ensure`). */
+typedef struct traffic_ctx {
+  const plan_tables *T;
+  const rbox *src;
+  int32_t rank;
+  double eb, *in, *out;
+} traffic_ctx;
+
+static void count_cell(void *vc, int k, const ntp_box *cell) {
+  traffic_ctx *c = vc;
+  if (k < 0 || c->src[k].rank == c->rank) return;
+  double b = (double)box_volume(cell) * c->eb;
+  int lv = level_of_pair(c->T, c->src[k].rank, c->rank), W = c->T->W;
+  c->in[lv * W + c->rank] += b;
+  c->out[lv * W + c->src[k].rank] += b;
+}
+
 static void traffic(const plan_tables *T, const rbox *src, int nsrc, const rbox *need, int nneed, double eb, double *in,
                     double *out) {
-  int *hit = malloc((size_t)(nsrc + 1) * sizeof *hit);
-  ntp_box *hb = malloc((size_t)(nsrc + 1) * sizeof *hb);
-  for (int k = 0; hit && hb && k < nneed; k++) {
+  for (int k = 0; k < nneed; k++) {
     const ntp_box *nb = &need[k].box;
     int32_t r = need[k].rank;
-    if (box_volume(nb) == 0) continue;
-    int nh = 0;
-    bool local = false;
-    for (int p = 0; p < nsrc && !local; p++) {
-      ntp_box x;
-      if (!box_intersect(&src[p].box, nb, &x)) continue;
-      local = src[p].rank == r && box_eq(&x, nb);
-      hb[nh] = src[p].box;
-      hit[nh++] = p;
-    }
+    bool local = false; /* a piece on the rank holds it all: nothing moves (a fast path) */
+    for (int p = 0; p < nsrc && !local; p++) local = src[p].rank == r && box_contains(&src[p].box, nb);
     if (local) continue;
-    box_grid grid; /* the compiler's slice intersection (shard.c ensure), cell by cell */
-    if (!box_grid_init(&grid, nb, hb, (size_t)nh)) break;
-    ntp_box cell;
-    while (box_grid_next(&grid, &cell)) {
-      int best = -1, bestd = 0;
-      for (int h = 0; h < nh; h++) {
-        const rbox *sp = &src[hit[h]];
-        if (!box_contains(&sp->box, &cell)) continue;
-        int dist = abs(sp->rank - r);
-        if (best < 0 || dist < bestd) {
-          best = hit[h];
-          bestd = dist;
-        }
-      }
-      if (best >= 0 && src[best].rank != r) {
-        double b = (double)box_volume(&cell) * eb;
-        int lv = level_of_pair(T, src[best].rank, r);
-        in[lv * T->W + r] += b;
-        out[lv * T->W + src[best].rank] += b;
-      }
-    }
-    box_grid_free(&grid);
+    traffic_ctx c = {T, src, r, eb, in, out};
+    if (!geom_serve(src, nsrc, r, nb, count_cell, &c)) break;
   }
-  free(hit);
-  free(hb);
 }
 
 /* A redistribution step: every rank's links run in parallel; the slowest rank sets the time. */

@@ -13,6 +13,7 @@
 
 #include "shard.h"
 #include "shard_internal.h"
+#include "geometry.h"
 #include "shard_lower.h"
 
 struct shard_lowering {
@@ -158,63 +159,64 @@ static int32_t materialize(lower *L, int32_t v, int32_t rank, ntp_box box) {
   return t;
 }
 
-/* Splits `need` into cells along every boundary of the pieces that could serve it, picks
- * a source for each cell (the rank itself first, then the nearest rank), and queues the
- * transfers. */
+/* What ensure's cells are served from: the ready pieces as rank boxes, their tensors beside. */
+typedef struct serve_ctx {
+  lower *L;
+  const int32_t *tensor; /* [k]: the tensor of source k */
+  int32_t dst;
+  bool failed;
+} serve_ctx;
+
+static void serve_cell(void *vc, int k, const ntp_box *cell) {
+  serve_ctx *c = vc;
+  lower *L = c->L;
+  if (c->failed) return;
+  if (k < 0) {
+    char buf[128];
+    internal_error(L, "no rank holds %s of a value", box_str(cell, buf, sizeof buf));
+    c->failed = true;
+    return;
+  }
+  int32_t src = c->tensor[k];
+  int nd = cell->ndim;
+  /* merge with the previous transfer when it continues it along the last dim */
+  sh_xfer *prev = L->npend ? &L->pend[L->npend - 1] : NULL;
+  bool merged = false;
+  if (prev && prev->src == src && prev->dst == c->dst && nd > 0 && prev->box.hi[nd - 1] == cell->lo[nd - 1]) {
+    merged = true;
+    for (int d = 0; d < nd - 1; d++) merged &= prev->box.lo[d] == cell->lo[d] && prev->box.hi[d] == cell->hi[d];
+    if (merged) prev->box.hi[nd - 1] = cell->hi[nd - 1];
+  }
+  if (!merged) {
+    sh_xfer x = {src, c->dst, *cell};
+    VEC_PUSH(L->pend, L->npend, L->cpend, x);
+  }
+}
+
+/* A tensor on `rank` holding box `need` of v: one that exists, a slice of a source, or a new one
+ * whose cells the geometry's rule serves (geom_serve: the rank itself first, then the nearest);
+ * the transfers are queued for the next flush. */
 int32_t shard_ensure(lower *L, int32_t v, int32_t rank, ntp_box need) {
   int32_t have = find_piece(L, v, rank, &need);
   if (have >= 0) return have;
   if (is_source(L, v)) return materialize(L, v, rank, need);
   sh_program *p = L->p;
   int32_t dst = new_tensor(L, rank, v, need, vdtype(L, v), L->m->values[v].name);
-
-  int nd = need.ndim;
   /* the ready pieces (those queued in this same batch are not sources yet) */
-  ntp_box *srcs = malloc((p->npieces[v] + 1) * sizeof *srcs);
-  size_t ns = 0;
-  for (size_t i = 0; srcs && i < p->npieces[v]; i++)
-    if (p->tensors[p->pieces[v][i]].def >= 0) srcs[ns++] = p->tensors[p->pieces[v][i]].box;
-  box_grid grid;
-  if (!srcs || !box_grid_init(&grid, &need, srcs, ns)) {
-    free(srcs);
-    internal_error(L, "out of memory%s", "");
-    return dst;
+  rank_box *srcs = malloc((p->npieces[v] + 1) * sizeof *srcs);
+  int32_t *tensor = malloc((p->npieces[v] + 1) * sizeof *tensor);
+  int ns = 0;
+  for (size_t i = 0; srcs && tensor && i < p->npieces[v]; i++) {
+    const sh_tensor *t = &p->tensors[p->pieces[v][i]];
+    if (t->def < 0) continue;
+    srcs[ns] = (rank_box){t->rank, t->box};
+    tensor[ns++] = p->pieces[v][i];
   }
+  serve_ctx c = {L, tensor, dst, false};
+  if (!srcs || !tensor || !geom_serve(srcs, ns, rank, &need, serve_cell, &c)) internal_error(L, "out of memory%s", "");
   free(srcs);
-  ntp_box cell;
-  while (box_grid_next(&grid, &cell)) {
-    int32_t best = -1;
-    int32_t best_dist = INT32_MAX;
-    for (size_t i = 0; i < p->npieces[v]; i++) {
-      int32_t ti = p->pieces[v][i];
-      const sh_tensor *s = &p->tensors[ti];
-      if (s->def < 0 || !box_contains(&s->box, &cell)) continue;
-      int32_t dist = abs(s->rank - rank);
-      if (dist < best_dist) {
-        best_dist = dist;
-        best = ti;
-      }
-    }
-    if (best < 0) {
-      char buf[128];
-      internal_error(L, "no rank holds %s of a value", box_str(&cell, buf, sizeof buf));
-      box_grid_free(&grid);
-      return dst;
-    }
-    /* merge with the previous transfer when it continues it along the last dim */
-    sh_xfer *prev = L->npend ? &L->pend[L->npend - 1] : NULL;
-    bool merged = false;
-    if (prev && prev->src == best && prev->dst == dst && nd > 0 && prev->box.hi[nd - 1] == cell.lo[nd - 1]) {
-      merged = true;
-      for (int d = 0; d < nd - 1; d++) merged &= prev->box.lo[d] == cell.lo[d] && prev->box.hi[d] == cell.hi[d];
-      if (merged) prev->box.hi[nd - 1] = cell.hi[nd - 1];
-    }
-    if (!merged) {
-      sh_xfer x = {best, dst, cell};
-      VEC_PUSH(L->pend, L->npend, L->cpend, x);
-    }
-  }
-  box_grid_free(&grid);
+  free(tensor);
+  if (c.failed) return dst;
   add_piece(L, v, dst);
   return dst;
 }
@@ -417,16 +419,7 @@ static size_t where(lower *L, int32_t v, rank_box *out) {
 static void follow(lower *L, const ir_op *op) {
   int32_t r = op->result;
   ntp_shape rs = vshape(L, r);
-  int32_t a = -1;
-  if (op->code == IR_MATMUL) {
-    a = op->args[0];
-  } else {
-    for (int i = 0; i < op->nargs; i++) {
-      int32_t v = op->args[i];
-      ntp_shape vs = vshape(L, v);
-      if (vdef(L, v)->code != IR_CONST && shape_eq(&vs, &rs) && v > a) a = v;
-    }
-  }
+  int32_t a = geom_followed_operand(L->m, op);
   rank_box *rb = malloc((size_t)(L->W * 4 + 4) * sizeof *rb);
   size_t n = where(L, a >= 0 ? a : r, rb);
   /* two passes: every piece's operands first (one batch of transfers), then the computes */
@@ -444,30 +437,9 @@ static void follow(lower *L, const ir_op *op) {
       shard_add_home(L, r, t);
       continue;
     }
-    ntp_box res = box;
-    if (op->code == IR_MATMUL) {
-      ntp_shape bs = vshape(L, op->args[1]);
-      int last = res.ndim - 1;
-      res.lo[last] = 0;
-      res.hi[last] = rs.dim[last];
-      ntp_box need_a = box;
-      need_a.lo[last] = 0;
-      need_a.hi[last] = vshape(L, a).dim[last];
-      ntp_box need_b = box_full(&bs);
-      if (bs.ndim > 2)
-        for (int d = 0; d < bs.ndim - 2; d++) {
-          need_b.lo[d] = box.lo[d];
-          need_b.hi[d] = box.hi[d];
-        }
-      args[0] = shard_ensure(L, op->args[0], rank, need_a);
-      args[1] = shard_ensure(L, op->args[1], rank, need_b);
-    } else {
-      if (op->code == IR_LAYERNORM || op->code == IR_RMSNORM || op->code == IR_SOFTMAX) {
-        res.lo[res.ndim - 1] = 0; /* these need whole rows */
-        res.hi[res.ndim - 1] = rs.dim[rs.ndim - 1];
-      }
-      for (int j = 0; j < op->nargs; j++) args[j] = shard_ensure(L, op->args[j], rank, box_project(res, vshape(L, op->args[j])));
-    }
+    ntp_box res = geom_result_piece(op->code, box, rs);
+    for (int j = 0; j < op->nargs; j++)
+      args[j] = shard_ensure(L, op->args[j], rank, geom_operand_need(op->code, j, res, vshape(L, op->args[j])));
     resv[i] = res;
   }
   if (a >= 0 && L->use_layouts) L->lay[r] = L->lay[a];
@@ -579,11 +551,7 @@ static void layout_matmul(lower *L, const ir_op *op) {
 const ir_module *shard_module(const shard_lowering *L) { return L->m; }
 
 ntp_box shard_rows_box(const shard_lowering *L, int32_t v, const shard_group *g) {
-  ntp_box b = box_full(&L->m->values[v].shape);
-  if (b.ndim < 2 || g->whole) return b; /* no batch dim (dim 0 of a vector is its features): whole */
-  b.lo[0] = g->b0;
-  b.hi[0] = g->b1;
-  return b;
+  return geom_group_piece(L->m->values[v].shape, g->b0, g->b1, g->whole, g->t, 0, false, false);
 }
 
 ntp_box shard_weight_box(const shard_lowering *L, int32_t w, int dim, int64_t lo, int64_t hi) {
@@ -638,8 +606,7 @@ void shard_group_reduce(lower *L, const shard_group *g, const int32_t *parts, co
   }
   for (int i = 0; i < g->t; i++) {
     L->p->tensors[parts[i]].box = full; /* partial sums of this box of the value */
-    boxes[i] = full;
-    if (g->pl->seq_parallel && full.ndim >= 2) split_range(full.hi[1], g->t, i, &boxes[i].lo[1], &boxes[i].hi[1]);
+    boxes[i] = geom_group_piece(L->m->values[value].shape, g->b0, g->b1, g->whole, g->t, i, g->pl->seq_parallel, false);
   }
   reduce(L, parts, g->t, boxes, value, outs, why);
   for (int i = 0; i < g->t; i++) shard_add_home(L, value, outs[i]);
