@@ -427,6 +427,95 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
 }
 
 
+/* The command line into *o and the session: -1 to go on, else the exit status (--help: 0). */
+static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    bool missing = false;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    } else if (strcmp(a, "--version") == 0) {
+      printf("ntpc %s\n", NTP_VERSION);
+      return 0;
+    } else if (strncmp(a, "-D", 2) == 0) {
+      const char *def = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!def) return usage_error("-D needs NAME=VALUE%s", "");
+      if (ntpc_define_str(s, def) != NTPC_OK) return usage_error("%s", ntpc_last_error(s));
+    } else if ((v = cli_option_value(argc, argv, &i, "--emit", &missing))) {
+      o->emit = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) {
+      ntpc_select_plan(s, v);
+      o->plan = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) {
+      ntpc_add_plan_file(s, v);
+      o->plan = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
+      ntpc_select_model(s, v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) {
+      plan_profile probe;
+      if (!plan_profile_builtin(v, &probe)) {
+        return usage_error("unknown GPU '%s' (built-in profiles: h100, h200, a100, b200)", v);
+      }
+      ntpc_set_gpu(s, v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--dump-after", &missing))) {
+      if (ntpc_dump_after(s, v, stdout) != NTPC_OK) return usage_error("%s", ntpc_last_error(s));
+    } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
+      o->backend = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
+      char *end;
+      errno = 0;
+      o->seed = strtoull(v, &end, 10);
+      if (*end || !*v || *v == '-' || *v == '+' || *v == ' ') return usage_error("--seed needs a non-negative integer, got '%s'", v);
+      if (errno == ERANGE) return usage_error("--seed must be below 2^64, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
+      char *end;
+      o->world = strtol(v, &end, 10);
+      if (*end || o->world < 1 || o->world > 4096) return usage_error("--world needs a rank count from 1 to 4096, got '%s'", v);
+    } else if (strcmp(a, "--keep-c") == 0) {
+      o->keep_c = true;
+    } else if (strcmp(a, "--loopback") == 0) {
+      o->loopback = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--iters", &missing))) {
+      char *end;
+      o->iters = strtol(v, &end, 10);
+      if (*end || !*v || o->iters < 0) return usage_error("--iters needs a count of 0 or more, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
+      o->params = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
+      o->save_params = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--dump", &missing))) {
+      o->dump = v;
+    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      ntp_progress_enable(0);
+    } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
+      if (strcmp(v, "auto") != 0 && strcmp(v, "always") != 0 && strcmp(v, "never") != 0) {
+        return usage_error("--color takes auto, always or never, got '%s'", v);
+      }
+      o->color = v;
+    } else if (strncmp(a, "-ferror-limit=", 14) == 0) {
+      char *end;
+      errno = 0;
+      unsigned long long n = strtoull(a + 14, &end, 10);
+      if (*end || !a[14] || a[14] == '-' || errno) return usage_error("-ferror-limit needs a count (0: no limit), got '%s'", a + 14);
+      ntpc_set_error_limit(s, (size_t)n);
+    } else if ((v = cli_option_value(argc, argv, &i, "-o", &missing))) {
+      o->out = v;
+    } else if (missing) {
+      return usage_error("option '%s' needs a value", a);
+    } else if (a[0] == '-' && a[1]) {
+      return usage_error("unknown option '%s'", a);
+    } else if (!o->command && !o->file && (strcmp(a, "check") == 0 || strcmp(a, "run") == 0 || strcmp(a, "report") == 0)) {
+      o->command = a;
+    } else if (!o->file) {
+      o->file = a;
+    } else {
+      return usage_error("unexpected argument '%s'", a);
+    }
+  }
+  return -1;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
   options o = {.world = -1, .iters = 10};
@@ -434,95 +523,8 @@ int main(int argc, char **argv) {
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
   int rc = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v;
-    bool missing = false;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      fputs(usage_text, stdout);
-      goto out;
-    } else if (strcmp(a, "--version") == 0) {
-      printf("ntpc %s\n", NTP_VERSION);
-      goto out;
-    } else if (strncmp(a, "-D", 2) == 0) {
-      const char *def = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!def) { rc = usage_error("-D needs NAME=VALUE%s", ""); goto out; }
-      if (ntpc_define_str(s, def) != NTPC_OK) { rc = usage_error("%s", ntpc_last_error(s)); goto out; }
-    } else if ((v = cli_option_value(argc, argv, &i, "--emit", &missing))) {
-      o.emit = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) {
-      ntpc_select_plan(s, v);
-      o.plan = true;
-    } else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) {
-      ntpc_add_plan_file(s, v);
-      o.plan = true;
-    } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
-      ntpc_select_model(s, v);
-    } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) {
-      plan_profile probe;
-      if (!plan_profile_builtin(v, &probe)) {
-        rc = usage_error("unknown GPU '%s' (built-in profiles: h100, h200, a100, b200)", v);
-        goto out;
-      }
-      ntpc_set_gpu(s, v);
-    } else if ((v = cli_option_value(argc, argv, &i, "--dump-after", &missing))) {
-      if (ntpc_dump_after(s, v, stdout) != NTPC_OK) { rc = usage_error("%s", ntpc_last_error(s)); goto out; }
-    } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
-      o.backend = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
-      char *end;
-      errno = 0;
-      o.seed = strtoull(v, &end, 10);
-      if (*end || !*v || *v == '-' || *v == '+' || *v == ' ') { rc = usage_error("--seed needs a non-negative integer, got '%s'", v); goto out; }
-      if (errno == ERANGE) { rc = usage_error("--seed must be below 2^64, got '%s'", v); goto out; }
-    } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
-      char *end;
-      o.world = strtol(v, &end, 10);
-      if (*end || o.world < 1 || o.world > 4096) { rc = usage_error("--world needs a rank count from 1 to 4096, got '%s'", v); goto out; }
-    } else if (strcmp(a, "--keep-c") == 0) {
-      o.keep_c = true;
-    } else if (strcmp(a, "--loopback") == 0) {
-      o.loopback = true;
-    } else if ((v = cli_option_value(argc, argv, &i, "--iters", &missing))) {
-      char *end;
-      o.iters = strtol(v, &end, 10);
-      if (*end || !*v || o.iters < 0) { rc = usage_error("--iters needs a count of 0 or more, got '%s'", v); goto out; }
-    } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
-      o.params = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
-      o.save_params = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--dump", &missing))) {
-      o.dump = v;
-    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-      ntp_progress_enable(0);
-    } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
-      if (strcmp(v, "auto") != 0 && strcmp(v, "always") != 0 && strcmp(v, "never") != 0) {
-        rc = usage_error("--color takes auto, always or never, got '%s'", v);
-        goto out;
-      }
-      o.color = v;
-    } else if (strncmp(a, "-ferror-limit=", 14) == 0) {
-      char *end;
-      errno = 0;
-      unsigned long long n = strtoull(a + 14, &end, 10);
-      if (*end || !a[14] || a[14] == '-' || errno) { rc = usage_error("-ferror-limit needs a count (0: no limit), got '%s'", a + 14); goto out; }
-      ntpc_set_error_limit(s, (size_t)n);
-    } else if ((v = cli_option_value(argc, argv, &i, "-o", &missing))) {
-      o.out = v;
-    } else if (missing) {
-      rc = usage_error("option '%s' needs a value", a);
-      goto out;
-    } else if (a[0] == '-' && a[1]) {
-      rc = usage_error("unknown option '%s'", a);
-      goto out;
-    } else if (!o.command && !o.file && (strcmp(a, "check") == 0 || strcmp(a, "run") == 0 || strcmp(a, "report") == 0)) {
-      o.command = a;
-    } else if (!o.file) {
-      o.file = a;
-    } else {
-      rc = usage_error("unexpected argument '%s'", a);
-      goto out;
-    }
-  }
+  if ((rc = parse_args(argc, argv, s, &o)) >= 0) goto out;
+  rc = 0;
   if (!o.file) {
     rc = usage_error("no input file%s", "");
     goto out;

@@ -254,7 +254,8 @@ static void print_throughput(const char *what, const plan_solution *s, double to
          healthy > 0 ? 100 * tps / healthy : 0);
 }
 
-int ntpc_plan_command(int argc, char **argv) {
+/* The options into *o: -1 to go on, else the exit status (--help: 0). */
+static int parse_options(int argc, char **argv, plan_opts *po) {
   plan_opts o = {.world = -1, .nodes_of = 8, .quanta = 1024};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -309,18 +310,22 @@ int ntpc_plan_command(int argc, char **argv) {
   if (o.name && !is_ident(o.name)) return usage_fail("--name must be an identifier (letters, digits, _), got '%s'", o.name);
   if (o.out && !*o.out) return usage_fail("%s", "-o needs a file name");
   if (o.svg && !*o.svg) return usage_fail("%s", "--svg needs a file name");
+  *po = o;
+  return -1;
+}
 
-  /* the device */
-  plan_profile prof;
+/* The device profile: --profile FILE, else --gpu (default h100). -1 to go on, else the exit status. */
+static int load_profile(const plan_opts *po, plan_profile *prof) {
+  const plan_opts o = *po;
   char err[1024] = "";
   if (o.profile) {
-    if (!plan_profile_load(o.profile, &prof, err, sizeof err)) {
+    if (!plan_profile_load(o.profile, prof, err, sizeof err)) {
       fprintf(stderr, "ntpc plan: error: %s\n", err);
       return strncmp(err, "cannot ", 7) == 0 ? 2 : 1;
     }
   } else {
     const char *g = o.gpu ? o.gpu : "h100";
-    if (!plan_profile_builtin(g, &prof)) {
+    if (!plan_profile_builtin(g, prof)) {
       char names[128] = "";
       for (const char *const *p = plan_profile_names(); *p; p++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *p);
@@ -330,8 +335,187 @@ int ntpc_plan_command(int argc, char **argv) {
     }
   }
 
-  /* the model */
+  return -1;
+}
+
+/* One planning run: the compiled model, the request, the names of what is written. */
+typedef struct plan_job {
+  ntpc_session *s;
+  const plan_opts *o;
+  const plan_model *pm;
+  const ir_module *m;
+  plan_request rq;
+  const plan_profile *prof;
+  const char *name, *pfile, *sfile;
+  size_t seen; /* diagnostics already printed */
+  int32_t W;
+  double tokens;
+} plan_job;
+
+/* The healthy plan: search, report, check with the compiler, write. The exit status. */
+static int plan_healthy(plan_job *j) {
+  ntpc_session *s = j->s;
+  const plan_opts o = *j->o;
+  const plan_model *pm = j->pm;
+  const ir_module *m = j->m;
+  const plan_profile prof = *j->prof;
+  const char *name = j->name, *pfile = j->pfile, *sfile = j->sfile;
+  int32_t W = j->W;
+  double tokens = j->tokens;
+  diag_sink *diags = ntpc_diag_sink(s);
+  char b1[32], *header = NULL, *title = NULL;
   int rc = 0;
+  for (int attempt = 0;; attempt++) {
+    plan_solution sol;
+    if (!plan_solve(pm, m, &j->rq, &sol, diags)) {
+      rc = planner_failed(s, &o, j->seen);
+      goto done;
+    }
+    if (!sol.feasible) {
+      fprintf(stderr, "ntpc plan: error: %s\n", sol.why);
+      plan_solution_free(&sol);
+      rc = 1;
+      goto done;
+    }
+    printf("plan %s: model %s on %d x %s (%s per GPU, %ld GPUs per node)\n\n", name, m->name, W, prof.device,
+           gib(sol.mem_cap, b1, sizeof b1), o.nodes_of);
+    plan_write_report(stdout, pm, &sol, &prof);
+    free(header);
+    free(title);
+    header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted forward step %.3f ms, %.0f tokens/s",
+                  m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), sol.step_s * 1e3, tokens / sol.step_s);
+    title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
+    double short_by = 0;
+    rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile, &short_by);
+    if (rc < 0 && attempt < 3) { /* the compiler's memory plan does not fit: reserve more and search again */
+      printf("the compiler's memory plan needs %s more than the cap on some GPU: planning again with that much more "
+             "reserved\n\n", gib(short_by, b1, sizeof b1));
+      j->rq.act_extra += short_by * 1.01;
+      plan_solution_free(&sol);
+      continue;
+    }
+    if (rc < 0) {
+      fprintf(stderr, "ntpc plan: error: the compiler's memory plan does not fit the cap\n");
+      rc = 1;
+    }
+    if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
+    plan_solution_free(&sol);
+    break;
+  }
+done:
+  free(header);
+  free(title);
+  return rc;
+}
+
+/* Re-planning for the survivors of failed GPUs: the healthy plan, the survivors' plan and
+ * the alternatives, the resharding, the survivors' plan written. The exit status. */
+static int plan_after_failure(plan_job *j) {
+  ntpc_session *s = j->s;
+  const plan_opts o = *j->o;
+  const plan_model *pm = j->pm;
+  const ir_module *m = j->m;
+  const plan_profile prof = *j->prof;
+  const char *name = j->name, *pfile = j->pfile, *sfile = j->sfile;
+  const int32_t W = j->W, nfailed = j->rq.nfailed, *failed = j->rq.failed;
+  double tokens = j->tokens;
+  diag_sink *diags = ntpc_diag_sink(s);
+  char b1[32], *header = NULL, *title = NULL;
+  int rc = 0;
+  plan_failover f;
+  if (!plan_failover_solve(pm, m, &j->rq, &f, diags)) {
+    rc = planner_failed(s, &o, j->seen);
+    goto done;
+  }
+  const plan_solution *h = &f.healthy, *sv = &f.survivors;
+  printf("failure re-planning: model %s on %d x %s (%s per GPU, %ld GPUs per node); failed GPUs:", m->name, W,
+         prof.device, gib(sv->mem_cap, b1, sizeof b1), o.nodes_of);
+  for (int32_t k = 0; k < nfailed; k++) printf(" %d", failed[k]);
+  printf("; %d survive\n", W - nfailed);
+  if (h->feasible)
+    printf("healthy plan (%d GPUs): step %.3f ms, %.0f tokens/s\n", W, h->step_s * 1e3, tokens / h->step_s);
+  else
+    printf("healthy plan (%d GPUs): %s\n", W, h->why);
+  printf("replicas of the healthy plan: %d x %d GPUs;", f.nreplicas, f.replica_size);
+  for (int32_t d = 0; d < f.ndegraded; d++) {
+    int32_t g = f.degraded[d];
+    printf(" replica %d (GPUs %d-%d) lost", g, f.replica_start[g], f.replica_start[g + 1] - 1);
+    for (int32_t k = 0; k < nfailed; k++)
+      if (failed[k] >= f.replica_start[g] && failed[k] < f.replica_start[g + 1]) printf(" %d", failed[k]);
+    printf(d + 1 < f.ndegraded ? ";" : "");
+  }
+  printf("\n");
+  if (!sv->feasible) {
+    fprintf(stderr, "ntpc plan: error: the survivors: %s\n", sv->why);
+    plan_failover_free(&f);
+    rc = 1;
+    goto done;
+  }
+  printf("\nplan %s for the %d survivors:\n\n", name, sv->world);
+  plan_write_report(stdout, pm, sv, &prof);
+  printf("\nrank mapping (new rank: physical GPU):");
+  for (int32_t r = 0; r < sv->world; r++) printf("%s %d:%d", r % 16 ? "" : "\n ", r, sv->phys[r]);
+  printf("\n\nresharding (new groups as physical GPUs, and the slice each holds):\n");
+  plan_write_reshard(stdout, pm, sv, h);
+  double ht = h->feasible ? tokens / h->step_s : 0;
+  printf("\npredicted throughput:\n");
+  char what[160];
+  snprintf(what, sizeof what, "healthy, %d GPUs", W);
+  print_throughput(what, h, tokens, ht);
+  snprintf(what, sizeof what, "re-planned, %d GPUs", sv->world);
+  print_throughput(what, sv, tokens, ht);
+  for (int32_t d = 0; d <= f.ndegraded; d++) {
+    if (d == f.ndegraded && f.ndegraded < 2) break;
+    if (d < f.ndegraded) {
+      int32_t g = f.degraded[d];
+      snprintf(what, sizeof what, "drop replica %d (GPUs %d-%d), %d GPUs", g, f.replica_start[g],
+               f.replica_start[g + 1] - 1, f.drop[d].feasible ? f.drop[d].world : 0);
+    } else {
+      snprintf(what, sizeof what, "drop all %d degraded replicas, %d GPUs", f.ndegraded,
+               f.drop[d].feasible ? f.drop[d].world : 0);
+    }
+    print_throughput(what, &f.drop[d], tokens, ht);
+  }
+  if (h->feasible)
+    printf("re-planning keeps %.1f%% of the healthy throughput (%+.1f%%)\n", 100 * h->step_s / sv->step_s,
+           100 * (h->step_s / sv->step_s - 1));
+  char *map = malloc((size_t)sv->world * 12 + 1);
+  if (map) {
+    map[0] = 0;
+    size_t len = 0;
+    for (int32_t r = 0; r < sv->world; r++) len += (size_t)sprintf(map + len, "%s%d", r ? " " : "", sv->phys[r]);
+  }
+  header = strf("written by ntpc plan: %s on the %d survivors of %d x %s (failed: %s)\nrank r of this plan is "
+                "physical GPU: %s\npredicted forward step %.3f ms, %.0f tokens/s (healthy: %.3f ms)",
+                m->name, sv->world, W, prof.device, o.fail, map ? map : "?", sv->step_s * 1e3, tokens / sv->step_s,
+                h->feasible ? h->step_s * 1e3 : 0);
+  free(map);
+  title = strf("%s: %s on %d survivors of %d x %s", name, m->name, sv->world, W, prof.device);
+  printf("\n");
+  double short_by = 0;
+  rc = write_plan_checked(s, &o, pm, m, sv, name, header ? header : "", pfile, &short_by);
+  if (rc < 0) {
+    fprintf(stderr, "ntpc plan: error: the compiler's memory plan needs %s more than the cap on some GPU\n",
+            gib(short_by, b1, sizeof b1));
+    rc = 1;
+  }
+  if (!rc) rc = write_svg(pm, sv, &prof, title ? title : name, sfile);
+  plan_failover_free(&f);
+done:
+  free(header);
+  free(title);
+  return rc;
+}
+
+int ntpc_plan_command(int argc, char **argv) {
+  plan_opts o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc >= 0) return rc;
+  plan_profile prof;
+  if ((rc = load_profile(&o, &prof)) >= 0) return rc;
+
+  /* the model */
+  rc = 0;
   ntpc_session *s = compile_model(&o, o.plan_file, o.plan_name, -1, &rc);
   if (!s) return rc;
   const ir_module *m = ntpc_module(s);
@@ -384,7 +568,7 @@ int ntpc_plan_command(int argc, char **argv) {
   }
 
   /* the plan's name and files */
-  char name[160], *pfile, *sfile, *title = NULL, *header = NULL;
+  char name[160], *pfile, *sfile;
   if (o.name) snprintf(name, sizeof name, "%s", o.name);
   else {
     char gname[40];
@@ -409,129 +593,8 @@ int ntpc_plan_command(int argc, char **argv) {
   plan_request rq = {.world = W, .prof = &prof, .mem_cap = o.mem_cap_gib * 1073741824.0, .nodes_of = (int32_t)o.nodes_of,
                      .quanta = (int32_t)o.quanta, .failed = nfailed ? failed : NULL, .nfailed = nfailed};
   double tokens = plan_model_tokens(pm);
-  char b1[32];
-  if (!nfailed) {
-    for (int attempt = 0;; attempt++) {
-      plan_solution sol;
-      if (!plan_solve(pm, m, &rq, &sol, diags)) {
-        rc = planner_failed(s, &o, seen);
-        goto done;
-      }
-      if (!sol.feasible) {
-        fprintf(stderr, "ntpc plan: error: %s\n", sol.why);
-        plan_solution_free(&sol);
-        rc = 1;
-        goto done;
-      }
-      printf("plan %s: model %s on %d x %s (%s per GPU, %ld GPUs per node)\n\n", name, m->name, W, prof.device,
-             gib(sol.mem_cap, b1, sizeof b1), o.nodes_of);
-      plan_write_report(stdout, pm, &sol, &prof);
-      free(header);
-      free(title);
-      header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted forward step %.3f ms, %.0f tokens/s",
-                    m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), sol.step_s * 1e3, tokens / sol.step_s);
-      title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
-      double short_by = 0;
-      rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile, &short_by);
-      if (rc < 0 && attempt < 3) { /* the compiler's memory plan does not fit: reserve more and search again */
-        printf("the compiler's memory plan needs %s more than the cap on some GPU: planning again with that much more "
-               "reserved\n\n", gib(short_by, b1, sizeof b1));
-        rq.act_extra += short_by * 1.01;
-        plan_solution_free(&sol);
-        continue;
-      }
-      if (rc < 0) {
-        fprintf(stderr, "ntpc plan: error: the compiler's memory plan does not fit the cap\n");
-        rc = 1;
-      }
-      if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
-      plan_solution_free(&sol);
-      break;
-    }
-  } else {
-    plan_failover f;
-    if (!plan_failover_solve(pm, m, &rq, &f, diags)) {
-      rc = planner_failed(s, &o, seen);
-      goto done;
-    }
-    const plan_solution *h = &f.healthy, *sv = &f.survivors;
-    printf("failure re-planning: model %s on %d x %s (%s per GPU, %ld GPUs per node); failed GPUs:", m->name, W,
-           prof.device, gib(sv->mem_cap, b1, sizeof b1), o.nodes_of);
-    for (int32_t k = 0; k < nfailed; k++) printf(" %d", failed[k]);
-    printf("; %d survive\n", W - nfailed);
-    if (h->feasible)
-      printf("healthy plan (%d GPUs): step %.3f ms, %.0f tokens/s\n", W, h->step_s * 1e3, tokens / h->step_s);
-    else
-      printf("healthy plan (%d GPUs): %s\n", W, h->why);
-    printf("replicas of the healthy plan: %d x %d GPUs;", f.nreplicas, f.replica_size);
-    for (int32_t d = 0; d < f.ndegraded; d++) {
-      int32_t g = f.degraded[d];
-      printf(" replica %d (GPUs %d-%d) lost", g, f.replica_start[g], f.replica_start[g + 1] - 1);
-      for (int32_t k = 0; k < nfailed; k++)
-        if (failed[k] >= f.replica_start[g] && failed[k] < f.replica_start[g + 1]) printf(" %d", failed[k]);
-      printf(d + 1 < f.ndegraded ? ";" : "");
-    }
-    printf("\n");
-    if (!sv->feasible) {
-      fprintf(stderr, "ntpc plan: error: the survivors: %s\n", sv->why);
-      plan_failover_free(&f);
-      rc = 1;
-      goto done;
-    }
-    printf("\nplan %s for the %d survivors:\n\n", name, sv->world);
-    plan_write_report(stdout, pm, sv, &prof);
-    printf("\nrank mapping (new rank: physical GPU):");
-    for (int32_t r = 0; r < sv->world; r++) printf("%s %d:%d", r % 16 ? "" : "\n ", r, sv->phys[r]);
-    printf("\n\nresharding (new groups as physical GPUs, and the slice each holds):\n");
-    plan_write_reshard(stdout, pm, sv, h);
-    double ht = h->feasible ? tokens / h->step_s : 0;
-    printf("\npredicted throughput:\n");
-    char what[160];
-    snprintf(what, sizeof what, "healthy, %d GPUs", W);
-    print_throughput(what, h, tokens, ht);
-    snprintf(what, sizeof what, "re-planned, %d GPUs", sv->world);
-    print_throughput(what, sv, tokens, ht);
-    for (int32_t d = 0; d <= f.ndegraded; d++) {
-      if (d == f.ndegraded && f.ndegraded < 2) break;
-      if (d < f.ndegraded) {
-        int32_t g = f.degraded[d];
-        snprintf(what, sizeof what, "drop replica %d (GPUs %d-%d), %d GPUs", g, f.replica_start[g],
-                 f.replica_start[g + 1] - 1, f.drop[d].feasible ? f.drop[d].world : 0);
-      } else {
-        snprintf(what, sizeof what, "drop all %d degraded replicas, %d GPUs", f.ndegraded,
-                 f.drop[d].feasible ? f.drop[d].world : 0);
-      }
-      print_throughput(what, &f.drop[d], tokens, ht);
-    }
-    if (h->feasible)
-      printf("re-planning keeps %.1f%% of the healthy throughput (%+.1f%%)\n", 100 * h->step_s / sv->step_s,
-             100 * (h->step_s / sv->step_s - 1));
-    char *map = malloc((size_t)sv->world * 12 + 1);
-    if (map) {
-      map[0] = 0;
-      size_t len = 0;
-      for (int32_t r = 0; r < sv->world; r++) len += (size_t)sprintf(map + len, "%s%d", r ? " " : "", sv->phys[r]);
-    }
-    header = strf("written by ntpc plan: %s on the %d survivors of %d x %s (failed: %s)\nrank r of this plan is "
-                  "physical GPU: %s\npredicted forward step %.3f ms, %.0f tokens/s (healthy: %.3f ms)",
-                  m->name, sv->world, W, prof.device, o.fail, map ? map : "?", sv->step_s * 1e3, tokens / sv->step_s,
-                  h->feasible ? h->step_s * 1e3 : 0);
-    free(map);
-    title = strf("%s: %s on %d survivors of %d x %s", name, m->name, sv->world, W, prof.device);
-    printf("\n");
-    double short_by = 0;
-    rc = write_plan_checked(s, &o, pm, m, sv, name, header ? header : "", pfile, &short_by);
-    if (rc < 0) {
-      fprintf(stderr, "ntpc plan: error: the compiler's memory plan needs %s more than the cap on some GPU\n",
-              gib(short_by, b1, sizeof b1));
-      rc = 1;
-    }
-    if (!rc) rc = write_svg(pm, sv, &prof, title ? title : name, sfile);
-    plan_failover_free(&f);
-  }
-done:
-  free(header);
-  free(title);
+  plan_job job = {s, &o, pm, m, rq, &prof, name, pfile, sfile, seen, W, tokens};
+  rc = nfailed ? plan_after_failure(&job) : plan_healthy(&job);
   free(pfile);
   free(sfile);
   plan_model_free(pm);
