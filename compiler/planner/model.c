@@ -253,13 +253,12 @@ plan_model *plan_model_new_unguarded(const ir_module *m, diag_sink *diags) {
     B.chain_of[l] = pm->n++;
   }
   if (!B.failed && pm->n == 0) {
-    char msg[256];
     char kinds[200] = "";
     for (int32_t k = 0; k < layer_nkinds; k++)
       if (layer_kinds[k]->shard)
         snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", kinds[0] ? ", " : "", layer_kinds[k]->name);
-    snprintf(msg, sizeof msg, "model '%s' has no layer with a TP degree (%s): nothing to plan", m->name, kinds);
-    pl_model_error(m, NTP_NOLOC, diags, msg);
+    diag_emit(diags, NTPC_ERROR, m->file, NTP_NOLOC, "model '%s' has no layer with a TP degree (%s): nothing to plan",
+              m->name, kinds);
     B.failed = true;
   }
   for (size_t i = 0; !B.failed && i < m->n_ops;) {
