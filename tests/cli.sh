@@ -88,6 +88,9 @@ expect_text world-too-small "TP degree 8 is larger than the world (2 ranks)"
 check tp-auto 0 "$ntpc" run examples/gpt2.ntp --plan examples/plans/gpt2_auto.ntp $toyw
 expect_text tp-auto "examples/plans/gpt2_auto.ntp:8:20: note: 'tp auto': the planner chose"
 expect_text tp-auto "vs unsharded: max relative error 0"
+printf 'plan a for gpt2 {\n  world 5;\n  * tp auto, batch (1, 2);\n}\n' >"$tmp/autobatch.ntp"
+check tp-auto-batch 0 "$ntpc" check examples/gpt2.ntp --plan "$tmp/autobatch.ntp" -D L=1
+expect_text tp-auto-batch "warning: batch shares are ignored with 'tp auto': the planner chooses them"
 check tp-auto-gpu 2 "$ntpc" check examples/gpt2.ntp --plan examples/plans/gpt2_auto.ntp --gpu tpu
 expect_text tp-auto-gpu "unknown GPU 'tpu'"
 for gpu in h100 a100; do

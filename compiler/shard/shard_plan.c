@@ -10,12 +10,17 @@ typedef struct placement_ctx {
 } placement_ctx;
 
 /* One report per annotation or rule, however many (repeated) layers it covers. */
-static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
+static void place_report(placement_ctx *c, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt,
+                         long long a, long long b) {
   for (size_t i = 0; i < c->diags->len; i++) {
     const ntpc_diag *d = &c->diags->items[i];
     if (d->line == loc.first_line && d->col == loc.first_column && d->file == file) return;
   }
-  diag_emit(c->diags, NTPC_ERROR, file, loc, fmt, a, b);
+  diag_emit(c->diags, sev, file, loc, fmt, a, b);
+}
+
+static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
+  place_report(c, NTPC_ERROR, file, loc, fmt, a, b);
 }
 
 bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_placement *out, diag_sink *diags) {
@@ -93,7 +98,10 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
     for (int g = 0; g < ng; g++) pl->group_start[g + 1] = pl->group_start[g] + (int32_t)groups[g];
     /* batch shares: explicit, or proportional to group size (equal work per GPU) */
     for (int g = 0; g < ng; g++) pl->share[g] = groups[g];
-    if (rule && rule->nbatch) {
+    if (rule && rule->nbatch && pl->is_auto) /* the planner chooses a 'tp auto' layer's shares with its groups */
+      place_report(c, NTPC_WARNING, file, rule->loc, "batch shares are ignored with 'tp auto': the planner chooses them",
+                   0, 0);
+    if (rule && rule->nbatch && !pl->is_auto) {
       if (rule->nbatch != ng) {
         place_error(c, file, rule->loc, "batch split has %lld shares but the layer has %lld groups",
                     (long long)rule->nbatch, ng);
