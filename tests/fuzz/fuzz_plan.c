@@ -22,7 +22,7 @@ static const fixed_model models[] = {
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
+  if (size < 1 || fuzz_autoplan_too_big(data, size)) return 0;
   const fixed_model *fm = &models[data[0] % 4];
   int32_t world = (data[0] >> 2) % 9; /* 0: the plan's world; else --world 1..8 */
   const char *path = fuzz_file(data + 1, size - 1, ".ntp");

@@ -10,7 +10,7 @@
 static const int32_t worlds[] = {-1, 0, 1, 2, 3, 4, 5, 8};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
+  if (size < 1 || fuzz_autoplan_too_big(data, size)) return 0;
   int32_t world = worlds[data[0] % (sizeof worlds / sizeof worlds[0])];
   char *src = fuzz_cstr(data + 1, size - 1);
   ntpc_session *s = ntpc_session_new();
