@@ -40,6 +40,7 @@
 #include "cpu_kernels.h"
 #include "ntpc.h"
 #include "ntprt.h"
+#include "session_program.h"
 
 typedef struct bcase {
   const char *name, *file, *plan;
@@ -105,9 +106,9 @@ static void add_gemm(gemms *g, gemm x) {
 }
 
 /* The same shapes ntp_exec_op hands to ntp_cpu_matmul. */
-static void collect_gemms(const ir_module *m, gemms *g) {
+static void collect_gemms(const ntp_module *m, gemms *g) {
   for (size_t i = 0; i < m->n_ops; i++) {
-    const ir_op *op = &m->ops[i];
+    const ntp_op *op = &m->ops[i];
     if (op->code == IR_MATMUL) {
       const ntp_shape *a = &m->values[op->args[0]].shape, *b = &m->values[op->args[1]].shape;
       bool tb = op->attr.mm.trans_b;
@@ -285,7 +286,7 @@ static ntpc_session *compile(const bcase *c, bool sharded) {
 
 /* Median forward seconds over `repeats` runs (init excluded); wall: one run's total with init.
  * With a reference model loaded in the child, its forwards alternate with ntp's (*ref: median). */
-static int time_ntp(const ir_module *m, const sh_program *p, int repeats, double *fwd, double *wall, child *py,
+static int time_ntp(const ntp_module *m, const ntp_program *p, int repeats, double *fwd, double *wall, child *py,
                     double *ref) {
   double t[16], tr[16];
   int r = repeats < 16 ? repeats : 16;
@@ -377,17 +378,24 @@ int main(int argc, char **argv) {
     const bcase *c = &cases[k];
     ntpc_session *s = compile(c, false);
     if (!s) return 1;
-    const ir_module *m = ntpc_module(s);
+    char perr[512];
+    ntp_program *prog = session_program(s, perr, sizeof perr);
+    if (!prog) {
+      fprintf(stderr, "bench_cpu: %s\n", perr);
+      return 1;
+    }
+    const ntp_module *m = &prog->global;
     double fwd = 0, wall = 0;
     int reps = strstr(c->name, "llama") ? (repeats < 3 ? repeats : 3) : repeats;
     if (c->plan) { /* the simulation over the unsharded run, the two alternating */
       ntpc_session *ss = compile(c, true);
-      if (!ss) return 1;
+      ntp_program *sprog = ss ? session_program(ss, perr, sizeof perr) : NULL;
+      if (!sprog) return 1;
       double tu[16], tsim[16], u1, s1, swall = 0;
       int r = reps < 16 ? reps : 16;
       for (int j = 0; j < r && rc == 0; j++) {
         if (time_ntp(m, NULL, 1, &tu[j], &u1, NULL, NULL) != 0 ||
-            time_ntp(ntpc_module(ss), ntpc_sharded(ss), 1, &tsim[j], &s1, NULL, NULL) != 0)
+            time_ntp(&sprog->global, sprog, 1, &tsim[j], &s1, NULL, NULL) != 0)
           rc = 1;
         else if (j == 0)
           wall = u1, swall = s1;
@@ -395,8 +403,10 @@ int main(int argc, char **argv) {
       if (rc == 0) {
         double uf = median(tu, r), sf = median(tsim, r);
         printf("%-12s unsharded %.3f s, %d ranks simulated %.3f s: %.2fx (target <= 1.3); with init %.2f s / %.2f s\n",
-               c->name, uf, ntpc_sharded(ss)->world, sf, sf / uf, wall, swall);
+               c->name, uf, sprog->world, sf, sf / uf, wall, swall);
       }
+      ntp_program_free(sprog);
+      ntp_program_free(prog);
       ntpc_session_free(ss);
       ntpc_session_free(s);
       continue;
@@ -406,6 +416,7 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "torch %s", c->torch_args ? c->torch_args : "");
     bool ref = c->torch_args && !isnan(child_ask(&py, cmd)); /* builds the model, warms up */
     if (time_ntp(m, NULL, reps, &fwd, &wall, ref ? &py : NULL, &torch) != 0) {
+      ntp_program_free(prog);
       ntpc_session_free(s);
       return 1;
     }
@@ -428,6 +439,7 @@ int main(int argc, char **argv) {
     printf("  %s: %.2f GFLOP in %zu GEMM shapes + %.2f GFLOP attention; first run with init %.2f s\n", c->name,
            g.flops * 1e-9, g.n, g.attn_flops * 1e-9, wall);
     free(g.v);
+    ntp_program_free(prog);
     ntpc_session_free(s);
   }
   child_stop(&py);

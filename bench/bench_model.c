@@ -44,6 +44,7 @@
 #include "cuda_gen.h"
 #include "ntpc.h"
 #include "ntprt.h"
+#include "session_program.h"
 #include "shard.h"
 #endif
 
@@ -296,6 +297,8 @@ static int run_direct(const opts *o) {
     }
   if (o->plan) ntpc_add_plan_file(s, o->plan);
   ntpc_set_world(s, o->world > 0 ? (int32_t)o->world : 0);
+  bool cuda = strcmp(o->backend, "cuda") == 0;
+  ntpc_want_cuda(s, cuda); /* the image then carries every rank's CUDA */
   double t0 = now_s();
   if (ntpc_compile_file(s, o->ntp) != NTPC_OK) {
     ntpc_print_diags(s, stderr, 0);
@@ -304,11 +307,16 @@ static int run_direct(const opts *o) {
     ntpc_session_free(s);
     return 1;
   }
-  const ir_module *m = ntpc_module(s);
-  const sh_program *p = ntpc_sharded(s);
   double compile_ms = (now_s() - t0) * 1e3;
-  bool cuda = strcmp(o->backend, "cuda") == 0;
-  cg_module *cms = calloc((size_t)p->world, sizeof *cms);
+  const sh_program *sp = ntpc_sharded(s);
+  ntp_program *p = session_program(s, err, sizeof err);
+  if (!p) {
+    fprintf(stderr, "bench_model: %s\n", err);
+    ntpc_session_free(s);
+    return 1;
+  }
+  const ntp_module *m = &p->global;
+  cg_module *cms = calloc((size_t)p->world, sizeof *cms); /* codegen again, to time it alone */
   ntp_cuda *c = NULL;
   ntp_sim *sim = NULL;
   ntp_cpu_result res = {0};
@@ -316,7 +324,7 @@ static int run_direct(const opts *o) {
   t0 = now_s();
   if (cuda)
     for (int32_t r = 0; r < p->world; r++)
-      if (cg_generate(p, r, &cms[r], err, sizeof err) != 0) goto done;
+      if (cg_generate(sp, r, &cms[r], err, sizeof err) != 0) goto done;
   double codegen_ms = (now_s() - t0) * 1e3;
   int64_t pelems = 0;
   for (size_t i = 0; i < m->n_ops; i++)
@@ -328,7 +336,7 @@ static int run_direct(const opts *o) {
   t0 = now_s();
   if (cuda) {
     ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .device = o->device, .rank_hi = p->world};
-    if (ntp_cuda_create(p, cms, &co, &c, err, sizeof err) != 0) goto done;
+    if (ntp_cuda_create(p, &co, &c, err, sizeof err) != 0) goto done;
   } else if (ntp_sim_new(p, &sim, err, sizeof err) != 0) {
     goto done;
   }
@@ -338,9 +346,9 @@ static int run_direct(const opts *o) {
   /* synthetic parameters and inputs, set once */
   t0 = now_s();
   for (size_t i = 0; i < m->n_ops; i++) {
-    const ir_op *op = &m->ops[i];
+    const ntp_op *op = &m->ops[i];
     if (op->code != IR_PARAM && op->code != IR_INPUT) continue;
-    const ir_value *v = &m->values[op->result];
+    const ntp_value *v = &m->values[op->result];
     int64_t n = shape_numel(&v->shape);
     ntp_host_tensor h = {.name = v->name, .dtype = v->dtype, .shape = v->shape};
     if (v->dtype == NTP_I32) {
@@ -407,6 +415,7 @@ done:
   ntp_sim_free(sim);
   for (int32_t r = 0; r < p->world; r++) cg_module_free(&cms[r]);
   free(cms);
+  ntp_program_free(p);
   free(dev);
   free(host);
   ntpc_session_free(s);

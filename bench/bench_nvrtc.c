@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "cuda_backend.h"
+#include "cuda_gen.h"
 #include "ntpc.h"
+#include "shard.h"
 #include "nvrtc_dl.h"
 
 static double now(void) {

@@ -4,10 +4,10 @@
 
 #include <stdio.h>
 
-#include "cuda_gen.h"
 #include "shard.h"
 
-/* Writes the C file of the model library for program p. 0, or -1 with a message. */
-int artifact_write_c(const sh_program *p, const cg_module *cuda, FILE *f, char *err, size_t cap);
+/* Writes the C file of the model library for program p, whose image (ntpc_program_image) the
+ * library embeds. 0, or -1 with a message. */
+int artifact_write_c(const sh_program *p, const void *image, size_t image_len, FILE *f, char *err, size_t cap);
 
 #endif

@@ -1,5 +1,6 @@
 /* cuda_gen.c — CUDA C source for one rank of a sharded program (see cuda_gen.h). */
 #include "cuda_gen.h"
+#include "cuda_f16.h"
 
 #include <ctype.h>
 #include <stdarg.h>

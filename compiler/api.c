@@ -8,6 +8,7 @@
 #include "shard.h"
 #include "autoplan.h"
 #include "cuda_gen.h"
+#include "program_write.h"
 
 struct ntpc_session {
   arena pool;
@@ -21,6 +22,7 @@ struct ntpc_session {
   sh_program *sharded;
   bool want_cuda;             /* run the codegen pass */
   cg_module *cuda;            /* [ranks] */
+  program_image image;        /* what the runtime reads (runtime/ntp_program.h) */
   const char *gpu;            /* the autoplan pass's device profile */
   char *autoplan_notes;       /* what the autoplan pass chose, one line per choice */
   uint64_t dump_after;        /* passes whose result is printed to dump_out */
@@ -48,6 +50,7 @@ void ntpc_session_free(ntpc_session *s) {
   if (!s) return;
   for (int32_t r = 0; s->cuda && r < s->ranks; r++) cg_module_free(&s->cuda[r]);
   free(s->cuda);
+  program_image_free(&s->image);
   free(s->placements);
   sh_program_free(s->sharded);
   ir_module_free(s->module);
@@ -306,6 +309,11 @@ static ntpc_status run_codegen(ntpc_session *s) {
   return NTPC_OK;
 }
 
+static ntpc_status run_image(ntpc_session *s) {
+  program_write(s->module, s->sharded, s->cuda, &s->image);
+  return NTPC_OK;
+}
+
 static bool verify_ir(const ntpc_session *s, char *why, size_t cap) { return ir_verify(s->module, why, cap); }
 static bool verify_place(const ntpc_session *s, char *why, size_t cap) {
   if (!s->placements) return true;
@@ -346,6 +354,10 @@ static void dump_sharded(ntpc_session *s, FILE *out) {
 static void dump_memory(ntpc_session *s, FILE *out) {
   if (s->sharded) sh_print_report(s->sharded, out);
 }
+static void dump_image(ntpc_session *s, FILE *out) {
+  fprintf(out, "program image: %zu bytes, format version %d (%s%s%s)\n", s->image.len, NTP_PROGRAM_VERSION,
+          "module", s->sharded ? ", sharded program" : "", s->cuda ? ", CUDA per rank" : "");
+}
 static void dump_cuda(ntpc_session *s, FILE *out) {
   for (int32_t r = 0; s->cuda && r < s->ranks; r++) {
     fprintf(out, "// ---- rank %d ----\n", r);
@@ -371,6 +383,7 @@ static const ntpc_pass pipeline[] = {
      dump_sharded},
     {"memplan", "every rank's activation arena", run_memplan, verify_memory, dump_memory},
     {"codegen", "CUDA C++ for every rank (when the target needs it)", run_codegen, NULL, dump_cuda},
+    {"image", "the program image the runtime reads (runtime/ntp_program.h)", run_image, NULL, dump_image},
 };
 enum { NPASSES = sizeof pipeline / sizeof pipeline[0] };
 
@@ -433,6 +446,11 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
 void ntpc_set_gpu(ntpc_session *s, const char *gpu) { s->gpu = gpu ? arena_strdup(&s->pool, gpu) : NULL; }
 void ntpc_want_cuda(ntpc_session *s, bool on) { s->want_cuda = on; }
 const struct cg_module *ntpc_cuda_modules(const ntpc_session *s) { return s->cuda; }
+ntpc_status ntpc_program_image(const ntpc_session *s, const void **data, size_t *len) {
+  *data = s->image.data;
+  *len = s->image.len;
+  return s->image.len ? NTPC_OK : NTPC_ERR_USAGE;
+}
 const char *ntpc_autoplan_notes(const ntpc_session *s) { return s->autoplan_notes; }
 
 ntpc_status ntpc_compile_file(ntpc_session *s, const char *path) {

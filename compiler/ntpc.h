@@ -96,6 +96,10 @@ const struct sh_program *ntpc_sharded(const ntpc_session *s);
 
 /* The codegen pass's output, one per rank (NULL unless ntpc_want_cuda and a sharded compile). */
 const struct cg_module *ntpc_cuda_modules(const ntpc_session *s);
+/* The compiled program as the runtime reads it (runtime/ntp_program.h: ntp_program_read): the
+ * global module, the sharded program when sharding ran, every rank's CUDA when codegen ran.
+ * Owned by the session; NTPC_ERR_USAGE (and no image) until a compile has succeeded. */
+ntpc_status ntpc_program_image(const ntpc_session *s, const void **data, size_t *len);
 /* What the autoplan pass chose for 'tp auto' layers, one line per choice (NULL if none). */
 const char *ntpc_autoplan_notes(const ntpc_session *s);
 

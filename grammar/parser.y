@@ -19,7 +19,7 @@
 
 static int yylex(YYSTYPE *lval, ntp_loc *lloc, parse_ctx *ctx);
 
-#include "dtype.h"
+#include "ntp_types.h"
 
 #define NEW(T) ((T *)arena_alloc(ctx->pool, sizeof(T)))
 /* Appends item (a node, or a list whose head knows its tail) in O(1): the head of every

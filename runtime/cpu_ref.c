@@ -32,9 +32,9 @@ static void unravel(int64_t k, int nd, const int64_t *ext, int64_t *idx) {
   }
 }
 
-void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t) {
-  const ir_value *v = &m->values[value];
-  const ir_op *op = &m->ops[v->def];
+void ntp_init_slice(const ntp_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t) {
+  const ntp_value *v = &m->values[value];
+  const ntp_op *op = &m->ops[v->def];
   uint64_t h = ntp_name_hash(v->name);
   int nd = box->ndim;
   int64_t stride[NTP_MAX_RANK], ext[NTP_MAX_RANK], n = box_volume(box);
@@ -75,13 +75,13 @@ void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint6
   if (v->dtype != NTP_I32) ntp_round_buf(t->f, (size_t)n, round_mode(v->dtype));
 }
 
-void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_tensor *t) {
+void ntp_init_tensor(const ntp_module *m, int32_t value, uint64_t seed, ntp_host_tensor *t) {
   ntp_box full = box_full(&m->values[value].shape);
   ntp_init_slice(m, value, &full, seed, t);
 }
 
-static bool alloc_tensor(const ir_module *m, int32_t value, ntp_host_tensor *t) {
-  const ir_value *v = &m->values[value];
+static bool alloc_tensor(const ntp_module *m, int32_t value, ntp_host_tensor *t) {
+  const ntp_value *v = &m->values[value];
   size_t n = (size_t)shape_numel(&v->shape), bytes;
   *t = (ntp_host_tensor){.name = v->name, .dtype = v->dtype, .shape = v->shape};
   if (__builtin_mul_overflow(n ? n : 1, (size_t)4, &bytes)) return false; /* int32 and fp32 slots: 4 bytes */
@@ -171,7 +171,7 @@ static float unary(ir_opcode code, float x) {
   }
 }
 
-int ntp_exec_op(const ir_op *op, ntp_host_tensor *o, const ntp_host_tensor *const *args, char *err, size_t cap) {
+int ntp_exec_op(const ntp_op *op, ntp_host_tensor *o, const ntp_host_tensor *const *args, char *err, size_t cap) {
   const ntp_host_tensor *a = op->nargs > 0 ? args[0] : NULL;
   const ntp_host_tensor *b = op->nargs > 1 ? args[1] : NULL;
   int64_t n = shape_numel(&o->shape);
@@ -269,11 +269,11 @@ static bool copy_out(const ntp_host_tensor *src, const char *name, ntp_host_tens
   return true;
 }
 
-int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t cap) {
+int ntp_cpu_run(const ntp_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t cap) {
   return ntp_cpu_run_params(m, seed, keep_all, NULL, res, err, cap);
 }
 
-int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
+int ntp_cpu_run_params(const ntp_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
                        ntp_cpu_result *res, char *err, size_t cap) {
   *res = (ntp_cpu_result){0};
   size_t nv = m->n_values;
@@ -296,17 +296,17 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
 
   double t0 = 0, init_time = 0, total_cost = 0, cost_done = 0;
   for (size_t i = 0; i < m->n_ops; i++) {
-    const ir_op *op = &m->ops[i];
+    const ntp_op *op = &m->ops[i];
     total_cost += ntp_op_cost(op, &m->values[op->result].shape, op->nargs ? &m->values[op->args[0]].shape : NULL);
   }
   ntp_progress_begin(&prog, "cpu reference", total_cost, (int32_t)m->n_layers);
   t0 = now_seconds();
   for (size_t i = 0; i < m->n_ops; i++) {
-    const ir_op *op = &m->ops[i];
-    ntp_progress_update(&prog, cost_done, op->layer, op->layer >= 0 ? m->layers[op->layer].name : NULL);
+    const ntp_op *op = &m->ops[i];
+    ntp_progress_update(&prog, cost_done, op->layer, op->layer >= 0 ? m->layers[op->layer] : NULL);
     cost_done += ntp_op_cost(op, &m->values[op->result].shape, op->nargs ? &m->values[op->args[0]].shape : NULL);
     if (!alloc_tensor(m, op->result, &t[op->result])) {
-      const ir_value *v = &m->values[op->result];
+      const ntp_value *v = &m->values[op->result];
       char dims[160];
       size_t k = 0;
       for (int d = 0; d < v->shape.ndim && k < sizeof dims; d++)
@@ -314,12 +314,12 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
       snprintf(err, cap, "out of host memory for '%s' %s[%s] (%.3g bytes as fp32 values)%s%s",
                v->name && *v->name ? v->name : "a temporary", dtype_name(v->dtype), v->shape.ndim ? dims : "",
                (double)shape_numel(&v->shape) * 4.0, op->layer >= 0 ? " in layer " : "",
-               op->layer >= 0 ? m->layers[op->layer].name : "");
+               op->layer >= 0 ? m->layers[op->layer] : "");
       goto done;
     }
     double ti = op->code == IR_INPUT || op->code == IR_PARAM ? now_seconds() : 0;
     if (op->code == IR_PARAM && params) {
-      const ir_value *v = &m->values[op->result];
+      const ntp_value *v = &m->values[op->result];
       ntp_box full = box_full(&v->shape);
       if (ntp_safetensors_read_box(params, v->name, v->dtype, &v->shape, &full, t[op->result].f, err, cap) != 0) goto done;
     } else if (op->code == IR_INPUT || op->code == IR_PARAM) {
@@ -356,7 +356,7 @@ int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const nt
     res->params = calloc(m->n_ops, sizeof *res->params);
     if (!res->inputs || !res->params) goto done;
     for (size_t i = 0; i < m->n_ops; i++) {
-      const ir_op *op = &m->ops[i];
+      const ntp_op *op = &m->ops[i];
       if (op->code == IR_INPUT && copy_out(&t[op->result], m->values[op->result].name, &res->inputs[res->n_inputs]))
         res->n_inputs++;
       if (op->code == IR_PARAM && copy_out(&t[op->result], m->values[op->result].name, &res->params[res->n_params]))

@@ -20,13 +20,13 @@ typedef struct rank_mem {
  * plan's non-overlap, so the plan is exercised as it is. */
 enum { SIM_SCALE = 2 };
 
-static void *tensor_data(const sh_program *p, rank_mem *rm, int32_t t) {
-  const sh_tensor *s = &p->tensors[t];
+static void *tensor_data(const ntp_program *p, rank_mem *rm, int32_t t) {
+  const ntp_tensor *s = &p->tensors[t];
   return (s->persistent ? rm[s->rank].persist : rm[s->rank].arena) + SIM_SCALE * s->offset;
 }
 
-static ntp_host_tensor view(const sh_program *p, rank_mem *rm, int32_t t) {
-  const sh_tensor *s = &p->tensors[t];
+static ntp_host_tensor view(const ntp_program *p, rank_mem *rm, int32_t t) {
+  const ntp_tensor *s = &p->tensors[t];
   ntp_host_tensor h = {.name = s->name, .dtype = s->dtype, .shape = box_shape(&s->box)};
   if (s->dtype == NTP_I32) h.i = tensor_data(p, rm, t);
   else h.f = tensor_data(p, rm, t);
@@ -88,12 +88,12 @@ static ntp_round_mode round_mode(ntp_dtype dt) {
   return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
 }
 
-static int run_comm(const sh_program *p, rank_mem *rm, const sh_step *st, char *err, size_t cap) {
+static int run_comm(const ntp_program *p, rank_mem *rm, const ntp_step *st, char *err, size_t cap) {
   bool reduce = st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER;
   if (!reduce) {
     /* copies read sources before any destination is written: destinations are new tensors */
     for (size_t i = 0; i < st->nxfers; i++) {
-      const sh_xfer *x = &st->xfers[i];
+      const ntp_xfer *x = &st->xfers[i];
       copy_ctx cc = {tensor_data(p, rm, x->dst), tensor_data(p, rm, x->src)};
       for_runs(&x->box, &p->tensors[x->src].box, &p->tensors[x->dst].box, copy_run, &cc);
     }
@@ -104,7 +104,7 @@ static int run_comm(const sh_program *p, rank_mem *rm, const sh_step *st, char *
   for (size_t i = 0; i < st->nxfers; i++) {
     if (done[i]) continue;
     int32_t dt = st->xfers[i].dst;
-    const sh_tensor *d = &p->tensors[dt];
+    const ntp_tensor *d = &p->tensors[dt];
     int64_t n = box_volume(&d->box);
     float *acc = calloc((size_t)(n ? n : 1), sizeof *acc);
     if (!acc) {
@@ -127,9 +127,9 @@ static int run_comm(const sh_program *p, rank_mem *rm, const sh_step *st, char *
 }
 
 /* Assembles global value v from its pieces (any piece serves; all hold equal data). */
-static int assemble(const sh_program *p, rank_mem *rm, int32_t v, const char *name, ntp_host_tensor *out, char *err,
+static int assemble(const ntp_program *p, rank_mem *rm, int32_t v, const char *name, ntp_host_tensor *out, char *err,
                     size_t cap) {
-  const ir_value *gv = &p->global->values[v];
+  const ntp_value *gv = &p->global.values[v];
   int64_t n = shape_numel(&gv->shape);
   *out = (ntp_host_tensor){.name = name, .dtype = gv->dtype, .shape = gv->shape};
   void *buf = calloc((size_t)(n ? n : 1), 4);
@@ -145,7 +145,7 @@ static int assemble(const sh_program *p, rank_mem *rm, int32_t v, const char *na
   ntp_box full = box_full(&gv->shape);
   for (size_t k = 0; k < p->npieces[v]; k++) {
     int32_t t = p->pieces[v][k];
-    const sh_tensor *s = &p->tensors[t];
+    const ntp_tensor *s = &p->tensors[t];
     if (s->def < 0) continue;
     copy_ctx cc = {buf, tensor_data(p, rm, t)};
     for_runs(&s->box, &s->box, &full, copy_run, &cc);
@@ -172,7 +172,7 @@ static int assemble(const sh_program *p, rank_mem *rm, int32_t v, const char *na
 }
 
 struct ntp_sim {
-  const sh_program *p;
+  const ntp_program *p;
   rank_mem *rm;
   bool *filled; /* per tensor: a persistent slice already holds data (set or loaded) */
 };
@@ -188,7 +188,7 @@ void ntp_sim_free(ntp_sim *st) {
   free(st);
 }
 
-int ntp_sim_new(const sh_program *p, ntp_sim **out, char *err, size_t cap) {
+int ntp_sim_new(const ntp_program *p, ntp_sim **out, char *err, size_t cap) {
   ntp_sim *st = calloc(1, sizeof *st);
   *out = NULL;
   if (!st) return -1;
@@ -213,14 +213,14 @@ oom:
 
 /* Every slice of global value v, on every rank, from the global tensor g. */
 int ntp_sim_set(ntp_sim *st, int32_t v, const ntp_host_tensor *g, char *err, size_t cap) {
-  const sh_program *p = st->p;
-  ntp_box full = box_full(&p->global->values[v].shape);
-  if (!shape_eq(&g->shape, &p->global->values[v].shape)) {
-    snprintf(err, cap, "%s: shape does not match", p->global->values[v].name);
+  const ntp_program *p = st->p;
+  ntp_box full = box_full(&p->global.values[v].shape);
+  if (!shape_eq(&g->shape, &p->global.values[v].shape)) {
+    snprintf(err, cap, "%s: shape does not match", p->global.values[v].name);
     return -1;
   }
   for (size_t t = 0; t < p->n_tensors; t++) {
-    const sh_tensor *s = &p->tensors[t];
+    const ntp_tensor *s = &p->tensors[t];
     if (!s->persistent || s->init_value != v) continue;
     copy_ctx cc = {tensor_data(p, st->rm, (int32_t)t), g->f ? (void *)g->f : (void *)g->i};
     for_runs(&s->init_box, &full, &s->init_box, copy_run, &cc);
@@ -230,12 +230,12 @@ int ntp_sim_set(ntp_sim *st, int32_t v, const ntp_host_tensor *g, char *err, siz
 }
 
 int ntp_sim_load(ntp_sim *st, const ntp_safetensors *f, char *err, size_t cap) {
-  const sh_program *p = st->p;
+  const ntp_program *p = st->p;
   for (size_t t = 0; t < p->n_tensors; t++) {
-    const sh_tensor *s = &p->tensors[t];
-    if (!s->persistent || p->global->ops[p->global->values[s->init_value].def].code != IR_PARAM) continue;
+    const ntp_tensor *s = &p->tensors[t];
+    if (!s->persistent || p->global.ops[p->global.values[s->init_value].def].code != IR_PARAM) continue;
     ntp_host_tensor h = view(p, st->rm, (int32_t)t);
-    const ir_value *gv = &p->global->values[s->init_value];
+    const ntp_value *gv = &p->global.values[s->init_value];
     if (ntp_safetensors_read_box(f, gv->name, gv->dtype, &gv->shape, &s->init_box, h.f, err, cap) != 0) return -1;
     st->filled[t] = true;
   }
@@ -248,33 +248,33 @@ int ntp_sim_load(ntp_sim *st, const ntp_safetensors *f, char *err, size_t cap) {
  * NTP_CPU_PAR_MIN). */
 #define SIM_PAR_MIN (16.0 * NTP_CPU_PAR_MIN)
 
-static double step_cost(const sh_program *p, const sh_step *step) {
+static double step_cost(const ntp_program *p, const ntp_step *step) {
   if (step->kind == SH_COMM) return (double)step->elems;
   ntp_shape out = box_shape(&p->tensors[step->op.result].box), a;
   if (step->op.nargs) a = box_shape(&p->tensors[step->op.args[0]].box);
   return ntp_op_cost(&step->op, &out, step->op.nargs ? &a : NULL);
 }
 
-static const char *layer_name(const sh_program *p, int32_t layer) {
-  return layer >= 0 && (size_t)layer < p->global->n_layers ? p->global->layers[layer].name : NULL;
+static const char *layer_name(const ntp_program *p, int32_t layer) {
+  return layer >= 0 && (size_t)layer < p->global.n_layers ? p->global.layers[layer] : NULL;
 }
 
-static bool is_init(const sh_step *step) { return step->op.code == IR_INPUT || step->op.code == IR_PARAM; }
+static bool is_init(const ntp_step *step) { return step->op.code == IR_INPUT || step->op.code == IR_PARAM; }
 
 /* An init step whose slice lives outside the arena: nothing else can overwrite it or be
  * overwritten by it, so it may run before the forward (ntp_sim_forward). */
-static bool early_init(const sh_program *p, const sh_step *step) {
+static bool early_init(const ntp_program *p, const ntp_step *step) {
   return step->kind == SH_COMPUTE && is_init(step) && p->tensors[step->op.result].persistent;
 }
 
 /* One compute step on its rank's memory (an init step cannot fail). */
-static int run_compute(ntp_sim *st, const sh_step *step, uint64_t seed, char *err, size_t cap) {
-  const sh_program *p = st->p;
+static int run_compute(ntp_sim *st, const ntp_step *step, uint64_t seed, char *err, size_t cap) {
+  const ntp_program *p = st->p;
   ntp_host_tensor out = view(p, st->rm, step->op.result);
-  const sh_tensor *t = &p->tensors[step->op.result];
+  const ntp_tensor *t = &p->tensors[step->op.result];
   if (is_init(step)) {
     /* set or loaded slices stay; the rest are generated (the default initialisation) */
-    if (!st->filled[step->op.result]) ntp_init_slice(p->global, t->init_value, &t->init_box, seed, &out);
+    if (!st->filled[step->op.result]) ntp_init_slice(&p->global, t->init_value, &t->init_box, seed, &out);
     return 0;
   }
   ntp_host_tensor args[NTP_MAX_ARGS];
@@ -293,11 +293,11 @@ static int run_compute(ntp_sim *st, const sh_step *step, uint64_t seed, char *er
  * segment with one rank's work runs in order with threaded kernels instead. The results
  * are the same either way: no kernel's result depends on its thread count. */
 static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err, size_t cap) {
-  const sh_program *p = st->p;
+  const ntp_program *p = st->p;
   int32_t first = -1;
   bool several = false, own = true;
   for (size_t i = s; i < e; i++) {
-    const sh_step *step = &p->steps[i];
+    const ntp_step *step = &p->steps[i];
     if (early_init(p, step)) continue; /* done before the forward */
     if (first < 0) first = step->rank;
     several |= step->rank != first;
@@ -332,7 +332,7 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
 }
 
 int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
-  const sh_program *p = st->p;
+  const ntp_program *p = st->p;
   rank_mem *rm = st->rm;
   *res = (ntp_cpu_result){0};
   double total = 0, done = 0;
@@ -340,7 +340,7 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
   char stage[64];
   snprintf(stage, sizeof stage, "simulating %d ranks", p->world);
   ntp_progress prog;
-  ntp_progress_begin(&prog, stage, total, (int32_t)p->global->n_layers);
+  ntp_progress_begin(&prog, stage, total, (int32_t)p->global.n_layers);
   /* The initialisation first, outside the timed forward (as ntp_cpu_run times it): an input
    * or parameter step only writes its own persistent slice, which nothing but later steps
    * reads, so running them all before the rest changes nothing else. They are independent of
@@ -350,7 +350,7 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
     if (early_init(p, &p->steps[s])) init_cost += step_cost(p, &p->steps[s]);
 #pragma omp parallel for schedule(dynamic, 1) if (init_cost >= SIM_PAR_MIN)
   for (size_t s = 0; s < p->n_steps; s++) {
-    const sh_step *step = &p->steps[s];
+    const ntp_step *step = &p->steps[s];
     if (!early_init(p, step)) continue;
     run_compute(st, step, seed, NULL, 0);
     double c = step_cost(p, step), so_far;
@@ -363,7 +363,7 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int rc = 0;
   for (size_t s = 0; s < p->n_steps && rc == 0;) {
-    const sh_step *step = &p->steps[s];
+    const ntp_step *step = &p->steps[s];
     ntp_progress_update(&prog, done, step->layer, layer_name(p, step->layer));
     size_t e = s + 1;
     if (step->kind == SH_COMM) rc = run_comm(p, rm, step, err, cap);
@@ -378,7 +378,7 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
   ntp_progress_end(&prog);
   if (rc != 0) return -1;
   res->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  const ir_module *m = p->global;
+  const ntp_module *m = &p->global;
   res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
   if (!res->outputs) return -1;
   for (size_t o = 0; o < m->n_outputs; o++) {
@@ -391,7 +391,7 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
   return 0;
 }
 
-int ntp_sim_run(const sh_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+int ntp_sim_run(const ntp_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
   ntp_sim *st;
   *res = (ntp_cpu_result){0};
   if (ntp_sim_new(p, &st, err, cap) != 0) return -1;

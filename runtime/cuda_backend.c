@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "cuda_backend.h"
+#include "cuda_f16.h"
 #include "nvrtc_dl.h"
 
 #include <dlfcn.h>
@@ -243,8 +244,8 @@ typedef struct gemm {
 } gemm;
 
 struct ntp_cuda {
-  const sh_program *p;
-  const cg_module *cuda;
+  const ntp_program *p;
+  const ntp_rank_code *cuda;
   bool nccl;              /* ranks on separate GPUs, collectives through NCCL; else loopback */
   int rank_lo, rank_hi;   /* the ranks this process runs */
   int *dev;               /* per rank: its GPU */
@@ -281,7 +282,7 @@ struct ntp_cuda {
 static bool local_rank(const ntp_cuda *c, int r) { return r >= c->rank_lo && r < c->rank_hi; }
 
 static unsigned char *dev_ptr(const ntp_cuda *c, int32_t t) {
-  const sh_tensor *s = &c->p->tensors[t];
+  const ntp_tensor *s = &c->p->tensors[t];
   return (s->persistent ? c->persist[s->rank] : c->arena[s->rank]) + s->offset;
 }
 
@@ -291,8 +292,8 @@ static cudaDataType_t cuda_type(ntp_dtype dt) {
 
 /* Row-major C[M,N] = A[M,K] B (B: [K,N], or [N,K] with trans_b) as column-major
  * C^T (N x M) = op(B^T) (N x K) * A^T (K x M); a batched right operand is a strided batch. */
-static int gemm_setup(ntp_cuda *c, const sh_step *st, const cg_step *cs, gemm *g, char *err, size_t cap) {
-  const sh_tensor *ta = &c->p->tensors[st->op.args[0]], *tb = &c->p->tensors[st->op.args[1]];
+static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *g, char *err, size_t cap) {
+  const ntp_tensor *ta = &c->p->tensors[st->op.args[0]], *tb = &c->p->tensors[st->op.args[1]];
   ntp_shape as = box_shape(&ta->box), bs = box_shape(&tb->box);
   bool tr = st->op.attr.mm.trans_b, bbatch = bs.ndim > 2;
   int64_t K = as.dim[as.ndim - 1], M = as.ndim >= 2 ? as.dim[as.ndim - 2] : 1;
@@ -392,13 +393,13 @@ static int copy_box(ntp_cuda *c, const ntp_box *x, const ntp_box *sbox, unsigned
 }
 
 /* Loopback: every rank on one GPU; copies and fp32 reductions as kernels. */
-static int run_comm_loopback(ntp_cuda *c, const sh_step *st, char *err, size_t cap) {
-  const sh_program *p = c->p;
+static int run_comm_loopback(ntp_cuda *c, const ntp_step *st, char *err, size_t cap) {
+  const ntp_program *p = c->p;
   cudaStream_t stream = c->stream[0];
   if (st->comm != COMM_ALL_REDUCE && st->comm != COMM_REDUCE_SCATTER) {
     for (size_t i = 0; i < st->nxfers; i++) {
-      const sh_xfer *x = &st->xfers[i];
-      const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+      const ntp_xfer *x = &st->xfers[i];
+      const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
       if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &d->box, dev_ptr(c, x->dst), s->dtype, stream, err, cap))
         return -1;
     }
@@ -409,13 +410,13 @@ static int run_comm_loopback(ntp_cuda *c, const sh_step *st, char *err, size_t c
     bool first = true;
     for (size_t j = 0; j < i; j++) first &= st->xfers[j].dst != dst;
     if (!first) continue;
-    const sh_tensor *d = &p->tensors[dst];
+    const ntp_tensor *d = &p->tensors[dst];
     int64_t n = box_volume(&d->box);
     CU(cu.cudaMemsetAsync(c->scratch, 0, (size_t)n * sizeof(float), stream));
     int dt = (int)d->dtype;
     for (size_t j = i; j < st->nxfers; j++) {
       if (st->xfers[j].dst != dst) continue;
-      const sh_tensor *s = &p->tensors[st->xfers[j].src];
+      const ntp_tensor *s = &p->tensors[st->xfers[j].src];
       box_geom g = geometry(&st->xfers[j].box, &s->box, &d->box, 4);
       unsigned char *sp = dev_ptr(c, st->xfers[j].src);
       void *args[] = {&sp, &c->scratch, &dt, &g};
@@ -437,15 +438,15 @@ static ncclDataType_t nccl_type(ntp_dtype dt) {
 /* Separate GPUs: reductions are NCCL all-reduces in the group's communicator (an uneven
  * reduce-scatter reduces into staging and keeps its slice); moves are grouped send/recv
  * of packed boxes on the world communicator. */
-static int run_comm_nccl(ntp_cuda *c, int32_t si, const sh_step *st, char *err, size_t cap) {
-  const sh_program *p = c->p;
+static int run_comm_nccl(ntp_cuda *c, int32_t si, const ntp_step *st, char *err, size_t cap) {
+  const ntp_program *p = c->p;
   size_t *used = NULL, *at = NULL, *recv_at = NULL;
   if (st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) {
     int set = c->step_set[si];
     NC(cu.ncclGroupStart());
     for (size_t i = 0; i < st->nxfers; i++) {
-      const sh_xfer *x = &st->xfers[i];
-      const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+      const ntp_xfer *x = &st->xfers[i];
+      const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
       if (s->rank != d->rank || !local_rank(c, s->rank)) continue; /* one call per member: its own part */
       int r = s->rank;
       bool whole = box_eq(&d->box, &s->box);
@@ -455,8 +456,8 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const sh_step *st, char *err, 
     }
     NC(cu.ncclGroupEnd());
     for (size_t i = 0; i < st->nxfers; i++) { /* slices of an uneven reduce-scatter */
-      const sh_xfer *x = &st->xfers[i];
-      const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+      const ntp_xfer *x = &st->xfers[i];
+      const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
       if (s->rank != d->rank || !local_rank(c, s->rank) || box_eq(&d->box, &s->box)) continue;
       CU(cu.cudaSetDevice(c->dev[s->rank]));
       if (copy_box(c, &d->box, &s->box, c->staging[s->rank], &d->box, dev_ptr(c, x->dst), s->dtype, c->stream[s->rank],
@@ -471,8 +472,8 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const sh_step *st, char *err, 
   recv_at = calloc(st->nxfers + 1, sizeof *recv_at);
   if (!used || !at || !recv_at) goto fail;
   for (size_t i = 0; i < st->nxfers; i++) {
-    const sh_xfer *x = &st->xfers[i];
-    const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    const ntp_xfer *x = &st->xfers[i];
+    const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
     size_t bytes = (size_t)box_volume(&x->box) * dtype_bytes(s->dtype);
     if (s->rank == d->rank) {
       if (!local_rank(c, s->rank)) continue;
@@ -494,8 +495,8 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const sh_step *st, char *err, 
   }
   NC(cu.ncclGroupStart());
   for (size_t i = 0; i < st->nxfers; i++) {
-    const sh_xfer *x = &st->xfers[i];
-    const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    const ntp_xfer *x = &st->xfers[i];
+    const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
     if (s->rank == d->rank) continue;
     size_t n = (size_t)box_volume(&x->box), bytes = n * dtype_bytes(s->dtype);
     if (local_rank(c, s->rank)) {
@@ -512,8 +513,8 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const sh_step *st, char *err, 
   }
   NC(cu.ncclGroupEnd());
   for (size_t i = 0; i < st->nxfers; i++) {
-    const sh_xfer *x = &st->xfers[i];
-    const sh_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    const ntp_xfer *x = &st->xfers[i];
+    const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
     if (s->rank == d->rank || !local_rank(c, d->rank)) continue;
     CU(cu.cudaSetDevice(c->dev[d->rank]));
     ntp_box packed = x->box;
@@ -584,7 +585,7 @@ static void *compile_worker(void *arg) {
     char name[64];
     size_t size;
     int hit;
-    snprintf(name, sizeof name, "%s.rank%d.cu", j->c->p->global->name, r);
+    snprintf(name, sizeof name, "%s.rank%d.cu", j->c->p->global.name, r);
     if (ntp_jit_cubin(j->c->cuda[r].source, name, j->arch, &j->cubin[r], &size, &hit, j->errs[r - j->c->rank_lo],
                       sizeof j->errs[0]) != 0)
       j->cubin[r] = NULL;
@@ -673,14 +674,14 @@ fail:
 
 /* One communicator per distinct set of ranks that reduces together (ncclCommSplit). */
 static int nccl_groups(ntp_cuda *c, char *err, size_t cap) {
-  const sh_program *p = c->p;
+  const ntp_program *p = c->p;
   c->step_set = calloc(p->n_steps + 1, sizeof *c->step_set);
   c->sets = calloc(p->n_steps + 1, sizeof *c->sets);
   c->set_len = calloc(p->n_steps + 1, sizeof *c->set_len);
   c->group = calloc((size_t)p->world, sizeof *c->group);
   if (!c->step_set || !c->sets || !c->set_len || !c->group) return -1;
   for (size_t s = 0; s < p->n_steps; s++) {
-    const sh_step *st = &p->steps[s];
+    const ntp_step *st = &p->steps[s];
     if (st->kind != SH_COMM || (st->comm != COMM_ALL_REDUCE && st->comm != COMM_REDUCE_SCATTER)) continue;
     int k = 0;
     for (; k < c->nsets; k++)
@@ -708,9 +709,12 @@ fail:
   return -1;
 }
 
-int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_options *o, ntp_cuda **out, char *err,
-                    size_t cap) {
+int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **out, char *err, size_t cap) {
   *out = NULL;
+  if (!p->cuda) {
+    snprintf(err, cap, "the program carries no CUDA (compiled without the codegen pass)");
+    return -1;
+  }
   if (ntp_cuda_available(err, cap) != 0) return -1;
   int W = p->world;
   ntp_cuda *c = calloc(1, sizeof *c);
@@ -721,7 +725,7 @@ int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_o
     return -1;
   }
   c->p = p;
-  c->cuda = cuda;
+  c->cuda = p->cuda;
   c->nccl = !o->loopback && W > 1;
   const char *graphs = getenv("NTP_CUDA_GRAPHS"); /* 0: launch step by step */
   c->graphs = !c->nccl && !(graphs && !strcmp(graphs, "0"));
@@ -748,11 +752,11 @@ int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_o
   c->workspace_bytes = 32u << 20;
   /* staging for packed transfers: the most one rank sends plus receives in one step */
   for (size_t s = 0; s < p->n_steps; s++) {
-    const sh_step *st = &p->steps[s];
+    const ntp_step *st = &p->steps[s];
     if (st->kind != SH_COMM) continue;
     size_t *need = calloc((size_t)W, sizeof *need);
     for (size_t x = 0; need && x < st->nxfers; x++) {
-      const sh_tensor *src = &p->tensors[st->xfers[x].src], *dst = &p->tensors[st->xfers[x].dst];
+      const ntp_tensor *src = &p->tensors[st->xfers[x].src], *dst = &p->tensors[st->xfers[x].dst];
       size_t b = ((size_t)box_volume(&st->xfers[x].box) * dtype_bytes(src->dtype) + 255) / 256 * 256;
       if (st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) b = (size_t)box_volume(&src->box) * 4 + 256;
       need[src->rank] += b;
@@ -782,11 +786,11 @@ int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_o
     CU(cu.cudaMalloc((void **)&c->persist[r], (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 256));
     if (c->nccl) CU(cu.cudaMalloc((void **)&c->staging[r], c->staging_bytes[r] + 256));
     char name[64];
-    snprintf(name, sizeof name, "%s.rank%d.cu", p->global->name, r);
+    snprintf(name, sizeof name, "%s.rank%d.cu", p->global.name, r);
     if (load_image(cubins[first[r]], name, &c->lib[r], err, cap) != 0) goto fail;
-    c->kern[r] = calloc(cuda[r].nkernels + 1, sizeof *c->kern[r]);
-    for (size_t k = 0; k < cuda[r].nkernels; k++)
-      CU(cu.cudaLibraryGetKernel(&c->kern[r][k], c->lib[r], cuda[r].kernels[k].name));
+    c->kern[r] = calloc(p->cuda[r].nkernels + 1, sizeof *c->kern[r]);
+    for (size_t k = 0; k < p->cuda[r].nkernels; k++)
+      CU(cu.cudaLibraryGetKernel(&c->kern[r][k], c->lib[r], p->cuda[r].kernels[k].name));
   }
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   if (!c->nccl) {
@@ -800,10 +804,10 @@ int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_o
   CU(cu.cudaLibraryGetKernel(&c->k_acc, c->comm_lib, "ntp_acc_box"));
   CU(cu.cudaLibraryGetKernel(&c->k_store, c->comm_lib, "ntp_store_acc"));
   for (size_t s = 0; s < p->n_steps; s++) {
-    const sh_step *st = &p->steps[s];
-    if (st->kind != SH_COMPUTE || !local_rank(c, st->rank) || cuda[st->rank].steps[s].kind != CG_GEMM) continue;
+    const ntp_step *st = &p->steps[s];
+    if (st->kind != SH_COMPUTE || !local_rank(c, st->rank) || p->cuda[st->rank].steps[s].kind != CG_GEMM) continue;
     CU(cu.cudaSetDevice(c->dev[st->rank]));
-    if (gemm_setup(c, st, &cuda[st->rank].steps[s], &c->gemms[s], err, cap) != 0) goto fail;
+    if (gemm_setup(c, st, &p->cuda[st->rank].steps[s], &c->gemms[s], err, cap) != 0) goto fail;
   }
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
   *out = c;
@@ -819,7 +823,7 @@ fail:
 
 /* Host floats of a tensor's box -> its storage bits on its GPU. */
 static int upload(ntp_cuda *c, int32_t t, const float *vals, char *err, size_t cap) {
-  const sh_tensor *s = &c->p->tensors[t];
+  const ntp_tensor *s = &c->p->tensors[t];
   int64_t n = box_volume(&s->box);
   size_t es = dtype_bytes(s->dtype);
   unsigned char *buf = malloc((size_t)n * es + 1);
@@ -843,9 +847,9 @@ fail:
 }
 
 int ntp_cuda_set(ntp_cuda *c, int32_t v, const ntp_host_tensor *g, char *err, size_t cap) {
-  const sh_program *p = c->p;
+  const ntp_program *p = c->p;
   for (size_t t = 0; t < p->n_tensors; t++) {
-    const sh_tensor *s = &p->tensors[t];
+    const ntp_tensor *s = &p->tensors[t];
     if (!s->persistent || s->init_value != v || !local_rank(c, s->rank)) continue;
     int64_t n = box_volume(&s->init_box);
     float *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
@@ -871,13 +875,13 @@ int ntp_cuda_set(ntp_cuda *c, int32_t v, const ntp_host_tensor *g, char *err, si
 }
 
 int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) {
-  const sh_program *p = c->p;
+  const ntp_program *p = c->p;
   for (size_t t = 0; t < p->n_tensors; t++) {
-    const sh_tensor *s = &p->tensors[t];
+    const ntp_tensor *s = &p->tensors[t];
     if (!s->persistent || !local_rank(c, s->rank) ||
-        p->global->ops[p->global->values[s->init_value].def].code != IR_PARAM)
+        p->global.ops[p->global.values[s->init_value].def].code != IR_PARAM)
       continue;
-    const ir_value *gv = &p->global->values[s->init_value];
+    const ntp_value *gv = &p->global.values[s->init_value];
     int64_t n = box_volume(&s->init_box);
     float *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
     if (!vals || ntp_safetensors_read_box(f, gv->name, gv->dtype, &gv->shape, &s->init_box, vals, err, cap) != 0 ||
@@ -893,11 +897,11 @@ int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) 
 /* Enqueues the step list on the streams: initialisation first (fused kernels may read a
  * parameter earlier in the list than its initialisation step), then everything else in order. */
 static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
-  const sh_program *p = c->p;
+  const ntp_program *p = c->p;
   static const float one = 1.0f, zero = 0.0f; /* read by cuBLASLt at the call, or at the replay of a graph */
   for (int pass = 0; pass < 2; pass++)
   for (size_t s = 0; s < p->n_steps; s++) {
-    const sh_step *st = &p->steps[s];
+    const ntp_step *st = &p->steps[s];
     bool init = st->kind == SH_COMPUTE && (st->op.code == IR_PARAM || st->op.code == IR_INPUT);
     if (init != (pass == 0)) continue;
     if (st->kind == SH_COMM) {
@@ -1038,12 +1042,12 @@ int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev) {
 /* Value v from a global tensor in device memory on GPU dev (storage dtype): each rank's box
  * is copied by a kernel on its own GPU, or through the host from another GPU. */
 int ntp_cuda_set_device(ntp_cuda *c, int32_t v, const void *data, int dev, char *err, size_t cap) {
-  const sh_program *p = c->p;
-  const ir_value *gv = &p->global->values[v];
+  const ntp_program *p = c->p;
+  const ntp_value *gv = &p->global.values[v];
   ntp_box all = whole(&gv->shape);
   unsigned char *buf = NULL;
   for (size_t t = 0; t < p->n_tensors; t++) {
-    const sh_tensor *s = &p->tensors[t];
+    const ntp_tensor *s = &p->tensors[t];
     if (!s->persistent || s->init_value != v || !local_rank(c, s->rank)) continue;
     size_t es = dtype_bytes(s->dtype), n = (size_t)box_volume(&s->init_box) * es;
     CU(cu.cudaSetDevice(c->dev[s->rank]));
@@ -1077,14 +1081,14 @@ fail:
 /* Output o into a global tensor in device memory on GPU dev: the pieces this process holds
  * (a kernel copy on the same GPU, through the host from another); the rest is left as it was. */
 int ntp_cuda_output_device(ntp_cuda *c, size_t o, void *data, int dev, char *err, size_t cap) {
-  const sh_program *p = c->p;
-  int32_t v = p->global->outputs[o].value;
-  const ir_value *gv = &p->global->values[v];
+  const ntp_program *p = c->p;
+  int32_t v = p->global.outputs[o].value;
+  const ntp_value *gv = &p->global.values[v];
   ntp_box all = whole(&gv->shape);
   unsigned char *buf = NULL;
   for (size_t k = 0; k < p->npieces[v]; k++) {
     int32_t t = p->pieces[v][k];
-    const sh_tensor *s = &p->tensors[t];
+    const ntp_tensor *s = &p->tensors[t];
     if (!local_rank(c, s->rank)) continue;
     size_t es = dtype_bytes(s->dtype), n = (size_t)box_volume(&s->box) * es;
     CU(cu.cudaSetDevice(c->dev[s->rank]));
@@ -1113,10 +1117,10 @@ fail:
 /* Output o into a host tensor in the global layout (fp32 values, int32 bits), from the pieces
  * this process holds; with one rank per process, the elements held elsewhere are NaN. */
 int ntp_cuda_output_host(ntp_cuda *c, size_t o, ntp_host_tensor *h, char *err, size_t cap) {
-  const sh_program *p = c->p;
-  const ir_module *m = p->global;
+  const ntp_program *p = c->p;
+  const ntp_module *m = &p->global;
   int32_t v = m->outputs[o].value;
-  const ir_value *gv = &m->values[v];
+  const ntp_value *gv = &m->values[v];
   *h = (ntp_host_tensor){.name = m->outputs[o].name, .dtype = gv->dtype, .shape = gv->shape};
   int64_t n = shape_numel(&gv->shape);
   float *f = malloc((size_t)(n ? n : 1) * sizeof(float)); /* int32 outputs share the 4-byte slots */
@@ -1130,7 +1134,7 @@ int ntp_cuda_output_host(ntp_cuda *c, size_t o, ntp_host_tensor *h, char *err, s
   unsigned char *buf = NULL;
   for (size_t k = 0; k < p->npieces[v]; k++) {
     int32_t t = p->pieces[v][k];
-    const sh_tensor *s = &p->tensors[t];
+    const ntp_tensor *s = &p->tensors[t];
     if (!local_rank(c, s->rank)) continue;
     int64_t pn = box_volume(&s->box);
     size_t es = dtype_bytes(s->dtype);
@@ -1168,7 +1172,7 @@ fail:
 }
 
 int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
-  const ir_module *m = c->p->global;
+  const ntp_module *m = &c->p->global;
   *res = (ntp_cpu_result){0};
   if (ntp_cuda_run(c, seed, &res->seconds, err, cap) != 0) return -1;
   res->outputs = calloc(m->n_outputs + 1, sizeof *res->outputs);
@@ -1244,9 +1248,8 @@ int ntp_cuda_available(char *err, size_t cap) {
   snprintf(err, cap, "this runtime was built without the CUDA toolkit headers; the CUDA backend is unavailable");
   return -1;
 }
-int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_options *o, ntp_cuda **out, char *err,
-                    size_t cap) {
-  (void)p, (void)cuda, (void)o;
+int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **out, char *err, size_t cap) {
+  (void)p, (void)o;
   *out = NULL;
   return ntp_cuda_available(err, cap);
 }

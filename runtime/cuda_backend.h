@@ -5,7 +5,6 @@
 #ifndef NTP_CUDA_BACKEND_H
 #define NTP_CUDA_BACKEND_H
 
-#include "cuda_gen.h"
 #include "ntprt.h"
 
 typedef struct ntp_cuda_options {
@@ -19,9 +18,8 @@ typedef struct ntp_cuda ntp_cuda;
 
 /* 0 when a CUDA GPU is usable; else -1 with the reason ("no CUDA driver", "no GPU"). */
 int ntp_cuda_available(char *err, size_t cap);
-/* cuda: one cg_module per rank (kernels, sources). */
-int ntp_cuda_create(const sh_program *p, const cg_module *cuda, const ntp_cuda_options *o, ntp_cuda **out, char *err,
-                    size_t cap);
+/* p must carry every rank's CUDA (p->cuda: an image written after the codegen pass). */
+int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **out, char *err, size_t cap);
 int ntp_cuda_set(ntp_cuda *c, int32_t value, const ntp_host_tensor *global, char *err, size_t cap);
 int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap);
 /* One forward; outputs assembled on the host. seconds: device time of the forward. With one

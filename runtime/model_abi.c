@@ -1,4 +1,4 @@
-/* model_abi.c — the ntp_model_* ABI over an artifact's tables: the CPU backend runs every
+/* model_abi.c — the ntp_model_* ABI over an artifact's program image (read at create): the CPU backend runs every
  * rank in this process (the simulation); the CUDA backend is chosen by options->backend. */
 #include <pthread.h>
 #include <stdarg.h>
@@ -24,6 +24,7 @@ const char *ntprt_model_last_error(void) { return last_error; }
 
 struct ntp_model {
   const ntp_artifact *a;
+  ntp_program *prog; /* read from the artifact's image */
   ntp_sim *sim;   /* cpu backend */
   ntp_cuda *cuda; /* cuda backend */
   uint64_t seed;
@@ -100,45 +101,54 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
   const char *backend = o && o->backend ? o->backend : "cpu";
   if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0)
     return fail(NTP_EINVAL, "unknown backend '%s' (expected cpu or cuda)", backend);
-  int32_t world = a->program->world;
+  char err[1024];
+  ntp_program *prog;
+  if (!a->image || ntp_program_read(a->image, a->image_len, &prog, err, sizeof err) != 0)
+    return fail(NTP_EINVAL, "%s", a->image ? err : "the model library carries no program image");
+  if (prog->world < 1) {
+    ntp_program_free(prog);
+    return fail(NTP_EINVAL, "the model library's program image has no sharded program");
+  }
+  int32_t world = prog->world;
   if (o && backend[1] != 'u' && o->rank != -1 && !(o->rank == 0 && world == 1))
     /* the simulation runs every rank in this process: one rank alone cannot run without the others */
-    return fail(NTP_EINVAL, "rank %d: the cpu backend runs every rank of the model in this process; set rank = -1",
+    return ntp_program_free(prog),
+           fail(NTP_EINVAL, "rank %d: the cpu backend runs every rank of the model in this process; set rank = -1",
                 o->rank);
   if (o && (o->rank < NTP_RANK_FROM_ENV || o->rank >= world))
-    return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", o->rank, world);
+    return ntp_program_free(prog), fail(NTP_EINVAL, "rank %d is outside the model's world of %d", o->rank, world);
   ntp_model *m = calloc(1, sizeof *m);
-  if (!m) return fail(NTP_ENOMEM, "out of memory");
+  if (!m) return ntp_program_free(prog), fail(NTP_ENOMEM, "out of memory");
   m->a = a;
+  m->prog = prog;
   m->seed = o ? o->seed : 0;
-  char err[1024];
   if (backend[1] == 'u') { /* cuda */
-    ntp_cuda_options co = {.loopback = o->loopback || a->program->world == 1, .device = o->device,
-                           .rank_hi = a->program->world, .nccl_comm = o->nccl_comm};
+    ntp_cuda_options co = {.loopback = o->loopback || prog->world == 1, .device = o->device,
+                           .rank_hi = prog->world, .nccl_comm = o->nccl_comm};
     int rank = o->rank, device = o->device;
     if (rank == NTP_RANK_FROM_ENV && launcher_rank(&rank, &device) != 0) {
-      free(m);
+      ntp_program_free(prog), free(m);
       return fail(NTP_EINVAL, "no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)");
     }
     if (rank >= 0) { /* one rank in this process, on its own GPU */
-      if (rank >= a->program->world) {
-        free(m);
-        return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", rank, a->program->world);
+      if (rank >= prog->world) {
+        ntp_program_free(prog), free(m);
+        return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", rank, prog->world);
       }
       co.rank_lo = rank;
       co.rank_hi = rank + 1;
       co.device = device;
     }
-    if (ntp_cuda_create(a->program, a->cuda, &co, &m->cuda, err, sizeof err) != 0) {
-      free(m);
+    if (ntp_cuda_create(prog, &co, &m->cuda, err, sizeof err) != 0) {
+      ntp_program_free(prog), free(m);
       return fail(NTP_EBACKEND, "%s", err);
     }
     live_add(m);
     *out = m;
     return NTP_OK;
   }
-  if (ntp_sim_new(a->program, &m->sim, err, sizeof err) != 0) {
-    free(m);
+  if (ntp_sim_new(prog, &m->sim, err, sizeof err) != 0) {
+    ntp_program_free(prog), free(m);
     return fail(NTP_ENOMEM, "%s", err);
   }
   live_add(m);
@@ -150,6 +160,7 @@ void ntprt_model_destroy(ntp_model *m) {
   if (!m || !live_remove(m)) return; /* NULL, or destroyed already: nothing to do */
   ntp_sim_free(m->sim);
   ntp_cuda_free(m->cuda);
+  ntp_program_free(m->prog);
   free(m);
 }
 
@@ -175,7 +186,7 @@ static bool dl_matches(const DLTensor *t, ntp_dtype dt) {
 
 /* A global DLTensor checked against value v: CPU, dense, the value's shape and dtype. */
 static int check_dl(const ntp_model *m, const DLTensor *t, int32_t v, const char *what) {
-  const ir_value *val = &m->a->module->values[v];
+  const ntp_value *val = &m->prog->global.values[v];
   if (!t || !t->data) return fail(NTP_EINVAL, "%s '%s': no tensor", what, val->name);
   if (t->ndim != val->shape.ndim) return fail(NTP_EINVAL, "%s '%s': %d dims, expected %d", what, val->name, t->ndim, val->shape.ndim);
   if (t->ndim > 0 && !t->shape) return fail(NTP_EINVAL, "%s '%s': shape is NULL", what, val->name);
@@ -210,7 +221,7 @@ static int check_dl(const ntp_model *m, const DLTensor *t, int32_t v, const char
 }
 
 /* DLTensor (storage dtype) -> host tensor (fp32 values, or int32) */
-static int to_host(const DLTensor *t, const ir_value *val, ntp_host_tensor *h) {
+static int to_host(const DLTensor *t, const ntp_value *val, ntp_host_tensor *h) {
   int64_t n = shape_numel(&val->shape);
   *h = (ntp_host_tensor){.name = val->name, .dtype = val->dtype, .shape = val->shape};
   const unsigned char *src = (const unsigned char *)t->data + t->byte_offset;
@@ -250,10 +261,10 @@ static void from_host(const ntp_host_tensor *h, DLTensor *t) {
 
 /* Token ids that a gather reads must index its table, as the CPU reference requires: the
  * smallest table any gather reads this value with bounds them. INT64_MAX: no gather reads it. */
-static int64_t index_bound(const ir_module *mod, int32_t v) {
+static int64_t index_bound(const ntp_module *mod, int32_t v) {
   int64_t bound = INT64_MAX;
   for (size_t i = 0; i < mod->n_ops; i++) {
-    const ir_op *op = &mod->ops[i];
+    const ntp_op *op = &mod->ops[i];
     if (op->code == IR_GATHER && op->nargs == 2 && op->args[1] == v) {
       int64_t rows = mod->values[op->args[0]].shape.dim[0];
       if (rows < bound) bound = rows;
@@ -268,8 +279,8 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
   if (t->device.device_type == kDLCUDA) { /* stays on the GPUs: each rank copies its slice */
     char err[512];
     const void *data = (const unsigned char *)t->data + t->byte_offset;
-    if (m->a->module->values[v].dtype == NTP_I32) { /* token ids are checked like host ones */
-      int64_t n = shape_numel(&m->a->module->values[v].shape), bound = index_bound(m->a->module, v);
+    if (m->prog->global.values[v].dtype == NTP_I32) { /* token ids are checked like host ones */
+      int64_t n = shape_numel(&m->prog->global.values[v].shape), bound = index_bound(&m->prog->global, v);
       int32_t *ids = malloc((size_t)(n ? n : 1) * 4);
       if (!ids) return fail(NTP_ENOMEM, "out of memory");
       if (ntp_cuda_copy_to_host(m->cuda, ids, data, (size_t)n * 4, err, sizeof err) != 0) {
@@ -281,7 +292,7 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
           int32_t bad = ids[i];
           free(ids);
           return fail(NTP_EINVAL, "%s '%s': element %lld is %d, outside [0, %lld) (the rows of the table it indexes)",
-                      what, m->a->module->values[v].name, (long long)i, bad, (long long)bound);
+                      what, m->prog->global.values[v].name, (long long)i, bad, (long long)bound);
         }
       free(ids);
     }
@@ -289,15 +300,15 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
     return rc == 0 ? NTP_OK : fail(NTP_ERUN, "%s", err);
   }
   ntp_host_tensor h;
-  if (to_host(t, &m->a->module->values[v], &h) != 0) return fail(NTP_ENOMEM, "out of memory");
+  if (to_host(t, &m->prog->global.values[v], &h) != 0) return fail(NTP_ENOMEM, "out of memory");
   if (h.i) {
-    int64_t bound = index_bound(m->a->module, v), n = shape_numel(&h.shape);
+    int64_t bound = index_bound(&m->prog->global, v), n = shape_numel(&h.shape);
     for (int64_t i = 0; i < n; i++)
       if (h.i[i] < 0 || h.i[i] >= bound) {
         int32_t bad = h.i[i];
         free(h.i);
         return fail(NTP_EINVAL, "%s '%s': element %lld is %d, outside [0, %lld) (the rows of the table it indexes)",
-                    what, m->a->module->values[v].name, (long long)i, bad, (long long)bound);
+                    what, m->prog->global.values[v].name, (long long)i, bad, (long long)bound);
       }
   }
   char err[512];
@@ -310,7 +321,7 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
 int ntprt_model_set_param(ntp_model *m, const char *name, const DLTensor *global) {
   CHECK_MODEL(m);
   if (!name) return fail(NTP_EINVAL, "the parameter name is NULL");
-  const ir_module *mod = m->a->module;
+  const ntp_module *mod = &m->prog->global;
   for (size_t i = 0; i < mod->n_ops; i++)
     if (mod->ops[i].code == IR_PARAM && strcmp(mod->values[mod->ops[i].result].name, name) == 0)
       return set_value(m, mod->ops[i].result, global, "parameter");
@@ -320,7 +331,7 @@ int ntprt_model_set_param(ntp_model *m, const char *name, const DLTensor *global
 int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *const *outputs) {
   CHECK_MODEL(m);
   if (!outputs) return fail(NTP_EINVAL, "outputs is NULL");
-  const ir_module *mod = m->a->module;
+  const ntp_module *mod = &m->prog->global;
   int k = 0;
   for (size_t i = 0; i < mod->n_ops; i++) {
     if (mod->ops[i].code != IR_INPUT) continue;

@@ -6,8 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ir.h"
-#include "shard.h"
+#include "ntp_program.h"
 
 /* A host tensor: float data (already rounded to its storage dtype) or int32 data. */
 typedef struct ntp_host_tensor {
@@ -26,30 +25,30 @@ typedef struct ntp_cpu_result {
 
 /* Deterministic default initialisation: element i of tensor `name` depends only on
  * (seed, name, i), so every sharding regenerates the same global tensors. */
-void ntp_init_tensor(const ir_module *m, int32_t value, uint64_t seed, ntp_host_tensor *t);
+void ntp_init_tensor(const ntp_module *m, int32_t value, uint64_t seed, ntp_host_tensor *t);
 
 /* Runs the forward pass of `m` on the CPU with default-initialised inputs and params.
  * Returns 0, or -1 with a message in err. keep_all: also return inputs and params. */
-int ntp_cpu_run(const ir_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t errlen);
+int ntp_cpu_run(const ntp_module *m, uint64_t seed, int keep_all, ntp_cpu_result *res, char *err, size_t errlen);
 /* The same with parameters read from a safetensors file (NULL: the default initialisation). */
 typedef struct ntp_safetensors ntp_safetensors;
-int ntp_cpu_run_params(const ir_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
+int ntp_cpu_run_params(const ntp_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
                        ntp_cpu_result *res, char *err, size_t errlen);
 void ntp_cpu_result_free(ntp_cpu_result *res);
 
 /* The slice `box` of the same: what one rank holds of a sharded input or parameter. */
-void ntp_init_slice(const ir_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t);
+void ntp_init_slice(const ntp_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t);
 /* One compute op on host tensors of local shapes (not INPUT/PARAM: see ntp_init_slice). */
-int ntp_exec_op(const ir_op *op, ntp_host_tensor *out, const ntp_host_tensor *const *args, char *err, size_t cap);
+int ntp_exec_op(const ntp_op *op, ntp_host_tensor *out, const ntp_host_tensor *const *args, char *err, size_t cap);
 
 /* cpu_sim.c: all ranks of a sharded program in one process, each in its own arena laid
  * out by the memory plan, collectives done in memory with NCCL's semantics. The global
  * outputs are assembled from the ranks' pieces. */
-int ntp_sim_run(const sh_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t errlen);
+int ntp_sim_run(const ntp_program *p, uint64_t seed, ntp_cpu_result *res, char *err, size_t errlen);
 
 /* The same with state kept between forwards: parameters set or loaded once. */
 typedef struct ntp_sim ntp_sim;
-int ntp_sim_new(const sh_program *p, ntp_sim **out, char *err, size_t errlen);
+int ntp_sim_new(const ntp_program *p, ntp_sim **out, char *err, size_t errlen);
 /* Gives every rank its slices of global input or parameter `value` from a global tensor. */
 int ntp_sim_set(ntp_sim *s, int32_t value, const ntp_host_tensor *global, char *err, size_t errlen);
 /* Every rank reads only its parameter slices from a safetensors file. */
@@ -92,7 +91,7 @@ void ntp_progress_update(ntp_progress *p, double cost_done, int32_t layer, const
 void ntp_progress_end(ntp_progress *p);
 /* A step's arithmetic for the estimate: a GEMM's multiply-adds, attention's scores and values,
  * an init's hashes, otherwise the output's elements. a: the first argument's shape or NULL. */
-double ntp_op_cost(const ir_op *op, const ntp_shape *out, const ntp_shape *a);
+double ntp_op_cost(const ntp_op *op, const ntp_shape *out, const ntp_shape *a);
 
 /* tensor_io.c */
 /* Writes DIR/manifest.tsv and one raw little-endian file per tensor (see docs/cli.md). */

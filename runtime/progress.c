@@ -53,7 +53,7 @@ void ntp_progress_end(ntp_progress *p) {
   p->active = false;
 }
 
-double ntp_op_cost(const ir_op *op, const ntp_shape *out, const ntp_shape *a) {
+double ntp_op_cost(const ntp_op *op, const ntp_shape *out, const ntp_shape *a) {
   double n = (double)shape_numel(out);
   switch (op->code) {
   case IR_MATMUL: /* out elements times the contracted length */

@@ -1,6 +1,6 @@
 /* ast.c — prints the syntax tree (--emit=ast), one node per line, indented. */
 #include "compiler.h"
-#include "dtype.h"
+#include "ntp_types.h"
 
 static void indent(FILE *out, int depth) {
   for (int i = 0; i < depth; i++) fputs("  ", out);

@@ -6,58 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const struct {
-  const char *name;
-  int arity;
-} op_table[] = {
-#define X(e, s, n) {s, n},
-    IR_OPS(X)
-#undef X
-};
-
-const char *ir_op_name(ir_opcode op) { return (unsigned)op < IR_OP_COUNT ? op_table[op].name : "?"; }
-int ir_op_arity(ir_opcode op) { return (unsigned)op < IR_OP_COUNT ? op_table[op].arity : -1; }
-
-bool ir_op_is_unary_elementwise(ir_opcode op) {
-  switch (op) {
-  case IR_NEG: case IR_GELU: case IR_RELU: case IR_SILU: case IR_SIGMOID: case IR_TANH: case IR_EXP:
-    return true;
-  default:
-    return false;
-  }
-}
-
-bool ir_op_is_binary_elementwise(ir_opcode op) {
-  return op == IR_ADD || op == IR_SUB || op == IR_MUL || op == IR_DIV;
-}
-
-int64_t shape_numel(const ntp_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->ndim; i++) n *= s->dim[i];
-  return n;
-}
-
-int64_t shape_numel_checked(const ntp_shape *s) {
-  int64_t n = 1;
-  for (int i = 0; i < s->ndim; i++)
-    if (s->dim[i] < 0 || __builtin_mul_overflow(n, s->dim[i], &n)) return -1;
-  return n;
-}
-
-bool shape_eq(const ntp_shape *a, const ntp_shape *b) {
-  if (a->ndim != b->ndim) return false;
-  for (int i = 0; i < a->ndim; i++)
-    if (a->dim[i] != b->dim[i]) return false;
-  return true;
-}
-
-const char *shape_str(const ntp_shape *s, char *buf, size_t cap) {
-  size_t n = (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < s->ndim && n < cap; i++)
-    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)s->dim[i]);
-  if (n < cap) snprintf(buf + n, cap - n, "]");
-  return buf;
-}
 
 ir_module *ir_module_new(void) {
   ir_module *m = calloc(1, sizeof *m);

@@ -19,10 +19,8 @@
 #include <stdint.h>
 
 #include "compiler.h"
-#include "dtype.h"
+#include "ntp_types.h"
 
-#define NTP_MAX_RANK 6
-#define NTP_MAX_ARGS 3
 #define NTP_MAX_GROUPS 64
 #define NTP_MAX_MESH_DIMS 4
 
@@ -34,55 +32,7 @@
 #define NTP_MAX_TENSOR_ELEMS (INT64_C(1) << 40) /* elements of one tensor (4 TiB in fp32) */
 #define NTP_MAX_MODEL_ELEMS (INT64_C(1) << 48)  /* elements of all the model's tensors together */
 
-/* X(enum suffix, printed name, operand count) */
-#define IR_OPS(X)                                                                          \
-  X(INPUT, "input", 0)         /* a model input; name + init.int_range for i32 */          \
-  X(PARAM, "param", 0)         /* a parameter; name + init (center, scale) */              \
-  X(CONST, "const", 0)         /* a scalar constant (shape []) */                           \
-  X(GATHER, "gather", 2)       /* table [V, D], index i32 [...] -> [..., D] */             \
-  X(SLICE, "slice", 1)         /* x restricted to [start, start+len) along axis */         \
-  X(RESHAPE, "reshape", 1)     /* same elements, row-major, new shape */                   \
-  X(MATMUL, "matmul", 2)       /* [..., M, K] x [K, N] or [..., K, N]; trans_b: b is [N, K] */ \
-  X(ADD, "add", 2)             /* elementwise, NumPy broadcasting */                       \
-  X(SUB, "sub", 2)                                                                         \
-  X(MUL, "mul", 2)                                                                         \
-  X(DIV, "div", 2)                                                                         \
-  X(NEG, "neg", 1)                                                                         \
-  X(GELU, "gelu", 1)           /* tanh approximation */                                    \
-  X(RELU, "relu", 1)                                                                       \
-  X(SILU, "silu", 1)                                                                       \
-  X(SIGMOID, "sigmoid", 1)                                                                 \
-  X(TANH, "tanh", 1)                                                                       \
-  X(EXP, "exp", 1)                                                                         \
-  X(SOFTMAX, "softmax", 1)     /* over the last dim */                                     \
-  X(LAYERNORM, "layernorm", 1) /* (x - mean) / sqrt(var + eps) over the last dim; no affine */ \
-  X(RMSNORM, "rmsnorm", 1)     /* x / sqrt(mean(x^2) + eps) over the last dim; no affine */ \
-  X(ROPE, "rope", 1)           /* x [B, S, H, HD], rotate-half, theta */                    \
-  X(ATTENTION, "attention", 3) /* q [B,S,H,HD], k, v [B,S,KV,HD] -> [B,S,H,HD] */
-
-typedef enum {
-#define X(e, s, n) IR_##e,
-  IR_OPS(X)
-#undef X
-  IR_OP_COUNT
-} ir_opcode;
-
-const char *ir_op_name(ir_opcode op);
-int ir_op_arity(ir_opcode op);
-bool ir_op_is_unary_elementwise(ir_opcode op);
-bool ir_op_is_binary_elementwise(ir_opcode op);
-
-typedef struct ntp_shape {
-  int32_t ndim;
-  int64_t dim[NTP_MAX_RANK];
-} ntp_shape;
-
-int64_t shape_numel(const ntp_shape *s);
-/* The element count, or -1 when it does not fit in 64 bits. */
-int64_t shape_numel_checked(const ntp_shape *s);
-bool shape_eq(const ntp_shape *a, const ntp_shape *b);
-/* "[2, 16, 768]" into buf */
-const char *shape_str(const ntp_shape *s, char *buf, size_t cap);
+/* The op, dtype and shape tables: runtime/core/ntp_types.h (shared with the runtime). */
 
 /* Explicit layout: dim i is sharded over the mesh axes in the bitmask axes[i]. */
 typedef struct ntp_layout {
@@ -106,20 +56,8 @@ typedef struct ir_op {
   int32_t args[NTP_MAX_ARGS];
   int32_t layer; /* index into ir_module.layers, -1 = model level */
   ntp_loc loc;
-  union {
-    struct { bool trans_b; } mm;
-    struct { float eps; } norm;
-    struct { float theta; int64_t pos0; } rope;           /* pos0: first position (a sequence shard) */
-    struct { bool causal; float scale; int64_t q_off, group, kv_off; } attn; /* query head n uses kv head n/group */
-    struct { int64_t lo, hi; } gather;                     /* table rows held: [lo, hi); hi = 0: all */
-    struct { int32_t axis; int64_t start, len; } slice;
-    struct { double value; } cst;
-    struct { float center, scale; int32_t int_range; } init; /* param / input: center + scale * U[-1, 1) */
-    uint64_t raw[4];                                        /* all of the above, for serialising */
-  } attr;
+  ntp_op_attr attr;
 } ir_op;
-
-_Static_assert(sizeof(((ir_op *)0)->attr) == 4 * sizeof(uint64_t), "ir_op attributes must fit raw[4]");
 
 typedef struct ir_dim {
   const char *name;

@@ -35,18 +35,6 @@ struct shard_lowering {
 };
 typedef struct shard_lowering lower;
 
-static const char *comm_names[] = {
-#define X(e, s, key) s,
-    SH_COMMS(X)
-#undef X
-};
-static const char *comm_keys[] = {
-#define X(e, s, key) key,
-    SH_COMMS(X)
-#undef X
-};
-const char *sh_comm_name(sh_comm_kind k) { return comm_names[k]; }
-const char *sh_comm_profile_key(sh_comm_kind k) { return comm_keys[k]; }
 
 static void internal_error(lower *L, const char *msg, const char *arg) {
   if (!L->failed) {

@@ -12,18 +12,7 @@
 
 #include "ir.h"
 
-typedef struct ntp_box {
-  int32_t ndim;
-  int64_t lo[NTP_MAX_RANK], hi[NTP_MAX_RANK];
-} ntp_box;
-
-int64_t box_volume(const ntp_box *b);
-bool box_eq(const ntp_box *a, const ntp_box *b);
-bool box_contains(const ntp_box *outer, const ntp_box *inner);
-bool box_intersect(const ntp_box *a, const ntp_box *b, ntp_box *out);
-ntp_box box_full(const ntp_shape *s);
-ntp_shape box_shape(const ntp_box *b);
-const char *box_str(const ntp_box *b, char *buf, size_t cap);
+/* ntp_box and its basics: runtime/core/ntp_types.h */
 /* The box of an operand of shape `os` that a result box `rb` needs, NumPy broadcasting undone. */
 ntp_box box_project(ntp_box rb, ntp_shape os);
 
@@ -85,25 +74,7 @@ typedef struct sh_tensor {
   int64_t offset;        /* byte offset: in the rank's arena, or in its parameter block if persistent */
 } sh_tensor;
 
-/* X(enum suffix, printed name, the planner's profile key): the collectives, one list for the
- * compiler (what a comm step is) and the planner (what a device profile prices); the priced
- * ones come first, before COMM_LOCAL_COPY. */
-#define SH_COMMS(X)                                                                                 \
-  X(ALL_REDUCE, "all-reduce", "all-reduce")             /* sum of partials, result on every member */   \
-  X(REDUCE_SCATTER, "reduce-scatter", "reduce-scatter") /* sum of partials, each member keeps a slice */ \
-  X(ALL_GATHER, "all-gather", "all-gather")             /* each member receives every other's slice */  \
-  X(ALL_TO_ALL, "all-to-all", "all-to-all")             /* every member sends a distinct slice to every other */ \
-  X(SEND_RECV, "send/recv", "send-recv")                /* grouped point-to-point transfers */           \
-  X(LOCAL_COPY, "local copy", NULL)                     /* slices copied within ranks: no communication */
-
-typedef enum {
-#define X(e, s, key) COMM_##e,
-  SH_COMMS(X)
-#undef X
-} sh_comm_kind;
-#define SH_NPRICED_COMMS COMM_LOCAL_COPY /* the collectives a device profile prices */
-const char *sh_comm_name(sh_comm_kind k);
-const char *sh_comm_profile_key(sh_comm_kind k); /* NULL for a local copy */
+/* The collectives (SH_COMMS, sh_comm_kind): runtime/core/ntp_types.h */
 
 /* One box moved from tensor src to tensor dst (global coordinates of the value). For
  * reductions, the dst receives the sum over all srcs of the step that share its box. */
@@ -111,8 +82,6 @@ typedef struct sh_xfer {
   int32_t src, dst;
   ntp_box box;
 } sh_xfer;
-
-typedef enum { SH_COMPUTE, SH_COMM } sh_step_kind;
 
 typedef struct sh_step {
   sh_step_kind kind;

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "ntpc.h"
+#include "session_program.h"
 #include "ntprt.h"
 #include "shard.h"
 
@@ -216,11 +217,12 @@ static outcome run_case(const char *source, int W) {
     ntpc_session_free(s);
     return oc;
   }
-  const ir_module *m = ntpc_module(s);
-  const sh_program *p = ntpc_sharded(s);
   ntp_cpu_result ref, got;
   char err[256];
-  if (ntp_cpu_run(m, 11, 0, &ref, err, sizeof err) != 0) {
+  ntp_program *p = session_program(s, err, sizeof err); /* the program as the runtime reads it */
+  if (!p) {
+    snprintf(oc.why, sizeof oc.why, "program image: %s", err);
+  } else if (ntp_cpu_run(&p->global, 11, 0, &ref, err, sizeof err) != 0) {
     snprintf(oc.why, sizeof oc.why, "reference run: %s", err);
   } else if (ntp_sim_run(p, 11, &got, err, sizeof err) != 0) {
     snprintf(oc.why, sizeof oc.why, "sharded run: %s", err);
@@ -240,6 +242,7 @@ static outcome run_case(const char *source, int W) {
     ntp_cpu_result_free(&ref);
     ntp_cpu_result_free(&got);
   }
+  ntp_program_free(p);
   ntpc_session_free(s);
   return oc;
 }

@@ -9,6 +9,7 @@
 
 #include "ntp_artifact.h"
 #include "ntpc.h"
+#include "session_program.h"
 
 /* The model: tests/fuzz/fixture.ntp, found through NTP_FIXTURE (an absolute path that the
  * build defines). */
@@ -18,7 +19,8 @@
 
 typedef struct abi_fixture {
   ntpc_session *s;
-  ntp_artifact a;
+  ntp_artifact a;    /* its image is the session's */
+  ntp_program *prog; /* the same image read, for the harnesses' own runs */
 } abi_fixture;
 
 /* 0, or -1 with the diagnostics printed. world: 1 or 2 ranks. */
@@ -29,14 +31,21 @@ static inline int abi_fixture_init(abi_fixture *f, int32_t world) {
     if (f->s) ntpc_print_diags(f->s, stderr, 0);
     return -1;
   }
-  f->a = (ntp_artifact){.abi_version = NTP_MODEL_ABI_VERSION, .module = ntpc_module(f->s),
-                        .program = ntpc_sharded(f->s)};
+  const void *image;
+  size_t len;
+  char err[512];
+  if (ntpc_program_image(f->s, &image, &len) != NTPC_OK || !(f->prog = session_program(f->s, err, sizeof err)))
+    return -1;
+  f->a = (ntp_artifact){.abi_version = NTP_MODEL_ABI_VERSION, .image = image, .image_len = len};
   f->a.info.abi_version = NTP_MODEL_ABI_VERSION;
   f->a.info.name = "m";
   f->a.info.world = world;
   return 0;
 }
 
-static inline void abi_fixture_free(abi_fixture *f) { ntpc_session_free(f->s); }
+static inline void abi_fixture_free(abi_fixture *f) {
+  ntp_program_free(f->prog);
+  ntpc_session_free(f->s);
+}
 
 #endif

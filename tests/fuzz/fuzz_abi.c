@@ -20,7 +20,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   ntp_cpu_result res;
   char err[512];
   snprintf(params_path, sizeof params_path, "/tmp/ntp_fuzz_abi_%ld.safetensors", (long)getpid());
-  if (ntp_cpu_run_params(fx.a.module, 3, 1, NULL, &res, err, sizeof err) != 0 ||
+  if (ntp_cpu_run_params(&fx.prog->global, 3, 1, NULL, &res, err, sizeof err) != 0 ||
       ntp_safetensors_save(params_path, res.params, res.n_params, err, sizeof err) != 0)
     abort();
   ntp_cpu_result_free(&res);
@@ -54,7 +54,7 @@ typedef struct made {
 
 static void make(reader *r, int32_t v, made *m) {
   memset(m, 0, sizeof *m);
-  const ir_value *val = &fx.a.module->values[v];
+  const ntp_value *val = &fx.prog->global.values[v];
   int64_t n = shape_numel(&val->shape);
   size_t esize = dtype_bytes(val->dtype);
   m->buf = calloc(1, (size_t)n * esize + 16);
@@ -89,8 +89,8 @@ static void make(reader *r, int32_t v, made *m) {
 }
 
 static int32_t input_value(void) {
-  for (size_t i = 0; i < fx.a.module->n_ops; i++)
-    if (fx.a.module->ops[i].code == IR_INPUT) return fx.a.module->ops[i].result;
+  for (size_t i = 0; i < fx.prog->global.n_ops; i++)
+    if (fx.prog->global.ops[i].code == IR_INPUT) return fx.prog->global.ops[i].result;
   return -1;
 }
 
@@ -101,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char *const backends[] = {NULL, "cpu", "tpu", ""};
   static const int32_t ranks[] = {-1, -1, -2, 0, 1, 2, -3, 1000};
   static const char *const pnames[] = {"embed.wte", "embed.wpe", "ln.g", "ln.b", "nope", NULL};
-  const ir_module *mod = fx.a.module;
+  const ntp_module *mod = &fx.prog->global;
   for (int steps = 0; r.n && steps < 16; steps++) {
     uint8_t op = next(&r);
     int k = (op >> 4) & 1;

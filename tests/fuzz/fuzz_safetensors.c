@@ -20,9 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ntp_safetensors *f = NULL;
   if (ntp_safetensors_open(path, &f, err, sizeof err) != 0) return 0;
   ntp_cpu_result res;
-  if (ntp_cpu_run_params(fx.a.module, 1, 0, f, &res, err, sizeof err) == 0) ntp_cpu_result_free(&res);
+  if (ntp_cpu_run_params(&fx.prog->global, 1, 0, f, &res, err, sizeof err) == 0) ntp_cpu_result_free(&res);
   ntp_sim *sim = NULL;
-  if (ntp_sim_new(fx.a.program, &sim, err, sizeof err) == 0) ntp_sim_load(sim, f, err, sizeof err);
+  if (ntp_sim_new(fx.prog, &sim, err, sizeof err) == 0) ntp_sim_load(sim, f, err, sizeof err);
   ntp_sim_free(sim);
   ntp_safetensors_close(f);
   return 0;

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "ntpc.h"
+#include "session_program.h"
 #include "ntprt.h"
 #include "planner.h"
 #include "shard.h"
@@ -296,10 +297,17 @@ static double tolerance(const char *dtype) { return strcmp(dtype, "fp32") == 0 ?
 static void check_runs_equal(ntpc_session *s, const char *dtype, const char *what) {
   ntp_cpu_result ref, got;
   char err[256];
-  int a = ntp_cpu_run(ntpc_module(s), 7, 0, &ref, err, sizeof err);
+  ntp_program *p = session_program(s, err, sizeof err);
+  CHECK(p != NULL, "%s: program image: %s", what, err);
+  if (!p) return;
+  int a = ntp_cpu_run(&p->global, 7, 0, &ref, err, sizeof err);
   CHECK(a == 0, "%s: reference run: %s", what, err);
-  if (a) return;
-  int b = ntp_sim_run(ntpc_sharded(s), 7, &got, err, sizeof err);
+  if (a) {
+    ntp_program_free(p);
+    return;
+  }
+  int b = ntp_sim_run(p, 7, &got, err, sizeof err);
+  ntp_program_free(p);
   CHECK(b == 0, "%s: sharded run: %s", what, err);
   if (!b) {
     for (size_t o = 0; o < ref.n_outputs; o++) {

@@ -6,6 +6,7 @@
 
 #include "ir.h"
 #include "ntpc.h"
+#include "session_program.h"
 #include "ntprt.h"
 
 #include "check.h"
@@ -36,7 +37,10 @@ static void test_compile_and_walk(void) {
   /* the CPU reference agrees with a hand computation of the same model */
   ntp_cpu_result r;
   char err[256];
-  CHECK(ntp_cpu_run(m, 7, 1, &r, err, sizeof err) == 0);
+  ntp_program *prog = session_program(s, err, sizeof err);
+  CHECK(prog != NULL);
+  CHECK(ntp_cpu_run(&prog->global, 7, 1, &r, err, sizeof err) == 0);
+  ntp_program_free(prog);
   const ntp_host_tensor *x = NULL, *w1 = NULL, *b1 = NULL, *w2 = NULL;
   for (size_t i = 0; i < r.n_inputs; i++) x = &r.inputs[i];
   for (size_t i = 0; i < r.n_params; i++) {

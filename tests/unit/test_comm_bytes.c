@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ntpc.h"
+#include "session_program.h"
 #include "ntprt.h"
 #include "shard.h"
 
@@ -57,8 +58,12 @@ static totals count(const sh_program *p, const char *layer) {
 static void check_equal(ntpc_session *s) {
   ntp_cpu_result ref, got;
   char err[256];
-  CHECK(ntp_cpu_run(ntpc_module(s), 3, 0, &ref, err, sizeof err) == 0, "%s", err);
-  CHECK(ntp_sim_run(ntpc_sharded(s), 3, &got, err, sizeof err) == 0, "%s", err);
+  ntp_program *p = session_program(s, err, sizeof err);
+  CHECK(p != NULL, "%s", err);
+  if (!p) return;
+  CHECK(ntp_cpu_run(&p->global, 3, 0, &ref, err, sizeof err) == 0, "%s", err);
+  CHECK(ntp_sim_run(p, 3, &got, err, sizeof err) == 0, "%s", err);
+  ntp_program_free(p);
   for (size_t o = 0; o < ref.n_outputs; o++)
     CHECK(ntp_max_rel_error(&got.outputs[o], &ref.outputs[o]) < 1e-5, "output %zu differs", o);
   ntp_cpu_result_free(&ref);

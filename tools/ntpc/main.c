@@ -12,6 +12,7 @@
 #include "artifact.h"
 #include "cli.h"
 #include "outfile.h"
+#include "session_program.h"
 #include "cuda_backend.h"
 
 #include "ntpc.h"
@@ -159,7 +160,10 @@ static int build_library(ntpc_session *s, const char *out, bool keep_c) {
     fprintf(stderr, "ntpc: error: %s\n", err);
     goto done;
   }
-  int w = artifact_write_c(p, ntpc_cuda_modules(s), cf.f, err, sizeof err);
+  const void *image;
+  size_t image_len;
+  int w = ntpc_program_image(s, &image, &image_len) == NTPC_OK ? artifact_write_c(p, image, image_len, cf.f, err, sizeof err)
+                                                               : (snprintf(err, sizeof err, "no program image"), -1);
   if (w != 0) {
     fprintf(stderr, "ntpc: error: writing %s: %s\n", csrc, err);
     ntp_outfile_abort(&cf);
@@ -246,7 +250,7 @@ static void print_model_summary(const ir_module *m, FILE *out) {
 
 /* The CUDA run: kernels generated for every rank, NVRTC (cached), cuBLASLt; outputs compared
  * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
-static int run_cuda(const ir_module *m, const sh_program *p, const cg_module *cms, const options *o) {
+static int run_cuda(const ir_module *summary, const ntp_program *p, const options *o) {
   char err[1024] = "";
   int rc = 2; /* until the forwards ran: an environment failure (no GPU, no library, too few GPUs) */
   ntp_cuda *c = NULL;
@@ -258,7 +262,7 @@ static int run_cuda(const ir_module *m, const sh_program *p, const cg_module *cm
     rc = 1; /* a --params file that cannot be read is an input error, as on the cpu backend */
     goto done;
   }
-  if (ntp_cuda_create(p, cms, &co, &c, err, sizeof err) != 0) goto done;
+  if (ntp_cuda_create(p, &co, &c, err, sizeof err) != 0) goto done;
   if (params && ntp_cuda_load(c, params, err, sizeof err) != 0) {
     rc = 1;
     goto done;
@@ -271,8 +275,8 @@ static int run_cuda(const ir_module *m, const sh_program *p, const cg_module *cm
     total += res.seconds;
   }
   rc = 1;
-  if (ntp_cpu_run_params(m, o->seed, 0, params, &ref, err, sizeof err) != 0) goto done;
-  print_model_summary(m, stdout);
+  if (ntp_cpu_run_params(&p->global, o->seed, 0, params, &ref, err, sizeof err) != 0) goto done;
+  print_model_summary(summary, stdout);
   printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n",
          co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
          p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
@@ -295,7 +299,7 @@ done:
 }
 
 /* The sharded run: all ranks simulated, outputs assembled and compared with the unsharded run. */
-static int run_sharded(const sh_program *p, const ntp_safetensors *params, const ntp_cpu_result *ref, const options *o) {
+static int run_sharded(const ntp_program *p, const ntp_safetensors *params, const ntp_cpu_result *ref, const options *o) {
   ntp_cpu_result res;
   char err[512];
   ntp_sim *sim = NULL;
@@ -345,7 +349,7 @@ static const char *bytes_str(double b, char *buf, size_t cap) {
  * inputs throughout, each activation while it is live), and the simulation adds every rank's
  * arena and slices. A model that cannot fit is refused with the tensor that dominates, instead
  * of allocating until the machine gives out. */
-static int check_host_memory(const ir_module *m, const sh_program *p) {
+static int check_host_memory(const ir_module *m, const ntp_program *p) {
   double limit = host_memory_limit(), held = 0, biggest = 0;
   int32_t big = -1;
   for (size_t v = 0; v < m->n_values; v++) {
@@ -384,7 +388,8 @@ static int check_host_memory(const ir_module *m, const sh_program *p) {
   return 0;
 }
 
-static int run_cpu(const ir_module *m, const sh_program *sharded, const options *o) {
+static int run_cpu(const ir_module *m, const ntp_program *prog, const options *o) {
+  const ntp_program *sharded = prog->world ? prog : NULL;
   ntp_cpu_result res;
   char err[512];
   int mem = check_host_memory(m, sharded);
@@ -394,7 +399,7 @@ static int run_cpu(const ir_module *m, const sh_program *sharded, const options 
     fprintf(stderr, "ntpc: error: %s\n", err);
     return 1; /* docs/cli.md: a --params file that cannot be read or does not fit is an input error */
   }
-  if (ntp_cpu_run_params(m, o->seed, o->dump != NULL || o->save_params != NULL, params, &res, err, sizeof err) != 0) {
+  if (ntp_cpu_run_params(&prog->global, o->seed, o->dump != NULL || o->save_params != NULL, params, &res, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
     ntp_safetensors_close(params);
     return 1;
@@ -584,10 +589,16 @@ int main(int argc, char **argv) {
     print_model_summary(ntpc_module(s), stdout);
   } else if (strcmp(o.command, "report") == 0) {
     rc = emit_to(s, "report", o.out);
-  } else if (cuda) {
-    rc = run_cuda(ntpc_module(s), ntpc_sharded(s), ntpc_cuda_modules(s), &o);
   } else {
-    rc = run_cpu(ntpc_module(s), ntpc_sharded(s), &o);
+    char err[512];
+    ntp_program *prog = session_program(s, err, sizeof err);
+    if (!prog) {
+      fprintf(stderr, "ntpc: internal error: %s\n", err);
+      rc = 3;
+    } else {
+      rc = cuda ? run_cuda(ntpc_module(s), prog, &o) : run_cpu(ntpc_module(s), prog, &o);
+    }
+    ntp_program_free(prog);
   }
 out:
   ntpc_session_free(s);
