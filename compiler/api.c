@@ -435,12 +435,7 @@ static ntpc_status run_pipeline(ntpc_session *s) {
 
 static ntpc_status compile(ntpc_session *s, source_file *src) {
   s->main_src = src;
-  ntp_oom_guard g;
-  ntp_oom_push(&g);
-  if (setjmp(g.jb)) return out_of_memory(s); /* a compiler table could not grow */
-  ntpc_status st = run_pipeline(s);
-  ntp_oom_pop(&g);
-  return st;
+  NTP_OOM_GUARDED(run_pipeline(s), out_of_memory(s));
 }
 
 void ntpc_set_gpu(ntpc_session *s, const char *gpu) { s->gpu = gpu ? arena_strdup(&s->pool, gpu) : NULL; }

@@ -39,11 +39,8 @@ void vec_grow(void **arr, size_t *cap, size_t elem);
 
 /* Out of memory while a compiler table grows (vec_grow, strmap_put): the library's entry points
  * (ntpc_compile_*, the planner's) set a recovery point first, and the growth jumps back to it,
- * so the entry returns "out of memory" instead of the process aborting:
- *     ntp_oom_guard g;
- *     ntp_oom_push(&g);
- *     if (setjmp(g.jb)) { ntp_oom_pop(&g); return out_of_memory; }
- *     ... ; ntp_oom_pop(&g);
+ * so the entry returns "out of memory" instead of the process aborting. An entry point is
+ * written once as `NTP_OOM_GUARDED(its_unguarded_body(...), value_on_oom)` (below).
  * Tables stay consistent (a failed growth keeps the old block); what was half built leaks. */
 typedef struct ntp_oom_guard {
   jmp_buf jb;
@@ -52,6 +49,17 @@ typedef struct ntp_oom_guard {
 void ntp_oom_push(ntp_oom_guard *g);
 void ntp_oom_pop(ntp_oom_guard *g);
 _Noreturn void ntp_out_of_memory(void);
+/* Returns `call`'s result, or `on_oom` (evaluated after the jump) when a table could not grow
+ * during it. For a function body: it returns in both cases. */
+#define NTP_OOM_GUARDED(call, on_oom)        \
+  do {                                       \
+    ntp_oom_guard g_;                        \
+    ntp_oom_push(&g_);                       \
+    if (setjmp(g_.jb)) return (on_oom);      \
+    __typeof__(call) r_ = (call);            \
+    ntp_oom_pop(&g_);                        \
+    return r_;                               \
+  } while (0)
 /* Test hook: the n-th table growth from now (on this thread) fails as if memory ran out; 0: off. */
 void ntp_fail_growth_after(long n);
 

@@ -212,25 +212,9 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     return false;
   }
   double tms = pl_now_ms() - t0;
-  int32_t *choice = malloc((size_t)n * sizeof *choice);
   out->phys = phys;
-  if (choice && pl_solve_tables(T, pl_cap_of(rq), rq->quanta, choice, out)) {
-    double sms = out->search_ms, q = out->quantum, lb = out->lower_bound_s;
-    bool exact = out->exact;
-    int fd = out->full_dps;
-    bool pe = out->peaks_exact;
-    pl_fill_solution(T, choice, pl_cap_of(rq), out);
-    out->full_dps = fd;
-    out->peaks_exact = pe;
-    out->search_ms = sms;
-    out->quantum = q;
-    out->lower_bound_s = lb;
-    out->exact = exact;
-  } else {
-    pl_infeasible(T, pl_cap_of(rq), out);
-  }
+  pl_solve_and_fill(T, pl_cap_of(rq), rq->quanta, out);
   out->tables_ms = tms;
-  free(choice);
   plan_tables_free(T);
   return true;
 }

@@ -169,6 +169,7 @@ bool pl_pins(const plan_model *pm, const ir_module *m, int32_t W, const sh_place
              diag_sink *diags);
 bool pl_solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *choice, plan_solution *out);
 void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, plan_solution *out);
+void pl_solve_and_fill(plan_tables *T, double mem_cap, int32_t quanta, plan_solution *out);
 void pl_infeasible(plan_tables *T, double mem_cap, plan_solution *out);
 
 /* tables.c */

@@ -33,22 +33,32 @@ int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place
   return (*n)++;
 }
 
+/* The planner's state of a layer (plan_place) and the compiler's placement (sh_placement), the
+ * two directions side by side: group sizes <-> group starts; shares 0 <-> not given. */
+static plan_place place_of(const sh_placement *f) {
+  plan_place p = {.ngroups = f->ngroups, .sp = f->seq_parallel};
+  for (int g = 0; g < f->ngroups; g++) {
+    p.size[g] = f->group_start[g + 1] - f->group_start[g];
+    p.share[g] = f->shares_given ? f->share[g] : 0;
+  }
+  return p;
+}
+static void placement_of(const plan_place *pp, sh_placement *pl) {
+  pl->ngroups = pp->ngroups;
+  pl->group_start[0] = 0;
+  for (int g = 0; g < pp->ngroups; g++) {
+    pl->group_start[g + 1] = pl->group_start[g] + pp->size[g];
+    pl->share[g] = pp->share[0] ? pp->share[g] : pp->size[g];
+  }
+  pl->shares_given = pp->share[0] != 0;
+  pl->seq_parallel = pp->sp;
+}
+
 void plan_solution_placements(const plan_model *pm, const plan_solution *s, sh_placement *out) {
   for (size_t l = 0; l < pm->m->n_layers; l++)
     out[l] = (sh_placement){.ngroups = 1, .group_start = {0, s->world}, .share = {s->world}, .rule = -1,
                             .tp_file = pm->m->file, .tp_loc = pm->m->layers[l].loc};
-  for (int32_t i = 0; i < pm->n; i++) {
-    const plan_place *pp = &s->layers[i].place;
-    sh_placement *pl = &out[pm->L[i].ir];
-    pl->ngroups = pp->ngroups;
-    pl->group_start[0] = 0;
-    for (int g = 0; g < pp->ngroups; g++) {
-      pl->group_start[g + 1] = pl->group_start[g] + pp->size[g];
-      pl->share[g] = pp->share[0] ? pp->share[g] : pp->size[g];
-    }
-    pl->shares_given = pp->share[0] != 0;
-    pl->seq_parallel = pp->sp;
-  }
+  for (int32_t i = 0; i < pm->n; i++) placement_of(&s->layers[i].place, &out[pm->L[i].ir]);
 }
 
 /* Every chain layer's pin (*free_[i]: none, the planner decides): its placement in `fixed` (the
@@ -78,11 +88,7 @@ bool pl_pins(const plan_model *pm, const ir_module *m, int32_t W, const sh_place
     const sh_placement *f = &fixed[plan_model_ir_layer(pm, i)];
     free_[i] = f->is_auto;
     if (f->is_auto) continue;
-    pin[i] = (plan_place){.ngroups = f->ngroups, .sp = f->seq_parallel};
-    for (int g = 0; g < f->ngroups; g++) {
-      pin[i].size[g] = f->group_start[g + 1] - f->group_start[g];
-      pin[i].share[g] = f->shares_given ? f->share[g] : 0;
-    }
+    pin[i] = place_of(f);
   }
   free(own);
   return true;
@@ -385,6 +391,25 @@ bool pl_solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *ch
   return ok;
 }
 
+/* Search, then the report's numbers for the best assignment (the search's own statistics kept),
+ * or the infeasible report when nothing fits mem_cap. */
+void pl_solve_and_fill(plan_tables *T, double mem_cap, int32_t quanta, plan_solution *out) {
+  int32_t *choice = malloc((size_t)T->pm->n * sizeof *choice);
+  if (choice && pl_solve_tables(T, mem_cap, quanta, choice, out)) {
+    plan_solution search = *out; /* what the search measured; pl_fill_solution sets the rest */
+    pl_fill_solution(T, choice, mem_cap, out);
+    out->full_dps = search.full_dps;
+    out->peaks_exact = search.peaks_exact;
+    out->search_ms = search.search_ms;
+    out->quantum = search.quantum;
+    out->lower_bound_s = search.lower_bound_s;
+    out->exact = search.exact;
+  } else {
+    pl_infeasible(T, mem_cap, out);
+  }
+  free(choice);
+}
+
 /* The report's numbers for an assignment of states. */
 void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, plan_solution *out) {
   int32_t n = T->pm->n, S = T->S, W = T->W;
@@ -553,26 +578,9 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
   free(st);
   if (!T) return false;
   out->tables_ms = pl_now_ms() - t0;
-  int32_t *choice = malloc((size_t)n * sizeof *choice);
-  double mem_cap = pl_cap_of(rq);
   double tms = out->tables_ms;
-  if (choice && pl_solve_tables(T, mem_cap, rq->quanta, choice, out)) {
-    double sms = out->search_ms, q = out->quantum, lb = out->lower_bound_s;
-    bool exact = out->exact;
-    int fd = out->full_dps;
-    bool pe = out->peaks_exact;
-    pl_fill_solution(T, choice, mem_cap, out);
-    out->full_dps = fd;
-    out->peaks_exact = pe;
-    out->search_ms = sms;
-    out->quantum = q;
-    out->lower_bound_s = lb;
-    out->exact = exact;
-  } else {
-    pl_infeasible(T, mem_cap, out);
-  }
+  pl_solve_and_fill(T, pl_cap_of(rq), rq->quanta, out);
   out->tables_ms = tms;
-  free(choice);
   plan_tables_free(T);
   return true;
 }
@@ -616,35 +624,21 @@ void plan_tables_bytes_in(plan_tables *T, const int32_t *choice, double *per_ran
     pl_move_eval(T, &T->pm->moves[T->pm->umove_ix[e]], 0, 0, 0, NULL, per_rank);
 }
 
-
 /* ---- the entry points: out of memory in a table returns an error instead of aborting ---- */
 
-#define OOM_GUARDED(call, fail)              \
-  do {                                       \
-    ntp_oom_guard g_;                        \
-    ntp_oom_push(&g_);                       \
-    if (setjmp(g_.jb)) {                     \
-      diag_out_of_memory(diags);           \
-      return fail;                           \
-    }                                        \
-    __typeof__(call) r_ = call;              \
-    ntp_oom_pop(&g_);                        \
-    return r_;                               \
-  } while (0)
-
 plan_model *plan_model_new(const ir_module *m, diag_sink *diags) {
-  OOM_GUARDED(plan_model_new_unguarded(m, diags), NULL);
+  NTP_OOM_GUARDED(plan_model_new_unguarded(m, diags), (diag_out_of_memory(diags), NULL));
 }
 
 bool plan_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out, diag_sink *diags) {
-  OOM_GUARDED(plan_solve_unguarded(pm, m, rq, out, diags), false);
+  NTP_OOM_GUARDED(plan_solve_unguarded(pm, m, rq, out, diags), (diag_out_of_memory(diags), false));
 }
 
 bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_failover *out,
                          diag_sink *diags) {
-  OOM_GUARDED(plan_failover_solve_unguarded(pm, m, rq, out, diags), false);
+  NTP_OOM_GUARDED(plan_failover_solve_unguarded(pm, m, rq, out, diags), (diag_out_of_memory(diags), false));
 }
 
 plan_tables *plan_tables_new(const plan_model *pm, const plan_request *rq, diag_sink *diags) {
-  OOM_GUARDED(plan_tables_new_unguarded(pm, rq, diags), NULL);
+  NTP_OOM_GUARDED(plan_tables_new_unguarded(pm, rq, diags), (diag_out_of_memory(diags), NULL));
 }
