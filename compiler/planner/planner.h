@@ -138,8 +138,6 @@ typedef struct plan_request {
   int32_t quanta;             /* memory resolution of the DP; 0 = 1024 */
   const int32_t *failed;      /* failed physical ranks (re-planning), or NULL */
   int32_t nfailed;
-  double act_extra;           /* bytes added to every layer's activation working set (a shortfall
-                                 the compiler's memory plan showed; ntpc plan re-plans with it) */
   const struct sh_placement *fixed; /* [module layers], or NULL: every layer not is_auto is pinned to its
                                  placement here (the autoplan pass); NULL: pins from the active plan */
 } plan_request;

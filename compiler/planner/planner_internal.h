@@ -119,7 +119,6 @@ struct plan_tables {
   size_t ncache, ccache;
   double const_time, const_mem;
   double act_reserve;
-  double act_extra; /* added to every layer's working set */
   /* the problem's buffers */
   float *ptime;
   int64_t *punits;
@@ -181,7 +180,7 @@ void pl_group_starts(const plan_place *pl, int32_t *gs);
 bool pl_layers_alike(const chain_layer *a, const chain_layer *b);
 plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
                                  int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
-                                 double act_extra, diag_sink *diags);
+                                 diag_sink *diags);
 void pl_add_reads(const plan_tables *T, home h, int32_t state, double *per_rank);
 void pl_add_reads_plan(const plan_tables *T, const int32_t *choice, double *per_rank);
 double pl_move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_t s_lo, int32_t s_hi, double *bytes,

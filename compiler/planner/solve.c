@@ -573,7 +573,7 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
     return false;
   }
   double t0 = pl_now_ms();
-  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, rq->act_extra, diags);
+  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, diags);
   free(pins);
   free(st);
   if (!T) return false;
@@ -594,7 +594,7 @@ static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_r
     pl_add_state(&st, &ns, &cs, &a);
     if (k < W) pl_add_state(&st, &ns, &cs, &b);
   }
-  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->act_extra, diags);
+  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, diags);
   free(st);
   return T;
 }

@@ -330,15 +330,15 @@ void pl_unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, dou
     u->amax += mb;
   }
   /* values alive across the layer at its own placement (the residual stream entering it and its
-   * copy where the layer's output is added to it), 256-byte alignment of every tensor (the
-   * compiler's arena), and what the caller adds (a measured shortfall). Tested: the compiler's
-   * arena never exceeds this (tests/planner). */
+   * copy where the layer's output is added to it) and 256-byte alignment of every tensor (the
+   * compiler's arena). An upper bound, tested (tests/planner): the compiler's arena never
+   * exceeds it, and ntpc plan checks it once more on the plan it writes. */
   int64_t bmax = 0;
   for (int g = 0; g < pl->ngroups; g++)
     if (rows[g + 1] - rows[g] > bmax) bmax = rows[g + 1] - rows[g];
   int64_t width = c->d.width; /* the stream */
   double piece = (double)bmax * (double)c->T * (double)width * (double)dtype_bytes(c->dt);
-  u->amax += 2 * piece + 256.0 * (2.0 * T->pm->m->layers[c->ir].nops + 32) + T->act_extra;
+  u->amax += 2 * piece + 256.0 * (2.0 * T->pm->m->layers[c->ir].nops + 32);
   for (int32_t r = 0; prm && r < T->W; r++)
     if (prm[r] > u->pmax) u->pmax = prm[r];
   if (per_rank && prm) memcpy(per_rank, prm, (size_t)T->W * sizeof *prm);
@@ -550,7 +550,7 @@ static char *unary_key(const plan_tables *T, int32_t i, size_t *len) {
  * node: [W] node of each rank (NULL: rank / nodes_of). */
 plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
                                  int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
-                                 double act_extra, diag_sink *diags) {
+                                 diag_sink *diags) {
   plan_tables *T = calloc(1, sizeof *T);
   int32_t n = pm->n;
   if (!T) goto oom;
@@ -558,7 +558,6 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
   T->prof = prof;
   T->W = W;
   T->S = S;
-  T->act_extra = act_extra;
   T->node = malloc((size_t)W * sizeof *T->node);
   T->st = malloc((size_t)S * sizeof *T->st);
   T->pin = malloc((size_t)n * sizeof *T->pin);

@@ -148,14 +148,13 @@ static int planner_failed(ntpc_session *s, const plan_opts *o, size_t from) {
 
 /* Checks the solution with the compiler in memory (its placements lowered, the memory planned and
  * both verified, as a compile with the written plan would), prints the compiler's own figures,
- * and writes the plan file whole. Returns 0 (written), 2 or 3 (errors), or -1: the compiler's
- * memory plan needs more than the cap on some GPU (*shortfall: by how much); nothing is
- * written then. */
+ * and writes the plan file whole. Returns 0 (written), 2 or 3 (errors; nothing written). The
+ * compiler's memory plan exceeding the cap is an internal error: the search reserved an upper
+ * bound of every layer's activations (tested), so it means the bound failed. */
 static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_model *pm, const ir_module *m,
-                              const plan_solution *sol, const char *name, const char *header, const char *path,
-                              double *shortfall) {
+                              const plan_solution *sol, const char *name, const char *header, const char *path) {
   char err[512];
-  *shortfall = 0;
+  double shortfall = 0;
   sh_placement *pls = calloc(m->n_layers + 1, sizeof *pls);
   if (!pls) {
     fprintf(stderr, "ntpc plan: error: out of memory\n");
@@ -174,9 +173,10 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
     return 3;
   }
   double prm = 0, act = 0, recv = 0;
+  int32_t short_rank = -1;
   for (int32_t r = 0; r < p->world; r++) {
     double need = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes + p->mem[r].arena_bytes);
-    if (need - sol->mem_cap > *shortfall) *shortfall = need - sol->mem_cap;
+    if (need - sol->mem_cap > shortfall) shortfall = need - sol->mem_cap, short_rank = r;
     double pr = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes);
     if (pr > prm) prm = pr;
     if ((double)p->mem[r].arena_bytes > act) act = (double)p->mem[r].arena_bytes;
@@ -191,7 +191,11 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
          p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
          gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
   sh_program_free(p);
-  if (*shortfall > 0) return -1;
+  if (shortfall > 0) {
+    fprintf(stderr, "ntpc plan: internal error: the compiler's memory plan needs %s more than the cap on rank %d: the "
+            "planner's activation bound failed (not written)\n", gib(shortfall, b1, sizeof b1), short_rank);
+    return 3;
+  }
   ntp_outfile out;
   if (ntp_outfile_open(&out, path, ".ntp", err, sizeof err) != 0) {
     fprintf(stderr, "ntpc plan: error: %s\n", err);
@@ -365,43 +369,26 @@ static int plan_healthy(plan_job *j) {
   diag_sink *diags = ntpc_diag_sink(s);
   char b1[32], *header = NULL, *title = NULL;
   int rc = 0;
-  for (int attempt = 0;; attempt++) {
-    plan_solution sol;
-    if (!plan_solve(pm, m, &j->rq, &sol, diags)) {
-      rc = planner_failed(s, &o, j->seen);
-      goto done;
-    }
-    if (!sol.feasible) {
-      fprintf(stderr, "ntpc plan: error: %s\n", sol.why);
-      plan_solution_free(&sol);
-      rc = 1;
-      goto done;
-    }
-    printf("plan %s: model %s on %d x %s (%s per GPU, %ld GPUs per node)\n\n", name, m->name, W, prof.device,
-           gib(sol.mem_cap, b1, sizeof b1), o.nodes_of);
-    plan_write_report(stdout, pm, &sol, &prof);
-    free(header);
-    free(title);
-    header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted forward step %.3f ms, %.0f tokens/s",
-                  m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), sol.step_s * 1e3, tokens / sol.step_s);
-    title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
-    double short_by = 0;
-    rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile, &short_by);
-    if (rc < 0 && attempt < 3) { /* the compiler's memory plan does not fit: reserve more and search again */
-      printf("the compiler's memory plan needs %s more than the cap on some GPU: planning again with that much more "
-             "reserved\n\n", gib(short_by, b1, sizeof b1));
-      j->rq.act_extra += short_by * 1.01;
-      plan_solution_free(&sol);
-      continue;
-    }
-    if (rc < 0) {
-      fprintf(stderr, "ntpc plan: error: the compiler's memory plan does not fit the cap\n");
-      rc = 1;
-    }
-    if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
-    plan_solution_free(&sol);
-    break;
+  plan_solution sol;
+  if (!plan_solve(pm, m, &j->rq, &sol, diags)) {
+    rc = planner_failed(s, &o, j->seen);
+    goto done;
   }
+  if (!sol.feasible) {
+    fprintf(stderr, "ntpc plan: error: %s\n", sol.why);
+    plan_solution_free(&sol);
+    rc = 1;
+    goto done;
+  }
+  printf("plan %s: model %s on %d x %s (%s per GPU, %ld GPUs per node)\n\n", name, m->name, W, prof.device,
+         gib(sol.mem_cap, b1, sizeof b1), o.nodes_of);
+  plan_write_report(stdout, pm, &sol, &prof);
+  header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted forward step %.3f ms, %.0f tokens/s",
+                m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), sol.step_s * 1e3, tokens / sol.step_s);
+  title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
+  rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile);
+  if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
+  plan_solution_free(&sol);
 done:
   free(header);
   free(title);
@@ -492,13 +479,7 @@ static int plan_after_failure(plan_job *j) {
   free(map);
   title = strf("%s: %s on %d survivors of %d x %s", name, m->name, sv->world, W, prof.device);
   printf("\n");
-  double short_by = 0;
-  rc = write_plan_checked(s, &o, pm, m, sv, name, header ? header : "", pfile, &short_by);
-  if (rc < 0) {
-    fprintf(stderr, "ntpc plan: error: the compiler's memory plan needs %s more than the cap on some GPU\n",
-            gib(short_by, b1, sizeof b1));
-    rc = 1;
-  }
+  rc = write_plan_checked(s, &o, pm, m, sv, name, header ? header : "", pfile);
   if (!rc) rc = write_svg(pm, sv, &prof, title ? title : name, sfile);
   plan_failover_free(&f);
 done:
