@@ -17,6 +17,7 @@ typedef struct ntp_host_tensor {
   int32_t *i; /* i32 */
 } ntp_host_tensor;
 
+/* Tensors of a run; their names are the module's (valid while the program that ran is). */
 typedef struct ntp_cpu_result {
   ntp_host_tensor *outputs, *inputs, *params;
   size_t n_outputs, n_inputs, n_params;

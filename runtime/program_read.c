@@ -141,7 +141,9 @@ static ntp_box box(reader *r) {
     b.hi[d] = i64(r);
     if (b.lo[d] < 0 || b.hi[d] < b.lo[d]) fail(r, "a box [%lld, %lld)", (long long)b.lo[d], (long long)b.hi[d]);
   }
-  if (!r->bad && box_volume(&b) < 0) fail(r, "a box's volume overflows");
+  int64_t v = 1;
+  for (int d = 0; d < b.ndim && !r->bad; d++)
+    if (__builtin_mul_overflow(v, b.hi[d] - b.lo[d], &v) || v > INT64_MAX / 8) fail(r, "a box's volume overflows");
   return b;
 }
 static ntp_dtype dtype(reader *r) {

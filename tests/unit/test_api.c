@@ -39,8 +39,7 @@ static void test_compile_and_walk(void) {
   char err[256];
   ntp_program *prog = session_program(s, err, sizeof err);
   CHECK(prog != NULL);
-  CHECK(ntp_cpu_run(&prog->global, 7, 1, &r, err, sizeof err) == 0);
-  ntp_program_free(prog);
+  CHECK(ntp_cpu_run(&prog->global, 7, 1, &r, err, sizeof err) == 0); /* its names are the program's */
   const ntp_host_tensor *x = NULL, *w1 = NULL, *b1 = NULL, *w2 = NULL;
   for (size_t i = 0; i < r.n_inputs; i++) x = &r.inputs[i];
   for (size_t i = 0; i < r.n_params; i++) {
@@ -65,6 +64,7 @@ static void test_compile_and_walk(void) {
     CHECK(maxerr < 1e-5);
   }
   ntp_cpu_result_free(&r);
+  ntp_program_free(prog);
   ntpc_session_free(s);
 }
 
