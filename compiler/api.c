@@ -522,5 +522,10 @@ ntpc_status ntpc_emit(ntpc_session *s, const char *kind, FILE *out) {
     }
     return NTPC_OK;
   }
-  return usage_error(s, "unknown --emit kind '%s' (expected tokens, ast, ir, sharded-ir, rank:N, report, cuda or cuda:N)", kind);
+  if (strcmp(kind, "image") == 0) { /* the program image, as bytes: what a model library embeds */
+    if (!s->image.len) return usage_error(s, "no program image: compile first%s", "");
+    fwrite(s->image.data, 1, s->image.len, out);
+    return NTPC_OK;
+  }
+  return usage_error(s, "unknown --emit kind '%s' (expected tokens, ast, ir, sharded-ir, rank:N, report, cuda, cuda:N or image)", kind);
 }

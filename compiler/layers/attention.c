@@ -173,8 +173,8 @@ static void cost(const layer_cost_in *in, layer_cost *out) {
 
 const layer_kind layer_attention = {
     .name = "attention",
-    .args = {{"heads", LA_DIM, true}, {"kv_heads", LA_DIM, false}, {"head_dim", LA_DIM, false},
-             {"rope", LA_FLOAT, false}, {"causal", LA_FLAG, false}, {"bias", LA_BOOL, false}},
+    .args = {{"heads", LA_DIM, true, NULL, NULL}, {"kv_heads", LA_DIM, false, NULL, NULL}, {"head_dim", LA_DIM, false, NULL, NULL},
+             {"rope", LA_FLOAT, false, NULL, NULL}, {"causal", LA_FLAG, false, NULL, NULL}, {"bias", LA_BOOL, false, NULL, NULL}},
     .roles = roles,
     .lower = lower,
     .unit_name = "heads",

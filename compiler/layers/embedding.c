@@ -94,7 +94,7 @@ static void cost(const layer_cost_in *in, layer_cost *out) {
 
 const layer_kind layer_embedding = {
     .name = "embedding",
-    .args = {{"vocab", LA_DIM, true}, {"dim", LA_DIM, true}, {"positions", LA_DIM, false}},
+    .args = {{"vocab", LA_DIM, true, NULL, NULL}, {"dim", LA_DIM, true, NULL, NULL}, {"positions", LA_DIM, false, NULL, NULL}},
     .roles = roles,
     .lower = lower,
     .unit_name = "vocabulary rows",

@@ -23,7 +23,7 @@ static const char *const roles[] = {"g", "b", NULL};
 
 const layer_kind layer_layernorm = {
     .name = "layernorm",
-    .args = {{"eps", LA_FLOAT, false}},
+    .args = {{"eps", LA_FLOAT, false, NULL, NULL}},
     .roles = roles,
     .lower = lower,
     .weight_role = -1,

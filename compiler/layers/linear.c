@@ -108,7 +108,7 @@ static void cost(const layer_cost_in *in, layer_cost *out) {
 
 const layer_kind layer_linear = {
     .name = "linear",
-    .args = {{"out", LA_DIM, false}, {"bias", LA_BOOL, false}, {"tied", LA_LAYER, false}},
+    .args = {{"out", LA_DIM, false, NULL, NULL}, {"bias", LA_BOOL, false, NULL, NULL}, {"tied", LA_LAYER, false, NULL, NULL}},
     .roles = roles,
     .lower = lower,
     .unit_name = "output columns",

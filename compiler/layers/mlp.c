@@ -109,7 +109,7 @@ static void cost(const layer_cost_in *in, layer_cost *out) {
 
 const layer_kind layer_mlp = {
     .name = "mlp",
-    .args = {{"hidden", LA_DIM, true}, {"act", LA_WORD, true, activations, "activation"}, {"bias", LA_BOOL, false}},
+    .args = {{"hidden", LA_DIM, true, NULL, NULL}, {"act", LA_WORD, true, activations, "activation"}, {"bias", LA_BOOL, false, NULL, NULL}},
     .roles = roles,
     .lower = lower,
     .unit_name = "hidden columns",

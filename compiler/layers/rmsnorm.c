@@ -8,7 +8,7 @@ static const char *const roles[] = {"g", NULL};
 
 const layer_kind layer_rmsnorm = {
     .name = "rmsnorm",
-    .args = {{"eps", LA_FLOAT, false}},
+    .args = {{"eps", LA_FLOAT, false, NULL, NULL}},
     .roles = roles,
     .lower = lower,
     .weight_role = -1,

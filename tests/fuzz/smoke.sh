@@ -8,7 +8,7 @@
 set -u
 build=$1 secs=$2
 shift 2
-harnesses=${*:-source plan safetensors abi}
+harnesses=${*:-source plan safetensors abi program}
 ntpc=$build/ntpc
 seeds=$build/fuzz-seeds
 corpus=$build/fuzz-corpus
@@ -16,7 +16,7 @@ findings=$build/fuzz-findings
 mkdir -p "$seeds" "$corpus" "$findings"
 
 # ---- seeds, rebuilt every time (cheap) ------------------------------------------------
-rm -rf "$seeds" && mkdir -p "$seeds/source" "$seeds/plan" "$seeds/safetensors" "$seeds/abi"
+rm -rf "$seeds" && mkdir -p "$seeds/source" "$seeds/plan" "$seeds/safetensors" "$seeds/abi" "$seeds/program"
 i=0
 for f in examples/*.ntp examples/plans/*.ntp tests/errors/*.ntp tests/numeric/*.ntp tests/plans/*.ntp tests/fuzz/fixture.ntp; do
   [ -f "$f" ] || continue
@@ -37,6 +37,17 @@ printf '\003plan p for elementwise { world 2; * tp 2; }\n' >"$seeds/plan/ew"
 if [ -x "$ntpc" ]; then
   "$ntpc" run tests/fuzz/fixture.ntp --seed 1 --save-params "$seeds/safetensors/fixture" >/dev/null 2>&1 || true
   "$ntpc" run examples/gpt2.ntp -D B=1 -D S=4 -D D=16 -D H=2 -D V=16 -D L=1 --save-params "$seeds/safetensors/gpt2" >/dev/null 2>&1 || true
+fi
+# program: image payloads (the harness puts the header on), without and with CUDA
+if [ -x "$ntpc" ]; then
+  for w in 1 2 3; do
+    "$ntpc" tests/fuzz/fixture.ntp --world $w --emit=sharded-ir >/dev/null 2>&1 || continue
+    "$ntpc" tests/fuzz/fixture.ntp --world $w --emit=image -o "$build/fuzz-image" >/dev/null 2>&1 &&
+      tail -c +33 "$build/fuzz-image" >"$seeds/program/w$w"
+  done
+  "$ntpc" examples/elementwise.ntp --world 2 --emit=image -o "$build/fuzz-image" >/dev/null 2>&1 &&
+    tail -c +33 "$build/fuzz-image" >"$seeds/program/elementwise"
+  rm -f "$build/fuzz-image"
 fi
 # abi: create, forward, set a parameter, load, destroy twice, use after destroy
 printf '\000\001\001\001\001\002\000\000\000\002\001\001\001\003\000\000\001\004\002\001\001\041\002' >"$seeds/abi/seq1"

@@ -30,7 +30,7 @@ static const char usage_text[] =
     "       ntpc run FILE [options]            compile and run the forward pass\n"
     "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
     "       ntpc plan FILE --world W [--gpu h200] [--fail R,..]  choose per-layer degrees (see 'ntpc plan --help')\n"
-    "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda\n"
+    "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda, image\n"
     "       ntpc --help | --version\n"
     "\n"
     "options:\n"
@@ -42,7 +42,7 @@ static const char usage_text[] =
     "                     simulates all ranks and compares with the unsharded run\n"
     "  --gpu NAME         the device profile 'tp auto' layers are planned for: h100 (default),\n"
     "                     h200, a100, b200 (as 'ntpc plan --gpu')\n"
-    "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels)\n"
+    "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels) | image\n"
     "  -o FILE            the model library, or the emitted text (written whole or not at all)\n"
     "  --keep-c           keep the model library's generated C file (FILE.c)\n"
     "  --backend NAME     run on: cpu (the reference; default) or cuda (NVRTC kernels, cuBLASLt)\n"
@@ -563,11 +563,12 @@ int main(int argc, char **argv) {
 
   bool wants_shards = (o.command && strcmp(o.command, "report") == 0) ||
                       (o.emit && (strcmp(o.emit, "sharded-ir") == 0 || strcmp(o.emit, "report") == 0 ||
-                                  strncmp(o.emit, "rank:", 5) == 0 || strncmp(o.emit, "cuda", 4) == 0));
+                                  strncmp(o.emit, "rank:", 5) == 0 || strncmp(o.emit, "cuda", 4) == 0 ||
+                                  strcmp(o.emit, "image") == 0));
   /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
   else if (wants_shards || library || cuda || (o.plan && o.command)) ntpc_set_world(s, 0);
-  ntpc_want_cuda(s, library || cuda || (o.emit && strncmp(o.emit, "cuda", 4) == 0));
+  ntpc_want_cuda(s, library || cuda || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, color_wanted(o.color));
   if (st == NTPC_ERR_USAGE) {
