@@ -876,6 +876,11 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
     if (st->kind != SH_COMPUTE || st->rank != rank || m->steps[s].kind == CG_FUSED) continue;
+    if ((st->op.code == IR_MATMUL && st->op.attr.mm.trans_a) || (st->op.code == IR_ROPE && st->op.attr.rope.inverse)) {
+      snprintf(err, cap, "no CUDA lowering for the backward form of %s (training runs on the CPU backend)",
+               ir_op_name(st->op.code));
+      goto fail;
+    }
     switch (st->op.code) {
     case IR_INPUT:
     case IR_PARAM: gen_init(&g, (int32_t)s); break;

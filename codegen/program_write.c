@@ -63,12 +63,17 @@ static void attrs(program_image *b, const ir_op *o) {
   case IR_CONST: f64(b, a->cst.value); break;
   case IR_GATHER: i64(b, a->gather.lo); i64(b, a->gather.hi); break;
   case IR_SLICE: i32(b, a->slice.axis); i64(b, a->slice.start); i64(b, a->slice.len); break;
-  case IR_MATMUL: u8(b, a->mm.trans_b); break;
-  case IR_LAYERNORM: case IR_RMSNORM: f32(b, a->norm.eps); break;
-  case IR_ROPE: f32(b, a->rope.theta); i64(b, a->rope.pos0); break;
-  case IR_ATTENTION:
-    u8(b, a->attn.causal); f32(b, a->attn.scale); i64(b, a->attn.q_off); i64(b, a->attn.group); i64(b, a->attn.kv_off);
+  case IR_MATMUL: u8(b, a->mm.trans_b); u8(b, a->mm.trans_a); break;
+  case IR_LAYERNORM: case IR_RMSNORM: case IR_LAYERNORM_GRAD: case IR_RMSNORM_GRAD: f32(b, a->norm.eps); break;
+  case IR_ROPE: f32(b, a->rope.theta); i64(b, a->rope.pos0); u8(b, a->rope.inverse); break;
+  case IR_ATTENTION: case IR_ATTENTION_GRAD:
+    u8(b, a->attn.causal); u8(b, a->attn.which); f32(b, a->attn.scale); i64(b, a->attn.q_off); i64(b, a->attn.group);
+    i64(b, a->attn.kv_off);
     break;
+  case IR_SCATTER_ADD: i64(b, a->gather.lo); i64(b, a->gather.hi); break;
+  case IR_PAD: i32(b, a->slice.axis); i64(b, a->slice.start); i64(b, a->slice.len); break;
+  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: i64(b, a->ce.ignore); break;
+  case IR_ACT_GRAD: i32(b, a->grad.of); break;
   default: break; /* elementwise, softmax, reshape: none */
   }
 }

@@ -9,6 +9,7 @@
 #include "autoplan.h"
 #include "cuda_gen.h"
 #include "program_write.h"
+#include "grad.h"
 
 struct ntpc_session {
   arena pool;
@@ -21,6 +22,7 @@ struct ntpc_session {
   sh_placement *placements;   /* [module->n_layers] */
   sh_program *sharded;
   bool want_cuda;             /* run the codegen pass */
+  bool want_grad;             /* run the gradient pass (training) */
   cg_module *cuda;            /* [ranks] */
   program_image image;        /* what the runtime reads (runtime/ntp_program.h) */
   const char *gpu;            /* the autoplan pass's device profile */
@@ -267,6 +269,18 @@ static ntpc_status run_sema(ntpc_session *s) {
   return NTPC_OK;
 }
 
+static ntpc_status run_grad(ntpc_session *s) {
+  if (!s->want_grad) return NTPC_OK;
+  if (sharding(s)) {
+    diag_emit(&s->diags, NTPC_ERROR, s->module->file, s->model->name_loc,
+              "training runs unsharded in this version (the CPU reference): give no --world or --plan");
+    return NTPC_ERR_INPUT;
+  }
+  return ir_grad(s->module, &s->pool, s->model->name_loc, &s->diags) ? NTPC_OK
+         : s->diags.out_of_memory                                    ? out_of_memory(s)
+                                                                     : NTPC_ERR_INPUT;
+}
+
 static ntpc_status run_place(ntpc_session *s) {
   if (!sharding(s)) return NTPC_OK;
   s->placements = calloc(s->module->n_layers + 1, sizeof *s->placements);
@@ -376,6 +390,7 @@ static const ntpc_pass pipeline[] = {
     {"parse", "the sources (model, plan files) to a syntax tree", run_parse, NULL, dump_ast},
     {"names", "model and plan names unique; the model chosen; plans name models", run_names, NULL, NULL},
     {"sema", "names, dims, types, layers (by their kinds): the global IR", run_sema, verify_ir, dump_ir},
+    {"grad", "the backward ops of the loss and every parameter's gradient (when training)", run_grad, verify_ir, dump_ir},
     {"place", "the world and every layer's placement (inline @tp, the active plan)", run_place, verify_place,
      dump_place},
     {"autoplan", "'tp auto' placements chosen by the planner", run_autoplan, verify_planned, dump_place},
@@ -440,6 +455,7 @@ static ntpc_status compile(ntpc_session *s, source_file *src) {
 
 void ntpc_set_gpu(ntpc_session *s, const char *gpu) { s->gpu = gpu ? arena_strdup(&s->pool, gpu) : NULL; }
 void ntpc_want_cuda(ntpc_session *s, bool on) { s->want_cuda = on; }
+void ntpc_want_grad(ntpc_session *s, bool on) { s->want_grad = on; }
 const struct cg_module *ntpc_cuda_modules(const ntpc_session *s) { return s->cuda; }
 ntpc_status ntpc_program_image(const ntpc_session *s, const void **data, size_t *len) {
   *data = s->image.data;

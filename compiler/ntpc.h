@@ -61,6 +61,10 @@ void ntpc_set_error_limit(ntpc_session *s, size_t n);
 void ntpc_set_gpu(ntpc_session *s, const char *gpu);
 /* Run the codegen pass (CUDA C++ for every rank): for --emit=cuda, a model library, the CUDA backend. */
 void ntpc_want_cuda(ntpc_session *s, bool on);
+/* Training: the gradient pass runs after sema, appending the backward ops of the model's loss
+ * (its one scalar output, or the one named "loss") and an output "grad.NAME" per parameter
+ * (docs/training.md). Unsharded only in this version. */
+void ntpc_want_grad(ntpc_session *s, bool on);
 /* Print the result of each named pass ("sema", "shard,memplan", ...) to out as it completes
  * (--dump-after); NTPC_ERR_USAGE naming the passes for an unknown name. */
 ntpc_status ntpc_dump_after(ntpc_session *s, const char *passes, FILE *out);

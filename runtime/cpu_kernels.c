@@ -312,6 +312,12 @@ void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int
 void ntp_cpu_rope_at(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta,
                      int64_t pos0)
 {
+    ntp_cpu_rope_turn(x, y, b, s, h, hd, theta, pos0, false);
+}
+
+void ntp_cpu_rope_turn(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta,
+                       int64_t pos0, bool inverse)
+{
     if (b <= 0 || s <= 0 || h <= 0 || hd <= 0)
         return;
     const int64_t half = hd / 2;
@@ -324,7 +330,7 @@ void ntp_cpu_rope_at(const float *x, float *y, int64_t b, int64_t s, int64_t h, 
         /* one cos/sin per (pos, i), shared by every head */
         for (int64_t i = 0; i < half; i++) {
             double ang = (double)(pos0 + pos) * pow((double)theta, -2.0 * (double)i / (double)hd);
-            double cs = cos(ang), sn = sin(ang);
+            double cs = cos(ang), sn = inverse ? -sin(ang) : sin(ang); /* inverse: by the opposite angle */
             for (int64_t hh = 0; hh < h; hh++) {
                 const float *xh = xs + hh * hd;
                 float *yh = ys + hh * hd;

@@ -100,6 +100,10 @@ void ntp_cpu_rope(const float *x, float *y, int64_t b, int64_t s, int64_t h, int
 /* The same with positions pos0 .. pos0+s-1: a shard holding a slice of the sequence. */
 void ntp_cpu_rope_at(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta,
                      int64_t pos0);
+/* The same, or with inverse the rotation by the opposite angles (RoPE's backward: a rotation's
+ * transpose is its inverse). */
+void ntp_cpu_rope_turn(const float *x, float *y, int64_t b, int64_t s, int64_t h, int64_t hd, float theta,
+                       int64_t pos0, bool inverse);
 
 /* ---- attention --------------------------------------------------------- */
 /* q [b][s][h][hd], k, v [b][s][kv][hd], out [b][s][h][hd]. Query head j uses
@@ -128,6 +132,44 @@ int ntp_cpu_gather(const float *table, const int32_t *idx, float *out, int64_t n
  * give zero rows (another shard supplies them; a sum over shards completes the lookup). */
 void ntp_cpu_gather_range(const float *table, const int32_t *idx, float *out, int64_t n_idx, int64_t d, int64_t lo,
                           int64_t hi);
+
+/* ---- backward kernels (cpu_grad.c) ------------------------------------ */
+/* The vector-Jacobian products of the ops above, for the gradient pass's ops. Sums over
+ * many terms (reductions, scatter-adds, attention) accumulate in double, so the oracle's
+ * gradients are as exact as fp32 output allows; every result is independent of the number
+ * of threads. */
+
+/* c[bt][m][n] = sum_k a[bt][k][m] * B(bt)[k][n] (a transposed: stored [k][m]); trans_b and
+ * b_batch_stride as in ntp_cpu_matmul. */
+void ntp_cpu_matmul_ta(const float *a, const float *b, float *c, int64_t batch, int64_t m, int64_t k, int64_t n,
+                       bool trans_b, int64_t b_batch_stride);
+/* y (dims ydim[0..nd), right-aligned to x's, each 1 or equal) = x summed over the dims it
+ * broadcasts along. */
+void ntp_cpu_sum_to(const float *x, const int64_t *xdim, int xnd, float *y, const int64_t *ydim, int ynd);
+/* dx = dy * f'(u), u the forward op's input x, or for tanh, sigmoid and exp its result y. of:
+ * 'g' gelu, 'r' relu, 's' silu, 'S' sigmoid, 't' tanh, 'e' exp, 'n' neg. */
+void ntp_cpu_act_grad(char of, const float *u, const float *dy, float *dx, int64_t n);
+/* softmax's: dx = y * (dy - sum(dy * y)) per row of d */
+void ntp_cpu_softmax_grad(const float *y, const float *dy, float *dx, int64_t rows, int64_t d);
+void ntp_cpu_layernorm_grad(const float *x, const float *dy, float *dx, int64_t rows, int64_t d, float eps);
+void ntp_cpu_rmsnorm_grad(const float *x, const float *dy, float *dx, int64_t rows, int64_t d, float eps);
+/* One of attention's three gradients (which: 0 dq [b][s][h][hd], 1 dk, 2 dv [b][s][kv][hd]), for
+ * the head mapping of ntp_cpu_attention_heads. -1 when a query head's kv head is not held or
+ * scratch memory fails. */
+int ntp_cpu_attention_grad(const float *q, const float *k, const float *v, const float *dy, float *out, int which,
+                           int64_t b, int64_t s, int64_t h, int64_t kv, int64_t hd, bool causal, float scale,
+                           int64_t q_off, int64_t group, int64_t kv_off);
+/* table[v][:] = sum of rows[i][:] over i with idx[i] == v + lo, for table rows lo .. lo+vrows-1
+ * (a gather's backward; other indices belong to other shards). -1 when memory fails. */
+int ntp_cpu_scatter_add(const int32_t *idx, const float *rows, float *table, int64_t n_idx, int64_t d, int64_t lo,
+                        int64_t vrows);
+/* Mean over rows (of v logits) whose target is not `ignore` of logsumexp - logit[target];
+ * *count: those rows. -1 at a target outside [0, v) (other than ignore): *bad is its row. */
+int ntp_cpu_cross_entropy(const float *logits, const int32_t *targets, int64_t rows, int64_t v, int64_t ignore,
+                          double *loss, int64_t *count, int64_t *bad);
+/* dlogits = (softmax(row) - onehot(target)) * g / count; ignored rows 0. */
+void ntp_cpu_cross_entropy_grad(const float *logits, const int32_t *targets, float g, float *dlogits, int64_t rows,
+                                int64_t v, int64_t ignore);
 
 #ifdef __cplusplus
 }

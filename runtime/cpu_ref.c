@@ -208,13 +208,14 @@ int ntp_exec_op(const ntp_op *op, ntp_host_tensor *o, const ntp_host_tensor *con
   }
   case IR_RESHAPE: memcpy(o->f, a->f, (size_t)n * sizeof(float)); break;
   case IR_MATMUL: {
-    bool tb = op->attr.mm.trans_b;
-    int64_t K = a->shape.dim[a->shape.ndim - 1];
-    int64_t M = a->shape.ndim >= 2 ? a->shape.dim[a->shape.ndim - 2] : 1;
+    bool tb = op->attr.mm.trans_b, ta = op->attr.mm.trans_a;
+    int64_t K = a->shape.dim[a->shape.ndim - (ta ? 2 : 1)];
+    int64_t M = ta ? a->shape.dim[a->shape.ndim - 1] : a->shape.ndim >= 2 ? a->shape.dim[a->shape.ndim - 2] : 1;
     int64_t N = b->shape.dim[b->shape.ndim - (tb ? 2 : 1)];
     int64_t batch = shape_numel(&a->shape) / (M * K);
     int64_t bstride = b->shape.ndim > 2 ? K * N : 0;
-    ntp_cpu_matmul(a->f, b->f, o->f, batch, M, K, N, tb, bstride);
+    if (ta) ntp_cpu_matmul_ta(a->f, b->f, o->f, batch, M, K, N, tb, bstride);
+    else ntp_cpu_matmul(a->f, b->f, o->f, batch, M, K, N, tb, bstride);
     break;
   }
   case IR_ADD:
@@ -229,8 +230,8 @@ int ntp_exec_op(const ntp_op *op, ntp_host_tensor *o, const ntp_host_tensor *con
   case IR_LAYERNORM: ntp_cpu_layernorm(a->f, o->f, n / last, last, op->attr.norm.eps); break;
   case IR_RMSNORM: ntp_cpu_rmsnorm(a->f, o->f, n / last, last, op->attr.norm.eps); break;
   case IR_ROPE:
-    ntp_cpu_rope_at(a->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2], a->shape.dim[3], op->attr.rope.theta,
-                    op->attr.rope.pos0);
+    ntp_cpu_rope_turn(a->f, o->f, a->shape.dim[0], a->shape.dim[1], a->shape.dim[2], a->shape.dim[3],
+                      op->attr.rope.theta, op->attr.rope.pos0, op->attr.rope.inverse);
     break;
   case IR_ATTENTION: {
     const ntp_host_tensor *v = args[2];
@@ -241,6 +242,61 @@ int ntp_exec_op(const ntp_op *op, ntp_host_tensor *o, const ntp_host_tensor *con
       snprintf(err, cap, "attention: out of memory or kv heads not held");
       return -1;
     }
+    break;
+  }
+  case IR_CROSS_ENTROPY: {
+    double loss;
+    int64_t count, bad = 0, v = a->shape.dim[a->shape.ndim - 1];
+    if (ntp_cpu_cross_entropy(a->f, b->i, shape_numel(&b->shape), v, op->attr.ce.ignore, &loss, &count, &bad) != 0) {
+      snprintf(err, cap, "cross_entropy: target %d (element %lld of %s) is outside [0, %lld)", b->i[bad], (long long)bad,
+               b->name ? b->name : "the targets", (long long)v);
+      return -1;
+    }
+    o->f[0] = (float)loss;
+    break;
+  }
+  case IR_CROSS_ENTROPY_GRAD:
+    ntp_cpu_cross_entropy_grad(a->f, b->i, args[2]->f[0], o->f, n / last, last, op->attr.ce.ignore);
+    break;
+  case IR_SUM_TO:
+    ntp_cpu_sum_to(a->f, a->shape.dim, a->shape.ndim, o->f, o->shape.dim, o->shape.ndim);
+    break;
+  case IR_ACT_GRAD: {
+    static const char of[IR_OP_COUNT] = {[IR_GELU] = 'g', [IR_RELU] = 'r', [IR_SILU] = 's', [IR_SIGMOID] = 'S',
+                                         [IR_TANH] = 't', [IR_EXP] = 'e', [IR_NEG] = 'n'};
+    ntp_cpu_act_grad(of[op->attr.grad.of], a->f, b->f, o->f, n);
+    break;
+  }
+  case IR_SOFTMAX_GRAD: ntp_cpu_softmax_grad(a->f, b->f, o->f, n / last, last); break;
+  case IR_LAYERNORM_GRAD: ntp_cpu_layernorm_grad(a->f, b->f, o->f, n / last, last, op->attr.norm.eps); break;
+  case IR_RMSNORM_GRAD: ntp_cpu_rmsnorm_grad(a->f, b->f, o->f, n / last, last, op->attr.norm.eps); break;
+  case IR_ATTENTION_GRAD: {
+    int64_t group = op->attr.attn.group ? op->attr.attn.group : a->shape.dim[2] / b->shape.dim[2];
+    if (ntp_cpu_attention_grad(a->f, b->f, args[2]->f, args[3]->f, o->f, op->attr.attn.which, a->shape.dim[0],
+                               a->shape.dim[1], a->shape.dim[2], b->shape.dim[2], a->shape.dim[3], op->attr.attn.causal,
+                               op->attr.attn.scale, op->attr.attn.q_off, group, op->attr.attn.kv_off) != 0) {
+      snprintf(err, cap, "attention_grad: out of memory or kv heads not held");
+      return -1;
+    }
+    break;
+  }
+  case IR_SCATTER_ADD: {
+    int64_t d = o->shape.dim[1], lo = op->attr.gather.hi ? op->attr.gather.lo : 0;
+    if (ntp_cpu_scatter_add(a->i, b->f, o->f, shape_numel(&a->shape), d, lo, o->shape.dim[0]) != 0) {
+      snprintf(err, cap, "scatter_add: out of memory");
+      return -1;
+    }
+    break;
+  }
+  case IR_PAD: {
+    int ax = op->attr.slice.axis;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < ax; i++) outer *= o->shape.dim[i];
+    for (int i = ax + 1; i < o->shape.ndim; i++) inner *= o->shape.dim[i];
+    int64_t len = op->attr.slice.len, full = o->shape.dim[ax];
+    memset(o->f, 0, (size_t)n * sizeof(float));
+    for (int64_t i = 0; i < outer; i++)
+      memcpy(o->f + (i * full + op->attr.slice.start) * inner, a->f + i * len * inner, (size_t)(len * inner) * sizeof(float));
     break;
   }
   case IR_OP_COUNT: break;
@@ -275,6 +331,32 @@ int ntp_cpu_run(const ntp_module *m, uint64_t seed, int keep_all, ntp_cpu_result
 
 int ntp_cpu_run_params(const ntp_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
                        ntp_cpu_result *res, char *err, size_t cap) {
+  return ntp_cpu_run_given(m, seed, keep_all, params, NULL, res, err, cap);
+}
+
+/* A given global tensor as value v's: its shape checked, its values rounded to v's dtype. */
+static int take_given(const ntp_module *m, int32_t v, const ntp_host_tensor *g, ntp_host_tensor *t, char *err,
+                      size_t cap) {
+  const ntp_value *val = &m->values[v];
+  if (!shape_eq(&g->shape, &val->shape) || (val->dtype == NTP_I32) != (g->i != NULL)) {
+    char a[96], b[96];
+    snprintf(err, cap, "'%s': given %s%s, the model has %s%s", val->name ? val->name : "?",
+             g->i ? "i32" : "float", shape_str(&g->shape, a, sizeof a), dtype_name(val->dtype),
+             shape_str(&val->shape, b, sizeof b));
+    return -1;
+  }
+  size_t n = (size_t)shape_numel(&val->shape);
+  if (g->i) {
+    memcpy(t->i, g->i, n * sizeof *t->i);
+  } else {
+    memcpy(t->f, g->f, n * sizeof *t->f);
+    ntp_round_buf(t->f, n, round_mode(val->dtype));
+  }
+  return 0;
+}
+
+int ntp_cpu_run_given(const ntp_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
+                      const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap) {
   *res = (ntp_cpu_result){0};
   size_t nv = m->n_values;
   ntp_host_tensor *t = calloc(nv ? nv : 1, sizeof *t);
@@ -318,7 +400,9 @@ int ntp_cpu_run_params(const ntp_module *m, uint64_t seed, int keep_all, const n
       goto done;
     }
     double ti = op->code == IR_INPUT || op->code == IR_PARAM ? now_seconds() : 0;
-    if (op->code == IR_PARAM && params) {
+    if ((op->code == IR_PARAM || op->code == IR_INPUT) && given && given[op->result]) {
+      if (take_given(m, op->result, given[op->result], &t[op->result], err, cap) != 0) goto done;
+    } else if (op->code == IR_PARAM && params) {
       const ntp_value *v = &m->values[op->result];
       ntp_box full = box_full(&v->shape);
       if (ntp_safetensors_read_box(params, v->name, v->dtype, &v->shape, &full, t[op->result].f, err, cap) != 0) goto done;

@@ -35,6 +35,11 @@ int ntp_cpu_run(const ntp_module *m, uint64_t seed, int keep_all, ntp_cpu_result
 typedef struct ntp_safetensors ntp_safetensors;
 int ntp_cpu_run_params(const ntp_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
                        ntp_cpu_result *res, char *err, size_t errlen);
+/* The same with values given: given[v] (NULL, or an array over the module's values), when
+ * set for an input or parameter v, replaces its initialisation (a global tensor of v's shape,
+ * float values rounded to v's dtype here, or int32). */
+int ntp_cpu_run_given(const ntp_module *m, uint64_t seed, int keep_all, const ntp_safetensors *params,
+                      const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t errlen);
 void ntp_cpu_result_free(ntp_cpu_result *res);
 
 /* The slice `box` of the same: what one rank holds of a sharded input or parameter. */

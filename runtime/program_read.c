@@ -165,13 +165,21 @@ static void attrs(reader *r, ntp_op *o) {
     a->init.int_range = i32(r);
     break;
   case IR_CONST: a->cst.value = f64(r); break;
-  case IR_GATHER: a->gather.lo = i64(r); a->gather.hi = i64(r); break;
-  case IR_SLICE: a->slice.axis = i32(r); a->slice.start = i64(r); a->slice.len = i64(r); break;
-  case IR_MATMUL: a->mm.trans_b = boolean(r); break;
-  case IR_LAYERNORM: case IR_RMSNORM: a->norm.eps = f32(r); break;
-  case IR_ROPE: a->rope.theta = f32(r); a->rope.pos0 = i64(r); break;
-  case IR_ATTENTION:
+  case IR_GATHER: case IR_SCATTER_ADD: a->gather.lo = i64(r); a->gather.hi = i64(r); break;
+  case IR_SLICE: case IR_PAD: a->slice.axis = i32(r); a->slice.start = i64(r); a->slice.len = i64(r); break;
+  case IR_MATMUL: a->mm.trans_b = boolean(r); a->mm.trans_a = boolean(r); break;
+  case IR_LAYERNORM: case IR_RMSNORM: case IR_LAYERNORM_GRAD: case IR_RMSNORM_GRAD: a->norm.eps = f32(r); break;
+  case IR_ROPE: a->rope.theta = f32(r); a->rope.pos0 = i64(r); a->rope.inverse = boolean(r); break;
+  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: a->ce.ignore = i64(r); break;
+  case IR_ACT_GRAD:
+    a->grad.of = i32(r);
+    if (!r->bad && (a->grad.of < 0 || a->grad.of >= IR_OP_COUNT || !ir_op_is_unary_elementwise((ir_opcode)a->grad.of)))
+      fail(r, "act_grad of opcode %d", a->grad.of);
+    break;
+  case IR_ATTENTION: case IR_ATTENTION_GRAD:
     a->attn.causal = boolean(r);
+    a->attn.which = (uint8_t)u8(r);
+    if (a->attn.which > 2) fail(r, "attention_grad of operand %u", a->attn.which);
     a->attn.scale = f32(r);
     a->attn.q_off = i64(r);
     a->attn.group = i64(r);

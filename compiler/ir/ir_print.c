@@ -43,23 +43,34 @@ void ir_print_attrs(const ir_op *op, FILE *out) {
     if (op->attr.init.int_range) fprintf(out, "  init [0, %d)", op->attr.init.int_range);
     break;
   case IR_CONST: fprintf(out, "  %.9g", op->attr.cst.value); break;
-  case IR_MATMUL: if (op->attr.mm.trans_b) fputs("  trans_b", out); break;
-  case IR_LAYERNORM: case IR_RMSNORM: fprintf(out, "  eps=%g", op->attr.norm.eps); break;
+  case IR_MATMUL:
+    if (op->attr.mm.trans_a) fputs("  trans_a", out);
+    if (op->attr.mm.trans_b) fputs("  trans_b", out);
+    break;
+  case IR_LAYERNORM: case IR_RMSNORM: case IR_LAYERNORM_GRAD: case IR_RMSNORM_GRAD:
+    fprintf(out, "  eps=%g", op->attr.norm.eps);
+    break;
   case IR_ROPE:
     fprintf(out, "  theta=%g", op->attr.rope.theta);
     if (op->attr.rope.pos0) fprintf(out, " pos0=%lld", (long long)op->attr.rope.pos0);
+    if (op->attr.rope.inverse) fputs(" inverse", out);
     break;
-  case IR_ATTENTION:
+  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD:
+    fprintf(out, "  ignore=%lld", (long long)op->attr.ce.ignore);
+    break;
+  case IR_ACT_GRAD: fprintf(out, "  of=%s", ir_op_name((ir_opcode)op->attr.grad.of)); break;
+  case IR_ATTENTION: case IR_ATTENTION_GRAD:
+    if (op->code == IR_ATTENTION_GRAD) fprintf(out, "  d%c", "qkv"[op->attr.attn.which % 3]);
     fprintf(out, "  scale=%.6g%s", op->attr.attn.scale, op->attr.attn.causal ? " causal" : "");
     if (op->attr.attn.q_off || op->attr.attn.kv_off)
       fprintf(out, " q_off=%lld kv_off=%lld group=%lld", (long long)op->attr.attn.q_off,
               (long long)op->attr.attn.kv_off, (long long)op->attr.attn.group);
     break;
-  case IR_GATHER:
+  case IR_GATHER: case IR_SCATTER_ADD:
     if (op->attr.gather.hi)
       fprintf(out, "  rows [%lld, %lld)", (long long)op->attr.gather.lo, (long long)op->attr.gather.hi);
     break;
-  case IR_SLICE:
+  case IR_SLICE: case IR_PAD:
     fprintf(out, "  axis=%d [%lld, %lld)", op->attr.slice.axis, (long long)op->attr.slice.start,
             (long long)(op->attr.slice.start + op->attr.slice.len));
     break;

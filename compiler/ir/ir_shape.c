@@ -17,6 +17,14 @@ static bool broadcast(const ntp_shape *a, const ntp_shape *b, ntp_shape *out) {
   return true;
 }
 
+/* a's leading dims (all but its last) equal b's dims */
+static bool same_lead(const ntp_shape *a, const ntp_shape *b) {
+  if (a->ndim < 1 || b->ndim != a->ndim - 1) return false;
+  for (int i = 0; i < b->ndim; i++)
+    if (a->dim[i] != b->dim[i]) return false;
+  return true;
+}
+
 bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *dt, char *err, size_t cap) {
   const ir_value *a = op->nargs > 0 ? &m->values[op->args[0]] : NULL;
   const ir_value *b = op->nargs > 1 ? &m->values[op->args[1]] : NULL;
@@ -66,9 +74,11 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
       return ir_fail(err, cap, "matmul needs a left operand with at least 1 dim");
     if (b->shape.ndim < 2) return ir_fail(err, cap, "matmul right operand must have at least 2 dims, got %s",
                                        shape_str(&b->shape, sb, 96));
+    bool ta = op->attr.mm.trans_a;
+    if (ta && a->shape.ndim < 2) return ir_fail(err, cap, "a transposed matmul operand needs at least 2 dims");
     int64_t bk = b->shape.dim[b->shape.ndim - (op->attr.mm.trans_b ? 1 : 2)];
     int64_t bn = b->shape.dim[b->shape.ndim - (op->attr.mm.trans_b ? 2 : 1)];
-    int64_t ak = a->shape.dim[a->shape.ndim - 1];
+    int64_t ak = a->shape.dim[a->shape.ndim - (ta ? 2 : 1)];
     if (ak != bk)
       return ir_fail(err, cap, "matmul inner dims differ: %s @ %s%s (%lld vs %lld)", shape_str(&a->shape, sa, 96),
                   shape_str(&b->shape, sb, 96), op->attr.mm.trans_b ? " transposed" : "", (long long)ak,
@@ -82,6 +92,7 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
                     shape_str(&b->shape, sb, 96));
     }
     *shape = a->shape;
+    if (ta) shape->dim[shape->ndim - 2] = a->shape.dim[a->shape.ndim - 1];
     shape->dim[shape->ndim - 1] = bn;
     *dt = a->dtype;
     return true;
@@ -142,6 +153,81 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
     *dt = a->dtype;
     return true;
   }
+  case IR_CROSS_ENTROPY:
+    if (!dtype_is_float(a->dtype) || a->shape.ndim < 1)
+      return ir_fail(err, cap, "cross_entropy needs float logits [..., V], got %s%s", dtype_name(a->dtype),
+                     shape_str(&a->shape, sa, 96));
+    if (b->dtype != NTP_I32) return ir_fail(err, cap, "cross_entropy targets must be i32, got %s", dtype_name(b->dtype));
+    if (b->shape.ndim != a->shape.ndim - 1 || !same_lead(&a->shape, &b->shape))
+      return ir_fail(err, cap, "cross_entropy targets %s must be the logits' shape %s without its last dim",
+                     shape_str(&b->shape, sb, 96), shape_str(&a->shape, sa, 96));
+    *shape = (ntp_shape){0};
+    *dt = NTP_FP32;
+    return true;
+
+  case IR_SUM_TO: {
+    /* the result's shape must be one that broadcasts to the operand's */
+    ntp_shape r = m->values[op->result].shape, bc;
+    if (!broadcast(&r, &a->shape, &bc) || !shape_eq(&bc, &a->shape))
+      return ir_fail(err, cap, "sum_to %s from %s: not a broadcast of it", shape_str(&r, sb, 96), shape_str(&a->shape, sa, 96));
+    *shape = r;
+    *dt = a->dtype;
+    return true;
+  }
+
+  case IR_ACT_GRAD: case IR_SOFTMAX_GRAD: case IR_LAYERNORM_GRAD: case IR_RMSNORM_GRAD:
+    if (!shape_eq(&a->shape, &b->shape) || a->dtype != b->dtype || !dtype_is_float(a->dtype))
+      return ir_fail(err, cap, "'%s' needs two float operands of one shape and dtype, got %s%s and %s%s",
+                     ir_op_name(op->code), dtype_name(a->dtype), shape_str(&a->shape, sa, 96), dtype_name(b->dtype),
+                     shape_str(&b->shape, sb, 96));
+    if (op->code == IR_ACT_GRAD && !ir_op_is_unary_elementwise((ir_opcode)op->attr.grad.of))
+      return ir_fail(err, cap, "act_grad of '%s'", ir_op_name((ir_opcode)op->attr.grad.of));
+    *shape = a->shape;
+    *dt = a->dtype;
+    return true;
+
+  case IR_ATTENTION_GRAD: {
+    const ir_value *v = &m->values[op->args[2]], *dy = &m->values[op->args[3]];
+    if (a->shape.ndim != 4 || b->shape.ndim != 4 || !shape_eq(&b->shape, &v->shape) || !shape_eq(&dy->shape, &a->shape))
+      return ir_fail(err, cap, "attention_grad needs q, dy [B, S, H, HD] and k, v [B, S, KV, HD]");
+    if (op->attr.attn.which > 2) return ir_fail(err, cap, "attention_grad: which %d", op->attr.attn.which);
+    *shape = op->attr.attn.which == 0 ? a->shape : b->shape;
+    *dt = a->dtype;
+    return true;
+  }
+
+  case IR_SCATTER_ADD: {
+    ntp_shape r = m->values[op->result].shape;
+    if (a->dtype != NTP_I32 || r.ndim != 2 || b->shape.ndim != a->shape.ndim + 1 || !same_lead(&b->shape, &a->shape) ||
+        b->shape.dim[b->shape.ndim - 1] != r.dim[1])
+      return ir_fail(err, cap, "scatter_add needs i32 indices [...], rows [..., D] and a table [V, D]");
+    *shape = r;
+    *dt = b->dtype;
+    return true;
+  }
+
+  case IR_PAD: {
+    ntp_shape r = m->values[op->result].shape;
+    int ax = op->attr.slice.axis;
+    bool ok = ax >= 0 && ax < r.ndim && r.ndim == a->shape.ndim && op->attr.slice.len == a->shape.dim[ax] &&
+              op->attr.slice.start >= 0 && op->attr.slice.start + op->attr.slice.len <= r.dim[ax];
+    for (int d = 0; ok && d < r.ndim; d++) ok = d == ax || r.dim[d] == a->shape.dim[d];
+    if (!ok) return ir_fail(err, cap, "pad %s into %s: not a slice of it", shape_str(&a->shape, sa, 96), shape_str(&r, sb, 96));
+    *shape = r;
+    *dt = a->dtype;
+    return true;
+  }
+
+  case IR_CROSS_ENTROPY_GRAD: {
+    const ir_value *g = &m->values[op->args[2]];
+    if (!dtype_is_float(a->dtype) || b->dtype != NTP_I32 || b->shape.ndim != a->shape.ndim - 1 ||
+        !same_lead(&a->shape, &b->shape) || g->shape.ndim != 0)
+      return ir_fail(err, cap, "cross_entropy_grad needs logits [..., V], targets [...] and a scalar gradient");
+    *shape = a->shape;
+    *dt = a->dtype;
+    return true;
+  }
+
   case IR_OP_COUNT:
     break;
   }

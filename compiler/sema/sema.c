@@ -190,8 +190,57 @@ static int32_t scalar_const(sema *s, double num, ntp_dtype dt, ntp_loc loc) {
   return v;
 }
 
+/* cross_entropy(logits, targets [, ignore = N]): the mean over tokens of -log softmax(logits)[target],
+ * targets equal to `ignore` (default -1) skipped. The targets' default range becomes the
+ * vocabulary (the logits' last dim), as an embedding sets its tokens'. */
+static tval lower_cross_entropy(sema *s, const ast_expr *e) {
+  const ast_arg *pos[2] = {0};
+  int np = 0;
+  ir_op attrs = {.attr.ce.ignore = -1};
+  for (const ast_arg *a = e->call.args; a; a = a->next) {
+    if (!a->key) {
+      if (np < 2) pos[np] = a;
+      np++;
+      continue;
+    }
+    if (strcmp(a->key, "ignore") != 0) {
+      sema_error(s, a->key_loc, "cross_entropy has no argument '%s' (it takes logits, targets and ignore = N)", a->key);
+      return err_val();
+    }
+    tval v = sema_lower_expr(s, a->value);
+    if (v.kind == TV_ERROR) return v;
+    if (v.kind != TV_NUMBER || !v.is_int) {
+      sema_error(s, a->value->loc, "ignore = needs an integer (the target id to skip)");
+      return err_val();
+    }
+    attrs.attr.ce.ignore = (int64_t)v.num;
+  }
+  if (np != 2) {
+    sema_error(s, e->loc, "cross_entropy takes two tensors, logits and targets (got %d)", np);
+    return err_val();
+  }
+  tval l = sema_lower_expr(s, pos[0]->value), t = sema_lower_expr(s, pos[1]->value);
+  if (l.kind == TV_ERROR || t.kind == TV_ERROR) return err_val();
+  if (l.kind != TV_TENSOR || t.kind != TV_TENSOR) {
+    sema_error(s, (l.kind != TV_TENSOR ? pos[0] : pos[1])->value->loc, "cross_entropy needs a tensor, got a number");
+    return err_val();
+  }
+  int32_t args[2] = {l.value, t.value};
+  int32_t v = sema_op(s, IR_CROSS_ENTROPY, args, 2, e->loc, &attrs);
+  if (v < 0) return err_val();
+  ir_op *def = ir_def(s->m, t.value);
+  const ntp_shape *ls = &s->m->values[l.value].shape;
+  int64_t V = ls->dim[ls->ndim - 1];
+  if (def->code == IR_INPUT && !strmap_get(&s->narrowed, s->m->values[t.value].name, NULL)) {
+    def->attr.init.int_range = (int32_t)(V < INT32_MAX ? V : INT32_MAX);
+    strmap_put(&s->narrowed, s->m->values[t.value].name, 1);
+  }
+  return tensor_val(v);
+}
+
 static tval lower_call(sema *s, const ast_expr *e) {
   if (e->call.label) return sema_lower_layer(s, e);
+  if (strcmp(e->call.callee, "cross_entropy") == 0) return lower_cross_entropy(s, e);
   for (int i = 0; i < N_ELEMENTWISE; i++) {
     if (strcmp(e->call.callee, elementwise_fns[i].name) != 0) continue;
     const ast_arg *a = e->call.args;
@@ -212,8 +261,9 @@ static tval lower_call(sema *s, const ast_expr *e) {
                e->call.callee, e->call.callee);
     return err_val();
   }
-  const char *cands[N_ELEMENTWISE + 64];
+  const char *cands[N_ELEMENTWISE + 65];
   size_t n = 0;
+  cands[n++] = "cross_entropy";
   for (int i = 0; i < N_ELEMENTWISE; i++) cands[n++] = elementwise_fns[i].name;
   for (int32_t k = 0; k < layer_nkinds && k < 64; k++) cands[n++] = layer_kinds[k]->name;
   const char *near = nearest_name(e->call.callee, cands, n);

@@ -35,7 +35,7 @@ int dtype_lookup(const char *s);
 
 /* ---- shapes ---- */
 #define NTP_MAX_RANK 6
-#define NTP_MAX_ARGS 3
+#define NTP_MAX_ARGS 4
 
 typedef struct ntp_shape {
   int32_t ndim;
@@ -73,7 +73,18 @@ const char *shape_str(const ntp_shape *s, char *buf, size_t cap);
   X(LAYERNORM, "layernorm", 1) /* (x - mean) / sqrt(var + eps) over the last dim; no affine */ \
   X(RMSNORM, "rmsnorm", 1)     /* x / sqrt(mean(x^2) + eps) over the last dim; no affine */ \
   X(ROPE, "rope", 1)           /* x [B, S, H, HD], rotate-half, theta */                    \
-  X(ATTENTION, "attention", 3) /* q [B,S,H,HD], k, v [B,S,KV,HD] -> [B,S,H,HD] */
+  X(ATTENTION, "attention", 3) /* q [B,S,H,HD], k, v [B,S,KV,HD] -> [B,S,H,HD] */             \
+  X(CROSS_ENTROPY, "cross_entropy", 2) /* logits [..., V], targets i32 [...] -> fp32 [] mean */ \
+  /* ---- backward ops (compiler/grad/): what the gradient pass emits ---- */                   \
+  X(SUM_TO, "sum_to", 1)             /* x summed to the result's shape (broadcasting undone) */  \
+  X(ACT_GRAD, "act_grad", 2)         /* (x, or y for tanh/sigmoid; dy): dy * f'; grad.of = f */  \
+  X(SOFTMAX_GRAD, "softmax_grad", 2) /* (y, dy) -> y * (dy - sum(dy * y)) over the last dim */   \
+  X(LAYERNORM_GRAD, "layernorm_grad", 2) /* (x, dy) -> dx */                                    \
+  X(RMSNORM_GRAD, "rmsnorm_grad", 2) /* (x, dy) -> dx */                                        \
+  X(ATTENTION_GRAD, "attention_grad", 4) /* (q, k, v, dy) -> dq, dk or dv (attn.which) */       \
+  X(SCATTER_ADD, "scatter_add", 2)   /* (index i32 [...], dy [..., D]) -> table [V, D] */        \
+  X(PAD, "pad", 1)                   /* x placed at [start, start+len) of the result's axis */   \
+  X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) /* (logits, targets, dloss []) -> dlogits */
 
 typedef enum {
 #define X(e, s, n) IR_##e,
@@ -89,14 +100,18 @@ bool ir_op_is_binary_elementwise(ir_opcode op);
 
 /* An op's attributes, by opcode (which member is meaningful). */
 typedef union ntp_op_attr {
-  struct { bool trans_b; } mm;
+  struct { bool trans_b, trans_a; } mm;                  /* trans_a: a is [..., K, M] */
   struct { float eps; } norm;
-  struct { float theta; int64_t pos0; } rope;           /* pos0: first position (a sequence shard) */
-  struct { bool causal; float scale; int64_t q_off, group, kv_off; } attn; /* query head n uses kv head n/group */
+  struct { float theta; int64_t pos0; bool inverse; } rope; /* pos0: first position (a sequence shard);
+                                                            inverse: rotate back (its backward) */
+  struct { bool causal; uint8_t which; float scale; int64_t q_off, group, kv_off; } attn; /* query head n uses
+                                                            kv head n/group; which: attention_grad's 0 dq, 1 dk, 2 dv */
   struct { int64_t lo, hi; } gather;                     /* table rows held: [lo, hi); hi = 0: all */
   struct { int32_t axis; int64_t start, len; } slice;
   struct { double value; } cst;
   struct { float center, scale; int32_t int_range; } init; /* param / input: center + scale * U[-1, 1) */
+  struct { int64_t ignore; } ce;                          /* cross_entropy: targets equal to it are skipped */
+  struct { int32_t of; } grad;                            /* act_grad: the forward op (ir_opcode) */
   uint64_t raw[4];                                        /* all of the above: equality and hashing */
 } ntp_op_attr;
 

@@ -1,4 +1,4 @@
-/* cli.h — what the two commands of the CLI (ntpc, ntpc plan) share. */
+/* cli.h — what the commands of the CLI (ntpc, ntpc plan, ntpc train) share. */
 #ifndef NTP_CLI_H
 #define NTP_CLI_H
 
@@ -8,7 +8,12 @@
  * NULL if argv[*i] is another option, with *missing set when the value is absent. */
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *missing);
 
-/* `ntpc plan` (plan_cmd.c): its own options, its exit status. */
+/* Whether diagnostics get colour: --color=WHEN (auto, the default: stderr is a terminal and
+ * NO_COLOR is unset; always; never). */
+int cli_color(const char *when);
+
+/* `ntpc plan` (plan_cmd.c) and `ntpc train` (train_cmd.c): their own options, their exit status. */
 int ntpc_plan_command(int argc, char **argv);
+int ntpc_train_command(int argc, char **argv);
 
 #endif

@@ -1,5 +1,8 @@
-/* cli_args.c — option values as both commands of the CLI (ntpc, ntpc plan) take them. */
+/* cli_args.c — option values and colour as the commands of the CLI take them. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -14,4 +17,9 @@ const char *cli_option_value(int argc, char **argv, int *i, const char *name, bo
     return NULL;
   }
   return argv[++*i];
+}
+
+int cli_color(const char *when) {
+  if (!when || strcmp(when, "auto") == 0) return isatty(fileno(stderr)) && !getenv("NO_COLOR");
+  return strcmp(when, "always") == 0;
 }

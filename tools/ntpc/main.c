@@ -30,6 +30,7 @@ static const char usage_text[] =
     "       ntpc run FILE [options]            compile and run the forward pass\n"
     "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
     "       ntpc plan FILE --world W [--gpu h200] [--fail R,..]  choose per-layer degrees (see 'ntpc plan --help')\n"
+    "       ntpc train FILE --data TOKENS --steps N [--lr X]  train with AdamW (see 'ntpc train --help')\n"
     "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda, image\n"
     "       ntpc --help | --version\n"
     "\n"
@@ -57,7 +58,7 @@ static const char usage_text[] =
     "  --color=WHEN       auto | always | never (diagnostics)\n"
     "  -ferror-limit=N    stop after N errors (default 20; 0: no limit)\n"
     "  --dump-after=PASS  print what a pass built, as it completes (comma-separated; passes: parse,\n"
-    "                     sema, place, autoplan, shard, memplan, codegen)\n"
+    "                     sema, grad, place, autoplan, shard, memplan, codegen, image)\n"
     "\n"
     "exit status: 0 ok, 1 errors in the input, 2 usage or environment errors\n";
 
@@ -75,11 +76,6 @@ static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\nTry 'ntpc --help'.\n");
   return 2;
-}
-
-static int color_wanted(const char *when) {
-  if (!when || strcmp(when, "auto") == 0) return isatty(fileno(stderr)) && !getenv("NO_COLOR");
-  return strcmp(when, "always") == 0;
 }
 
 /* Writes via a temporary file renamed into place, so a failure leaves no partial output. */
@@ -523,6 +519,7 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "train") == 0) return ntpc_train_command(argc - 1, argv + 1);
   options o = {.world = -1, .iters = 10};
   ntp_outfile_install_cleanup(); /* a killed ntpc leaves no temporary or half-built file */
   ntpc_session *s = ntpc_session_new();
@@ -570,7 +567,7 @@ int main(int argc, char **argv) {
   else if (wants_shards || library || cuda || (o.plan && o.command)) ntpc_set_world(s, 0);
   ntpc_want_cuda(s, library || cuda || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
   ntpc_status st = ntpc_compile_file(s, o.file);
-  ntpc_print_diags(s, stderr, color_wanted(o.color));
+  ntpc_print_diags(s, stderr, cli_color(o.color));
   if (st == NTPC_ERR_USAGE) {
     fprintf(stderr, "ntpc: error: %s\n", ntpc_last_error(s));
     rc = 2;

@@ -91,11 +91,6 @@ typedef struct plan_opts {
   double mem_cap_gib;
 } plan_opts;
 
-static int color_of(const char *when) {
-  if (!when || strcmp(when, "auto") == 0) return isatty(fileno(stderr)) && !getenv("NO_COLOR");
-  return strcmp(when, "always") == 0;
-}
-
 /* A session with the model compiled (and, when plan_file is set, that plan active). */
 static ntpc_session *compile_model(const plan_opts *o, const char *plan_file, const char *plan_name, int32_t world,
                                    int *rc) {
@@ -117,13 +112,13 @@ static ntpc_session *compile_model(const plan_opts *o, const char *plan_file, co
   ntpc_set_world(s, world);
   ntpc_status st = ntpc_compile_file(s, o->file);
   if (st != NTPC_OK) {
-    ntpc_print_diags(s, stderr, color_of(o->color));
+    ntpc_print_diags(s, stderr, cli_color(o->color));
     if (st == NTPC_ERR_USAGE) fprintf(stderr, "ntpc plan: error: %s\n", ntpc_last_error(s));
     *rc = st == NTPC_ERR_USAGE ? 2 : st == NTPC_ERR_INTERNAL ? 3 : 1;
     ntpc_session_free(s);
     return NULL;
   }
-  ntpc_print_diags(s, stderr, color_of(o->color)); /* warnings */
+  ntpc_print_diags(s, stderr, cli_color(o->color)); /* warnings */
   return s;
 }
 
@@ -138,7 +133,7 @@ static const char *gib(double b, char *buf, size_t cap) {
 /* What the planner reported into the session's sink since diagnostic `from`: rendered with the
  * sources (caret, notes); exit 1, or 3 when it ran out of memory. */
 static int planner_failed(ntpc_session *s, const plan_opts *o, size_t from) {
-  ntpc_print_diags_from(s, from, stderr, color_of(o->color));
+  ntpc_print_diags_from(s, from, stderr, cli_color(o->color));
   if (ntpc_diag_sink(s)->out_of_memory) {
     fprintf(stderr, "ntpc plan: error: out of memory\n");
     return 3;
@@ -166,7 +161,7 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
   free(pls);
   if (p) sh_plan_memory(p);
   if (!p || !sh_verify(p, err, sizeof err) || !sh_check_memory(p, err, sizeof err)) {
-    ntpc_print_diags_from(s, seen, stderr, color_of(o->color));
+    ntpc_print_diags_from(s, seen, stderr, cli_color(o->color));
     fprintf(stderr, "ntpc plan: internal error: the compiler rejects the plan chosen for it%s%s (not written)\n",
             p ? ": " : "", p ? err : "");
     sh_program_free(p);

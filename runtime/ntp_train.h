@@ -1,0 +1,72 @@
+/* ntp_train.h — training on the CPU reference: AdamW over a module compiled with its
+ * gradient pass (ntpc_want_grad), and the llm.c token files it reads (docs/training.md). */
+#ifndef NTP_TRAIN_H
+#define NTP_TRAIN_H
+
+#include <stdint.h>
+
+#include "ntprt.h"
+
+/* ---- AdamW (train.c) ---------------------------------------------------------------- */
+typedef struct ntp_adamw {
+  double lr;          /* peak learning rate */
+  double min_lr_frac; /* the cosine decays to lr * min_lr_frac at the last step */
+  int64_t warmup;     /* steps of linear warmup: lr * (step + 1) / warmup */
+  int64_t steps;      /* the schedule's length */
+  double beta1, beta2, eps;
+  double weight_decay; /* decoupled, on matrices and embedding tables (parameters of 2 or more dims) */
+  double clip;         /* the gradients' global norm is clipped to this; 0: no clipping */
+} ntp_adamw;
+
+/* lr 1e-3, min_lr_frac 0.1, warmup 0, steps 1, betas 0.9 and 0.95, eps 1e-8, weight decay 0.1,
+ * clip 1 */
+void ntp_adamw_defaults(ntp_adamw *o);
+/* The learning rate of step `step` (0-based) */
+double ntp_adamw_lr(const ntp_adamw *o, int64_t step);
+
+typedef struct ntp_train_stats {
+  int64_t step;     /* 1-based, the step just taken */
+  double loss;      /* its loss (before the update) */
+  double grad_norm; /* the gradients' global norm, before clipping */
+  double lr;
+  double seconds; /* forward + backward + update */
+} ntp_train_stats;
+
+typedef struct ntp_trainer ntp_trainer;
+
+/* m: a module with its gradient pass (a loss output and "grad.NAME" outputs). Parameters from
+ * `params` (NULL: the default initialisation with seed), fp32 master copies of them and zero
+ * moments; the module's parameters are the masters rounded to its dtype. */
+int ntp_trainer_new(const ntp_module *m, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
+                    ntp_trainer **out, char *err, size_t cap);
+/* One step: forward and backward with the inputs given (given[v] for input values v, as for
+ * ntp_cpu_run_given), then the update. keep: keep the run's inputs and parameters as well, for
+ * ntp_trainer_last (a --dump). */
+int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
+                     size_t cap);
+/* The last step's run: its outputs (the loss, then the gradients "grad.NAME"), and with keep its
+ * inputs and the parameters it ran with. */
+const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t);
+/* The current parameters (the masters rounded to the module's dtype), in the module's order. */
+size_t ntp_trainer_params(const ntp_trainer *t, const ntp_host_tensor **params);
+void ntp_trainer_free(ntp_trainer *t);
+
+/* ---- token files (tokens.c): llm.c's format ------------------------------------------ */
+/* A header of 256 little-endian int32 (magic 20240520, version 1, token count, the rest 0),
+ * then the tokens as uint16. */
+typedef struct ntp_tokens ntp_tokens;
+int ntp_tokens_open(const char *path, ntp_tokens **out, char *err, size_t cap);
+int64_t ntp_tokens_count(const ntp_tokens *d);
+/* The next batch of rows x len tokens and their targets (each token's successor): rows*len+1
+ * consecutive tokens from the current position, which then advances by rows*len; past the end
+ * it starts again (an epoch). With shuffle, every epoch visits the windows in an order drawn
+ * from (seed, epoch). Token ids must be below vocab: -1 with a message otherwise, or when the
+ * file holds fewer than rows*len+1 tokens. */
+int ntp_tokens_next(ntp_tokens *d, int64_t rows, int64_t len, int64_t vocab, int32_t *tokens, int32_t *targets,
+                    char *err, size_t cap);
+void ntp_tokens_shuffle(ntp_tokens *d, uint64_t seed);
+void ntp_tokens_close(ntp_tokens *d);
+/* Writes tokens (uint16 ids) as a token file, whole or not at all. */
+int ntp_tokens_save(const char *path, const uint16_t *ids, int64_t n, char *err, size_t cap);
+
+#endif

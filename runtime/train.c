@@ -1,0 +1,196 @@
+/* train.c — AdamW training on the CPU reference (ntp_train.h): every step runs the module's
+ * forward and backward ops with the current parameters, clips the gradients by their global
+ * norm, and updates fp32 master weights with AdamW (bias-corrected moments, decoupled weight
+ * decay on matrices and embeddings); the module then runs with the masters rounded to its
+ * dtype, as mixed-precision training does. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_kernels.h"
+#include "ntp_train.h"
+
+void ntp_adamw_defaults(ntp_adamw *o) {
+  *o = (ntp_adamw){.lr = 1e-3, .min_lr_frac = 0.1, .warmup = 0, .steps = 1, .beta1 = 0.9, .beta2 = 0.95,
+                   .eps = 1e-8, .weight_decay = 0.1, .clip = 1.0};
+}
+
+/* linear warmup, then a cosine from lr to lr * min_lr_frac over the remaining steps */
+double ntp_adamw_lr(const ntp_adamw *o, int64_t step) {
+  if (step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+  double lo = o->lr * o->min_lr_frac;
+  int64_t span = o->steps - o->warmup;
+  if (span <= 1) return o->lr;
+  double ratio = (double)(step - o->warmup) / (double)(span - 1);
+  if (ratio > 1) ratio = 1;
+  return lo + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (o->lr - lo);
+}
+
+typedef struct tparam {
+  int32_t value;       /* in the module */
+  int32_t grad_output; /* the output holding its gradient; -1: none (it does not affect the loss) */
+  ntp_host_tensor cur; /* the master rounded to the module's dtype: what the module runs with */
+  float *master, *m, *v;
+  int64_t n;
+  bool decay;
+} tparam;
+
+struct ntp_trainer {
+  const ntp_module *mod;
+  ntp_adamw o;
+  uint64_t seed;
+  tparam *p;
+  size_t np;
+  int32_t loss_output;
+  int64_t step;
+  const ntp_host_tensor **given; /* [n_values] */
+  ntp_host_tensor *cur;          /* [np]: the cur tensors, contiguous (ntp_trainer_params) */
+  ntp_cpu_result last;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ntp_round_mode mode_of(ntp_dtype dt) {
+  return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
+}
+
+void ntp_trainer_free(ntp_trainer *t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->np; i++) {
+    free(t->p[i].master);
+    free(t->p[i].m);
+    free(t->p[i].v);
+    free(t->p[i].cur.f);
+  }
+  free(t->p);
+  free(t->cur);
+  free(t->given);
+  ntp_cpu_result_free(&t->last);
+  free(t);
+}
+
+int ntp_trainer_new(const ntp_module *m, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
+                    ntp_trainer **out, char *err, size_t cap) {
+  *out = NULL;
+  ntp_trainer *t = calloc(1, sizeof *t);
+  if (!t) goto oom;
+  t->mod = m;
+  t->o = *o;
+  t->seed = seed;
+  t->loss_output = -1;
+  for (size_t k = 0; k < m->n_outputs; k++) {
+    const ntp_value *v = &m->values[m->outputs[k].value];
+    if (v->shape.ndim == 0 && strncmp(m->outputs[k].name, "grad.", 5) != 0 &&
+        (t->loss_output < 0 || strcmp(m->outputs[k].name, "loss") == 0))
+      t->loss_output = (int32_t)k;
+  }
+  if (t->loss_output < 0) {
+    snprintf(err, cap, "the model has no scalar loss output to train");
+    ntp_trainer_free(t);
+    return -1;
+  }
+  size_t cap_p = 0;
+  for (size_t i = 0; i < m->n_ops; i++) cap_p += m->ops[i].code == IR_PARAM;
+  t->p = calloc(cap_p + 1, sizeof *t->p);
+  t->cur = calloc(cap_p + 1, sizeof *t->cur);
+  t->given = calloc(m->n_values + 1, sizeof *t->given);
+  if (!t->p || !t->cur || !t->given) goto oom;
+  for (size_t i = 0; i < m->n_ops; i++) {
+    if (m->ops[i].code != IR_PARAM) continue;
+    int32_t v = m->ops[i].result;
+    const ntp_value *val = &m->values[v];
+    tparam *p = &t->p[t->np++];
+    p->value = v;
+    p->n = shape_numel(&val->shape);
+    p->decay = val->shape.ndim >= 2;
+    p->grad_output = -1;
+    char gname[512];
+    snprintf(gname, sizeof gname, "grad.%s", val->name);
+    for (size_t k = 0; k < m->n_outputs; k++)
+      if (strcmp(m->outputs[k].name, gname) == 0) p->grad_output = (int32_t)k;
+    size_t bytes = (size_t)(p->n ? p->n : 1) * sizeof(float);
+    p->master = malloc(bytes);
+    p->m = calloc(1, bytes);
+    p->v = calloc(1, bytes);
+    p->cur = (ntp_host_tensor){.name = val->name, .dtype = val->dtype, .shape = val->shape, .f = malloc(bytes)};
+    if (!p->master || !p->m || !p->v || !p->cur.f) goto oom;
+    if (params) {
+      ntp_box full = box_full(&val->shape);
+      if (ntp_safetensors_read_box(params, val->name, val->dtype, &val->shape, &full, p->master, err, cap) != 0) {
+        ntp_trainer_free(t);
+        return -1;
+      }
+    } else {
+      ntp_host_tensor h = p->cur;
+      h.f = p->master;
+      ntp_init_tensor(m, v, seed, &h);
+    }
+    memcpy(p->cur.f, p->master, bytes);
+    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(val->dtype));
+  }
+  for (size_t i = 0; i < t->np; i++) t->cur[i] = t->p[i].cur;
+  *out = t;
+  return 0;
+oom:
+  snprintf(err, cap, "out of memory for the trainer's state");
+  ntp_trainer_free(t);
+  return -1;
+}
+
+int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
+                     size_t cap) {
+  const ntp_module *m = t->mod;
+  double t0 = now_s();
+  for (size_t v = 0; v < m->n_values; v++) t->given[v] = given ? given[v] : NULL;
+  for (size_t i = 0; i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
+  ntp_cpu_result_free(&t->last);
+  if (ntp_cpu_run_given(m, t->seed, keep, NULL, t->given, &t->last, err, cap) != 0) return -1;
+  const ntp_cpu_result *r = &t->last;
+  double loss = r->outputs[t->loss_output].f[0];
+  if (!isfinite(loss)) {
+    snprintf(err, cap, "the loss is %g at step %lld", loss, (long long)t->step + 1);
+    return -1;
+  }
+  /* the global norm: every element of every gradient once */
+  double sq = 0;
+  for (size_t i = 0; i < t->np; i++) {
+    if (t->p[i].grad_output < 0) continue;
+    const float *g = r->outputs[t->p[i].grad_output].f;
+    for (int64_t e = 0; e < t->p[i].n; e++) sq += (double)g[e] * g[e];
+  }
+  double norm = sqrt(sq), scale = t->o.clip > 0 && norm > t->o.clip ? t->o.clip / norm : 1.0;
+  double lr = ntp_adamw_lr(&t->o, t->step);
+  int64_t k = ++t->step;
+  double b1 = t->o.beta1, b2 = t->o.beta2, c1 = 1.0 - pow(b1, (double)k), c2 = 1.0 - pow(b2, (double)k);
+  for (size_t i = 0; i < t->np; i++) {
+    tparam *p = &t->p[i];
+    const float *g = p->grad_output >= 0 ? r->outputs[p->grad_output].f : NULL;
+    double wd = p->decay ? t->o.weight_decay : 0.0;
+    for (int64_t e = 0; e < p->n; e++) {
+      double ge = g ? (double)g[e] * scale : 0.0;
+      double mm = b1 * p->m[e] + (1.0 - b1) * ge, vv = b2 * p->v[e] + (1.0 - b2) * ge * ge;
+      p->m[e] = (float)mm;
+      p->v[e] = (float)vv;
+      double w = p->master[e];
+      w -= lr * ((mm / c1) / (sqrt(vv / c2) + t->o.eps) + wd * w);
+      p->master[e] = (float)w;
+      p->cur.f[e] = p->master[e];
+    }
+    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
+  }
+  *st = (ntp_train_stats){.step = k, .loss = loss, .grad_norm = norm, .lr = lr, .seconds = now_s() - t0};
+  return 0;
+}
+
+const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t) { return &t->last; }
+
+size_t ntp_trainer_params(const ntp_trainer *t, const ntp_host_tensor **params) {
+  *params = t->cur; /* the same buffers as p[i].cur: set once, updated in place */
+  return t->np;
+}

@@ -1,0 +1,306 @@
+/* train_cmd.c — `ntpc train`: compile a model with its gradient pass, read batches from an
+ * llm.c token file, and train with AdamW on the CPU reference, printing every step's loss,
+ * learning rate, gradient norm and throughput. Exit status: 0 ok, 1 errors in the input
+ * (the model, the data, a diverging loss), 2 usage or environment, 3 internal. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ntp_train.h"
+#include "ntpc.h"
+#include "session_program.h"
+
+static const char train_usage[] =
+    "usage: ntpc train FILE --data TOKENS [options]\n"
+    "\n"
+    "Trains the model on the CPU reference: each step reads a batch of the model's token input\n"
+    "(rows x positions, as its shape says) and its targets (the next tokens) from an llm.c token\n"
+    "file, runs the forward and backward pass of its loss (an output 'loss = cross_entropy(...)')\n"
+    "and updates the parameters with AdamW (fp32 master weights and moments).\n"
+    "\n"
+    "options:\n"
+    "  --data FILE        the token file (llm.c format: tools/make_tokens.py makes one from text)\n"
+    "  --steps N          steps to take (default 10)\n"
+    "  --lr X             peak learning rate (default 1e-3)\n"
+    "  --warmup N         steps of linear warmup (default 0); then a cosine to lr * --min-lr-frac\n"
+    "  --min-lr-frac X    the cosine's end, as a fraction of --lr (default 0.1)\n"
+    "  --beta1 X, --beta2 X, --eps X   AdamW's (default 0.9, 0.95, 1e-8)\n"
+    "  --weight-decay X   decoupled, on matrices and embeddings (default 0.1)\n"
+    "  --clip X           clip the gradients' global norm to X (default 1; 0: off)\n"
+    "  --shuffle          visit the file's batches in a seeded random order each epoch\n"
+    "  --seed N           the default initialisation's and the shuffle's seed (default 0)\n"
+    "  -D NAME=VALUE      override dim NAME (repeatable), e.g. -D B=8 -D S=64\n"
+    "  --model NAME       the model to train when the file holds several\n"
+    "  --params FILE      start from these parameters (safetensors, global layout)\n"
+    "  --save-params FILE write the trained parameters (safetensors)\n"
+    "  --dump DIR         write step 1's inputs, parameters, loss and every gradient (grad.NAME)\n"
+    "                     as raw files + manifest.tsv (the format of 'ntpc run --dump')\n"
+    "  --quiet, -q        no progress line\n"
+    "  --color=WHEN       auto | always | never (diagnostics)\n"
+    "\n"
+    "exit status: 0 ok, 1 errors in the input or a loss that is not finite, 2 usage\n";
+
+typedef struct train_opts {
+  const char *file, *data, *model, *params, *save_params, *dump, *color;
+  long steps;
+  unsigned long long seed;
+  bool shuffle;
+  ntp_adamw adamw;
+} train_opts;
+
+static int usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "ntpc train: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'ntpc train --help'.\n");
+  return 2;
+}
+
+static bool number(const char *v, double lo, double *out) {
+  char *end;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(d) || d < lo) return false;
+  *out = d;
+  return true;
+}
+
+static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    bool missing = false;
+    double d;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(train_usage, stdout);
+      return 0;
+    } else if (!strcmp(a, "--shuffle")) {
+      o->shuffle = true;
+    } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+      ntp_progress_enable(0);
+    } else if (!strncmp(a, "-D", 2)) {
+      const char *def = a[2] ? a + 2 : i + 1 < argc ? argv[++i] : NULL;
+      if (!def) return usage("-D needs NAME=VALUE%s", "");
+      if (ntpc_define_str(s, def) != NTPC_OK) return usage("%s", ntpc_last_error(s));
+    } else if ((v = cli_option_value(argc, argv, &i, "--data", &missing))) {
+      o->data = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
+      o->model = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
+      o->params = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
+      o->save_params = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--dump", &missing))) {
+      o->dump = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
+      if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never")) return usage("--color=%s: expected auto, always or never", v);
+      o->color = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
+      if (!number(v, 0, &d) || d != floor(d) || d > 1e9) return usage("--steps %s: expected a whole number", v);
+      o->steps = (long)d;
+    } else if ((v = cli_option_value(argc, argv, &i, "--warmup", &missing))) {
+      if (!number(v, 0, &d) || d != floor(d) || d > 1e9) return usage("--warmup %s: expected a whole number", v);
+      o->adamw.warmup = (int64_t)d;
+    } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
+      char *end;
+      errno = 0;
+      o->seed = strtoull(v, &end, 10);
+      if (errno || end == v || *end || *v == '-') return usage("--seed %s: expected a number below 2^64", v);
+    } else {
+      static const struct {
+        const char *name;
+        size_t off;
+      } reals[] = {{"--lr", offsetof(ntp_adamw, lr)},
+                   {"--min-lr-frac", offsetof(ntp_adamw, min_lr_frac)},
+                   {"--beta1", offsetof(ntp_adamw, beta1)},
+                   {"--beta2", offsetof(ntp_adamw, beta2)},
+                   {"--eps", offsetof(ntp_adamw, eps)},
+                   {"--weight-decay", offsetof(ntp_adamw, weight_decay)},
+                   {"--clip", offsetof(ntp_adamw, clip)}};
+      size_t k = 0;
+      for (; k < sizeof reals / sizeof reals[0]; k++)
+        if ((v = cli_option_value(argc, argv, &i, reals[k].name, &missing))) break;
+      if (k < sizeof reals / sizeof reals[0]) {
+        if (!number(v, 0, &d)) return usage("%s: expected a number of 0 or more", argv[i]);
+        *(double *)((char *)&o->adamw + reals[k].off) = d;
+      } else if (missing) {
+        return usage("%s needs a value", a);
+      } else if (a[0] == '-' && a[1]) {
+        return usage("unknown option '%s'", a);
+      } else if (o->file) {
+        return usage("one model file only (got '%s' too)", a);
+      } else {
+        o->file = a;
+      }
+    }
+    if (missing) return usage("%s needs a value", a);
+  }
+  if (!o->file) return usage("no model file%s", "");
+  if (!o->data) return usage("--data TOKENS is required (tools/make_tokens.py makes a token file from text)%s", "");
+  if (o->adamw.beta1 >= 1 || o->adamw.beta2 >= 1) return usage("AdamW's betas must be below 1%s", "");
+  return -1;
+}
+
+/* The token input and the targets: the targets are what cross_entropy reads as its second
+ * operand; the tokens the other i32 input. Both [rows, len]. The vocabulary bounds both. */
+typedef struct batch_inputs {
+  int32_t tokens, targets;
+  int64_t rows, len, vocab;
+} batch_inputs;
+
+static bool find_inputs(const ntp_module *m, batch_inputs *b, char *err, size_t cap) {
+  *b = (batch_inputs){.tokens = -1, .targets = -1, .vocab = INT64_MAX};
+  for (size_t i = 0; i < m->n_ops; i++) {
+    const ntp_op *op = &m->ops[i];
+    if (op->code == IR_CROSS_ENTROPY && m->ops[m->values[op->args[1]].def].code == IR_INPUT) {
+      b->targets = op->args[1];
+      const ntp_shape *ls = &m->values[op->args[0]].shape;
+      if (ls->dim[ls->ndim - 1] < b->vocab) b->vocab = ls->dim[ls->ndim - 1];
+    }
+  }
+  if (b->targets < 0) {
+    snprintf(err, cap, "the loss's targets are not a model input (as in 'input targets : i32[B, S]')");
+    return false;
+  }
+  int n_tok = 0;
+  for (size_t i = 0; i < m->n_ops; i++) {
+    const ntp_op *op = &m->ops[i];
+    if (op->code == IR_INPUT && op->result != b->targets) {
+      if (m->values[op->result].dtype != NTP_I32) {
+        snprintf(err, cap, "input '%s' is not token ids: training feeds token ids and targets only",
+                 m->values[op->result].name);
+        return false;
+      }
+      b->tokens = op->result;
+      n_tok++;
+    }
+    if (op->code == IR_GATHER && op->args[1] >= 0 && m->values[op->args[0]].shape.dim[0] < b->vocab)
+      b->vocab = m->values[op->args[0]].shape.dim[0];
+  }
+  if (n_tok != 1) {
+    snprintf(err, cap, "training needs one token input beside the targets, the model has %d", n_tok);
+    return false;
+  }
+  const ntp_shape *ts = &m->values[b->tokens].shape, *gs = &m->values[b->targets].shape;
+  if (ts->ndim != 2 || !shape_eq(ts, gs)) {
+    snprintf(err, cap, "the tokens and the targets must both be [rows, positions]");
+    return false;
+  }
+  b->rows = ts->dim[0];
+  b->len = ts->dim[1];
+  return true;
+}
+
+static int train(const train_opts *o, ntpc_session *s) {
+  char err[1024];
+  int rc = 1;
+  ntp_program *prog = session_program(s, err, sizeof err);
+  ntp_tokens *data = NULL;
+  ntp_safetensors *params = NULL;
+  ntp_trainer *tr = NULL;
+  int32_t *tok = NULL, *tgt = NULL;
+  const ntp_host_tensor **given = NULL;
+  if (!prog) {
+    fprintf(stderr, "ntpc train: internal error: %s\n", err);
+    return 3;
+  }
+  const ntp_module *m = &prog->global;
+  batch_inputs bi;
+  if (!find_inputs(m, &bi, err, sizeof err)) goto fail;
+  if (ntp_tokens_open(o->data, &data, err, sizeof err) != 0) goto fail;
+  if (o->shuffle) ntp_tokens_shuffle(data, o->seed);
+  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) goto fail;
+  ntp_adamw aw = o->adamw;
+  aw.steps = o->steps;
+  if (ntp_trainer_new(m, &aw, o->seed, params, &tr, err, sizeof err) != 0) goto fail;
+  int64_t n = bi.rows * bi.len;
+  tok = malloc((size_t)n * sizeof *tok);
+  tgt = malloc((size_t)n * sizeof *tgt);
+  given = calloc(m->n_values, sizeof *given);
+  if (!tok || !tgt || !given) {
+    snprintf(err, sizeof err, "out of memory");
+    goto fail;
+  }
+  ntp_host_tensor ht = {.name = m->values[bi.tokens].name, .dtype = NTP_I32, .shape = m->values[bi.tokens].shape, .i = tok};
+  ntp_host_tensor hg = {.name = m->values[bi.targets].name, .dtype = NTP_I32, .shape = m->values[bi.targets].shape, .i = tgt};
+  given[bi.tokens] = &ht;
+  given[bi.targets] = &hg;
+  const ntp_host_tensor *ps;
+  size_t np = ntp_trainer_params(tr, &ps);
+  int64_t elems = 0;
+  for (size_t i = 0; i < np; i++) elems += shape_numel(&ps[i].shape);
+  printf("model %s: %zu parameters (%.3fM elements), dtype %s; batch %lld x %lld tokens from %s (%lld tokens)\n",
+         m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)bi.rows, (long long)bi.len, o->data,
+         (long long)ntp_tokens_count(data));
+  printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
+         (long long)aw.warmup, aw.lr * aw.min_lr_frac, aw.beta1, aw.beta2, aw.eps, aw.weight_decay, aw.clip);
+  double first = NAN, last = NAN, total_s = 0;
+  for (long step = 0; step < o->steps; step++) {
+    if (ntp_tokens_next(data, bi.rows, bi.len, bi.vocab, tok, tgt, err, sizeof err) != 0) goto fail;
+    ntp_train_stats st;
+    bool dump = o->dump && step == 0;
+    if (ntp_trainer_step(tr, given, dump, &st, err, sizeof err) != 0) goto fail;
+    if (dump && ntp_dump_tensors(ntp_trainer_last(tr), o->dump, err, sizeof err) != 0) {
+      rc = 2;
+      goto fail;
+    }
+    if (step == 0) first = st.loss;
+    last = st.loss;
+    total_s += st.seconds;
+    printf("step %4lld/%ld  loss %.6f  lr %.3e  grad norm %.4f  %.0f tokens/s\n", (long long)st.step, o->steps, st.loss,
+           st.lr, st.grad_norm, (double)n / st.seconds);
+    fflush(stdout);
+  }
+  if (o->steps)
+    printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", o->steps, total_s,
+           (double)n * (double)o->steps / total_s, first, last);
+  if (o->save_params) {
+    np = ntp_trainer_params(tr, &ps);
+    if (ntp_safetensors_save(o->save_params, ps, np, err, sizeof err) != 0) {
+      rc = 2;
+      goto fail;
+    }
+    printf("wrote %s\n", o->save_params);
+  }
+  rc = 0;
+  goto done;
+fail:
+  fprintf(stderr, "ntpc train: error: %s\n", err);
+done:
+  free(tok);
+  free(tgt);
+  free(given);
+  ntp_trainer_free(tr);
+  ntp_safetensors_close(params);
+  ntp_tokens_close(data);
+  ntp_program_free(prog);
+  return rc;
+}
+
+int ntpc_train_command(int argc, char **argv) {
+  train_opts o = {.steps = 10};
+  ntp_adamw_defaults(&o.adamw);
+  ntpc_session *s = ntpc_session_new();
+  if (!s) return 2;
+  int rc = parse(argc, argv, s, &o);
+  if (rc >= 0) {
+    ntpc_session_free(s);
+    return rc;
+  }
+  if (o.model) ntpc_select_model(s, o.model);
+  ntpc_want_grad(s, true);
+  ntpc_status st = ntpc_compile_file(s, o.file);
+  ntpc_print_diags(s, stderr, cli_color(o.color));
+  if (st != NTPC_OK) {
+    size_t n = ntpc_error_count(s);
+    if (n) fprintf(stderr, "%zu error%s generated.\n", n, n == 1 ? "" : "s");
+    else fprintf(stderr, "ntpc train: error: %s\n", ntpc_last_error(s));
+    ntpc_session_free(s);
+    return st == NTPC_ERR_INPUT ? 1 : st == NTPC_ERR_USAGE ? 2 : 3;
+  }
+  rc = train(&o, s);
+  ntpc_session_free(s);
+  return rc;
+}
