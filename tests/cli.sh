@@ -116,7 +116,7 @@ expect_text dump-after "# ---- after memplan ----"
 check dump-after-sema 0 "$ntpc" check examples/gpt2.ntp --dump-after=sema -D L=1
 expect_text dump-after-sema "layer blk.0.attn = attention"
 check dump-after-bogus 2 "$ntpc" check examples/gpt2.ntp --dump-after=sema,bogus
-expect_text dump-after-bogus "no pass 'bogus' with a dump (passes: parse, sema, place, autoplan, shard, memplan, codegen, image)"
+expect_text dump-after-bogus "no pass 'bogus' with a dump (passes: parse, sema, grad, place, autoplan, shard, memplan, codegen, image)"
 check seed-negative 2 "$ntpc" run examples/gpt2.ntp --seed -1
 
 # plan patterns with numeric ranges: the range beats blk.*, a single name beats the range

@@ -1,0 +1,68 @@
+#!/bin/sh
+# train.sh NTPC PYTHON — `ntpc train` on the CPU reference: the loss falls on real text (this
+# repository's docs, byte-level), runs are bitwise deterministic, --dump writes every gradient,
+# --params resumes from saved parameters, and bad input is a message with exit 1 or 2.
+set -u
+ntpc=$1 py=$2
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() { # check NAME EXPECTED_RC CMD... ; stdout+stderr in $tmp/out
+  name=$1 want=$2; shift 2
+  "$@" >"$tmp/out" 2>&1; rc=$?
+  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "[FAIL] $name: exit $rc, expected $want"; sed 's/^/    /' "$tmp/out"; fi
+}
+expect_text() { # expect_text NAME TEXT : the last command's output contains TEXT
+  if grep -qF -- "$2" "$tmp/out"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "[FAIL] $1: output lacks '$2'"; sed 's/^/    /' "$tmp/out"; fi
+}
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "[FAIL] $1"; }
+
+check make-tokens 0 "$py" tools/make_tokens.py "$tmp/docs.bin" --text README.md docs/*.md
+expect_text make-tokens "(byte-level, vocabulary 256)"
+small="-D B=4 -D S=32"
+
+# the loss falls from above ln 256 to well below it
+check train 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 40 --lr 3e-3 --warmup 4 $small
+cat "$tmp/out" | sed -n '1,3p;$p'
+first=$(sed -n 's/^step *1\/40  loss \([0-9.]*\).*/\1/p' "$tmp/out")
+last=$(sed -n 's/^step *40\/40  loss \([0-9.]*\).*/\1/p' "$tmp/out")
+if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN { exit !($first > 5.55 && $last < 4.5) }"; then ok; else
+  bad "the loss went from '$first' to '$last' (expected above 5.55, then below 4.5)"; fi
+
+# determinism: the same seed and data give bitwise-identical parameters and losses
+check det-a 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 6 --shuffle --seed 3 $small --save-params "$tmp/a.st"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/a.log"
+check det-b 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 6 --shuffle --seed 3 $small --save-params "$tmp/b.st"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/b.log"
+if cmp -s "$tmp/a.st" "$tmp/b.st" && cmp -s "$tmp/a.log" "$tmp/b.log"; then ok; else bad "two runs with one seed differ"; fi
+check det-c 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 6 --shuffle --seed 4 $small --save-params "$tmp/c.st"
+if cmp -s "$tmp/a.st" "$tmp/c.st"; then bad "another shuffle seed gives the same parameters"; else ok; fi
+
+# --params: training goes on from saved parameters (the loss starts where it was)
+check resume 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 2 $small --params "$tmp/a.st"
+r1=$(sed -n 's/^step *1\/2  loss \([0-9.]*\).*/\1/p' "$tmp/out")
+if [ -n "$r1" ] && awk "BEGIN { exit !($r1 < $first) }"; then ok; else bad "resumed loss '$r1' not below the first step's '$first'"; fi
+
+# --dump: step 1's inputs, parameters, loss and a gradient per parameter
+check dump 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 1 $small --dump "$tmp/d"
+nparams=$(grep -c '^param	' "$tmp/d/manifest.tsv" 2>/dev/null)
+ngrads=$(grep -c '^output	grad\.' "$tmp/d/manifest.tsv" 2>/dev/null)
+if [ "${nparams:-0}" -gt 0 ] && [ "${ngrads:-0}" -eq "$nparams" ] && grep -q '^output	loss	' "$tmp/d/manifest.tsv"; then ok; else
+  bad "--dump: $nparams parameters, $ngrads gradients in the manifest"; cat "$tmp/d/manifest.tsv" 2>/dev/null | head; fi
+
+# errors
+check no-data 2 "$ntpc" train examples/byte_gpt.ntp;   expect_text no-data "--data TOKENS is required"
+check bad-option 2 "$ntpc" train examples/byte_gpt.ntp --data x --world 2; expect_text bad-option "unknown option '--world'"
+check bad-lr 2 "$ntpc" train examples/byte_gpt.ntp --data x --lr -1; expect_text bad-lr "expected a number of 0 or more"
+check not-tokens 1 "$ntpc" train examples/byte_gpt.ntp --data README.md; expect_text not-tokens "not an llm.c token file"
+check no-loss 1 "$ntpc" train examples/gpt2.ntp --data "$tmp/docs.bin" -D B=1 -D S=8 -D D=16 -D H=2 -D V=256 -D L=1
+expect_text no-loss "training needs a scalar loss output"
+check small-vocab 1 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" -D V=64 $small
+expect_text small-vocab "outside the model's vocabulary of 64"
+check too-short 1 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" -D B=4096 -D S=128 --steps 1
+expect_text too-short "a batch of 4096 x 128 needs"
+
+echo "train.sh: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
