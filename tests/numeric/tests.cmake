@@ -44,3 +44,18 @@ add_test(NAME numeric.example.elementwise
                  -D B=2 -D S=4 -D D=8 --mutants)
 set_tests_properties(numeric.example.gpt2 numeric.example.llama3_8b numeric.example.llama_block
                      numeric.example.elementwise PROPERTIES SKIP_RETURN_CODE 77 LABELS numeric)
+
+# whole-model gradients (ntpc train --dump) against a NumPy forward + backward written by hand;
+# each mutant (a plausible wrong rule in the reference) must make the check fail
+set(NTP_GRAD_CHECK ${CMAKE_CURRENT_SOURCE_DIR}/numeric/grad_check.py)
+foreach(m gpt2 llama)
+  add_test(NAME numeric.grad.${m} COMMAND ${NTP_NUMERIC_PYTHON} ${NTP_GRAD_CHECK} $<TARGET_FILE:ntpc_cli> ${m})
+  set_tests_properties(numeric.grad.${m} PROPERTIES SKIP_RETURN_CODE 77 LABELS numeric)
+endforeach()
+foreach(case "gpt2;ln_mean" "gpt2;tied" "llama;rope_sign" "llama;gqa_sum")
+  list(GET case 0 m)
+  list(GET case 1 mutant)
+  add_test(NAME numeric_selftest.grad.${m}.${mutant}
+           COMMAND ${NTP_NUMERIC_PYTHON} ${NTP_GRAD_CHECK} $<TARGET_FILE:ntpc_cli> ${m} --mutant ${mutant})
+  set_tests_properties(numeric_selftest.grad.${m}.${mutant} PROPERTIES WILL_FAIL TRUE LABELS numeric)
+endforeach()
