@@ -133,52 +133,49 @@ void ntp_cpu_rmsnorm_grad(const float *x, const float *dy, float *dx, int64_t ro
   }
 }
 
-/* One (batch, query head) of attention's backward: P = softmax(scale q k^T) (causal), then
- * dV += P^T dy, dS = P * (dy v^T - rowsum(dy * O)), dq = scale dS k, dk += scale dS^T q. Only
- * the gradient `which` is accumulated, into out (double). */
+/* One (batch, query head) of attention's backward, in double with the BLAS: P = softmax(scale
+ * q k^T) (causal), then dV += P^T dy, dS = P * (dy v^T - rowsum(dy * O)) * scale, dq = dS k,
+ * dk += dS^T q. Only the gradient `which` is accumulated, into acc [s][hd]. w: scratch of
+ * 2 s^2 + 4 s hd doubles. */
 static void attention_head_grad(const float *q, const float *k, const float *v, const float *dy, double *acc,
                                 int which, int64_t s, int64_t qrow, int64_t kvrow, int64_t hd, bool causal,
-                                float scale, double *p) {
-  for (int64_t i = 0; i < s; i++) { /* P, row i */
-    double mx = -INFINITY;
-    int64_t tn = causal ? i + 1 : s;
-    for (int64_t t = 0; t < tn; t++) {
-      double dot = 0;
-      for (int64_t e = 0; e < hd; e++) dot += (double)q[i * qrow + e] * k[t * kvrow + e];
-      p[i * s + t] = dot * scale;
-      if (p[i * s + t] > mx) mx = p[i * s + t];
+                                float scale, double *w) {
+  double *p = w, *dp = p + s * s, *qd = dp + s * s, *kd = qd + s * hd, *vd = kd + s * hd, *gd = vd + s * hd;
+  for (int64_t i = 0; i < s; i++)
+    for (int64_t e = 0; e < hd; e++) {
+      qd[i * hd + e] = q[i * qrow + e];
+      kd[i * hd + e] = k[i * kvrow + e];
+      vd[i * hd + e] = v[i * kvrow + e];
+      gd[i * hd + e] = dy[i * qrow + e];
     }
-    double sum = 0;
-    for (int64_t t = 0; t < tn; t++) sum += (p[i * s + t] = exp(p[i * s + t] - mx));
-    for (int64_t t = 0; t < s; t++) p[i * s + t] = t < tn ? p[i * s + t] / sum : 0.0;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s, (int)s, (int)hd, (double)scale, qd, (int)hd, kd,
+              (int)hd, 0.0, p, (int)s);
+  for (int64_t i = 0; i < s; i++) { /* softmax of row i over its visible keys */
+    double *pr = p + i * s, mx = -INFINITY, sum = 0;
+    int64_t tn = causal ? i + 1 : s;
+    for (int64_t t = 0; t < tn; t++) mx = pr[t] > mx ? pr[t] : mx;
+    for (int64_t t = 0; t < tn; t++) sum += (pr[t] = exp(pr[t] - mx));
+    for (int64_t t = 0; t < s; t++) pr[t] = t < tn ? pr[t] / sum : 0.0;
   }
-  if (which == 2) { /* dv[t] += sum_i P[i][t] dy[i] */
-    for (int64_t t = 0; t < s; t++)
-      for (int64_t i = 0; i < s; i++)
-        if (p[i * s + t] != 0)
-          for (int64_t e = 0; e < hd; e++) acc[t * hd + e] += p[i * s + t] * dy[i * qrow + e];
+  if (which == 2) { /* dv += P^T dy */
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)s, (int)hd, (int)s, 1.0, p, (int)s, gd, (int)hd, 1.0,
+                acc, (int)hd);
     return;
   }
+  /* dP = dy v^T; dS = P (dP - rowsum(P dP)) scale */
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s, (int)s, (int)hd, 1.0, gd, (int)hd, vd, (int)hd, 0.0, dp,
+              (int)s);
   for (int64_t i = 0; i < s; i++) {
-    /* dP[i][t] = dy_i . v_t; rowsum(P dP) = dy_i . O_i */
     double dpo = 0;
-    double *dp = p + (size_t)s * s; /* scratch row after the matrix */
-    for (int64_t t = 0; t < s; t++) {
-      double dot = 0;
-      if (p[i * s + t] != 0)
-        for (int64_t e = 0; e < hd; e++) dot += (double)dy[i * qrow + e] * v[t * kvrow + e];
-      dp[t] = dot;
-      dpo += p[i * s + t] * dot;
-    }
-    for (int64_t t = 0; t < s; t++) {
-      double ds = p[i * s + t] * (dp[t] - dpo) * scale;
-      if (ds == 0) continue;
-      if (which == 0)
-        for (int64_t e = 0; e < hd; e++) acc[i * hd + e] += ds * k[t * kvrow + e];
-      else
-        for (int64_t e = 0; e < hd; e++) acc[t * hd + e] += ds * q[i * qrow + e];
-    }
+    for (int64_t t = 0; t < s; t++) dpo += p[i * s + t] * dp[i * s + t];
+    for (int64_t t = 0; t < s; t++) dp[i * s + t] = p[i * s + t] * (dp[i * s + t] - dpo) * (double)scale;
   }
+  if (which == 0) /* dq = dS k */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)s, (int)hd, (int)s, 1.0, dp, (int)s, kd, (int)hd, 1.0,
+                acc, (int)hd);
+  else /* dk += dS^T q */
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)s, (int)hd, (int)s, 1.0, dp, (int)s, qd, (int)hd, 1.0,
+                acc, (int)hd);
 }
 
 int ntp_cpu_attention_grad(const float *q, const float *k, const float *v, const float *dy, float *out, int which,
@@ -195,7 +192,7 @@ int ntp_cpu_attention_grad(const float *q, const float *k, const float *v, const
 #pragma omp parallel for schedule(dynamic) if (b * heads_out * s * s * hd >= PAR_MIN)
   for (int64_t bo = 0; bo < b * heads_out; bo++) {
     int64_t bb = bo / heads_out, ho = bo % heads_out;
-    double *p = malloc(((size_t)s * s + (size_t)s) * sizeof *p), *acc = calloc((size_t)s * hd, sizeof *acc);
+    double *p = malloc(((size_t)2 * s * s + (size_t)4 * s * hd) * sizeof *p), *acc = calloc((size_t)s * hd, sizeof *acc);
     if (!p || !acc) {
 #pragma omp atomic write
       failed = 1;
@@ -274,7 +271,7 @@ void ntp_cpu_cross_entropy_grad(const float *logits, const int32_t *targets, flo
     double mx = -INFINITY, se = 0;
     for (int64_t i = 0; i < v; i++)
       if (l[i] > mx) mx = l[i];
-    for (int64_t i = 0; i < v; i++) se += exp((double)l[i] - mx);
-    for (int64_t i = 0; i < v; i++) o[i] = (float)((exp((double)l[i] - mx) / se - (i == t)) * scale);
+    for (int64_t i = 0; i < v; i++) se += (o[i] = (float)exp((double)l[i] - mx)); /* e^(l - max) <= 1: fp32 holds it */
+    for (int64_t i = 0; i < v; i++) o[i] = (float)(((double)o[i] / se - (i == t)) * scale);
   }
 }
