@@ -138,6 +138,8 @@ typedef struct ir_module {
   IR_TABLE(ir_output, outputs);
   IR_TABLE(ir_plan, plans);
   int32_t active_plan; /* -1 = none */
+  size_t n_forward_ops; /* training: ops [0, n) are the forward pass, the rest its backward (the
+                           gradient pass's); 0: no backward */
 } ir_module;
 
 ir_module *ir_module_new(void);
