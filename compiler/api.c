@@ -271,11 +271,6 @@ static ntpc_status run_sema(ntpc_session *s) {
 
 static ntpc_status run_grad(ntpc_session *s) {
   if (!s->want_grad) return NTPC_OK;
-  if (sharding(s)) {
-    diag_emit(&s->diags, NTPC_ERROR, s->module->file, s->model->name_loc,
-              "training runs unsharded in this version (the CPU reference): give no --world or --plan");
-    return NTPC_ERR_INPUT;
-  }
   return ir_grad(s->module, &s->pool, s->model->name_loc, &s->diags) ? NTPC_OK
          : s->diags.out_of_memory                                    ? out_of_memory(s)
                                                                      : NTPC_ERR_INPUT;

@@ -241,6 +241,38 @@ static void emit_comm(lower *L, sh_comm_kind kind, sh_xfer *xf, size_t n, int64_
   }
 }
 
+/* ---- for the sharded backward (shard_grad.c) ----------------------------------------- */
+
+sh_program *shard_lowering_program(shard_lowering *L) { return L->p; }
+
+int32_t shard_backward_compute(shard_lowering *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs,
+                               const ntp_op_attr *attr, ntp_box box, ntp_dtype dt, int32_t layer, ntp_loc loc) {
+  ir_op a = {0};
+  if (attr) a.attr = *attr;
+  L->layer = layer;
+  L->loc = loc;
+  return compute(L, rank, code, args, nargs, &a, -1, box, dt, NULL);
+}
+
+void shard_backward_comm(shard_lowering *L, sh_comm_kind kind, sh_xfer *xf, size_t n, const char *why) {
+  if (!n) return;
+  flush(L);
+  emit_comm(L, kind, xf, n, 0, why);
+  sh_step *st = &L->p->steps[L->p->n_steps - 1];
+  for (size_t i = 0; i < n; i++) { /* what crosses between ranks */
+    const sh_tensor *s = &L->p->tensors[xf[i].src], *d = &L->p->tensors[xf[i].dst];
+    int64_t v = box_volume(&xf[i].box);
+    st->elems += v;
+    if (s->rank == d->rank) continue;
+    for (int k = 0; k < st->nranks; k++) {
+      if (st->ranks[k] == s->rank) st->bytes_out[k] += v * (int64_t)dtype_bytes(s->dtype);
+      if (st->ranks[k] == d->rank) st->bytes_in[k] += v * (int64_t)dtype_bytes(s->dtype);
+    }
+  }
+}
+
+void shard_backward_piece(shard_lowering *L, int32_t v, int32_t t) { add_piece(L, v, t); }
+
 static int rank_slot(const sh_step *st, int32_t rank) {
   for (int i = 0; i < st->nranks; i++)
     if (st->ranks[i] == rank) return i;
@@ -710,7 +742,8 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
     }
   }
 
-  for (size_t i = 0; i < m->n_ops && !L.failed && !diags->errors;) {
+  size_t n_forward = m->n_forward_ops ? m->n_forward_ops : m->n_ops; /* training: the backward is derived below */
+  for (size_t i = 0; i < n_forward && !L.failed && !diags->errors;) {
     const ir_op *op = &m->ops[i];
     L.layer = op->layer;
     L.loc = op->loc;
@@ -735,6 +768,7 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
       for (int32_t r = 0; r < p->world; r++) shard_ensure(&L, out->value, r, layout_box(&L, &out->layout, vshape(&L, out->value), r));
   }
   flush(&L);
+  if (m->n_forward_ops && !L.failed && !diags->errors && !shard_backward(&L, diags)) L.failed = true;
   for (size_t o = 0; o < m->n_outputs; o++) {
     int32_t v = m->outputs[o].value;
     if (is_source(&L, v) && !p->npieces[v]) { /* an input or param returned as is */

@@ -7,4 +7,19 @@
 /* Rows per group in proportion to the shares, largest remainders first; sums to rows. */
 void shard_split_rows(int64_t rows, const int64_t *shares, int32_t ngroups, int64_t *row_start);
 
+/* ---- the sharded backward (shard_grad.c) and what it uses of the lowering (shard.c) ---- */
+typedef struct shard_lowering shard_lowering;
+/* After the forward steps of a module with a gradient pass: every rank's backward steps and
+ * the parameter gradients' sync, as pieces of the module's grad.NAME outputs. false if
+ * reported (out of memory, an op without a rule). */
+bool shard_backward(shard_lowering *L, diag_sink *diags);
+sh_program *shard_lowering_program(shard_lowering *L);
+/* A temporary with the given box (global -1): op `code` on `rank`'s tensors. */
+int32_t shard_backward_compute(shard_lowering *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs,
+                               const ntp_op_attr *attr, ntp_box box, ntp_dtype dt, int32_t layer, ntp_loc loc);
+/* One comm step over the transfers (sums into each destination), with its bytes counted. */
+void shard_backward_comm(shard_lowering *L, sh_comm_kind kind, sh_xfer *xf, size_t n, const char *why);
+/* Tensor t holds a piece of global value v (an output the runtime assembles). */
+void shard_backward_piece(shard_lowering *L, int32_t v, int32_t t);
+
 #endif

@@ -1,0 +1,259 @@
+/* shard_grad.c — the sharded backward: the forward sharded program differentiated step by step.
+ *
+ * The forward steps are a program of primitive ops on every rank's local tensors and of
+ * transfers between them; its backward is derived from it, not from the global IR, so every
+ * plan the forward lowering accepts trains, and the result is the gradient of the very program
+ * that runs (exact by the chain rule, whatever the degrees, groups, splits and shares):
+ *  - a compute step's backward is its op's rule (compiler/grad/grad_rules.c, the same rules as
+ *    the global gradient pass) on the same rank, with the step's local attributes (a
+ *    vocabulary shard's rows, a head shard's offsets);
+ *  - a comm step is linear (each transfer copies a box, or adds it into a sum), and its adjoint
+ *    sends every destination's gradient back to its source, summed there: the backward of an
+ *    all-reduce is an all-reduce, of an all-gather a reduce-scatter, of a send a receive;
+ *  - a tensor read by several steps (a replicated activation, a residual stream) sums the
+ *    gradients they send back, so replicas' partial gradients meet where the copies were made;
+ *  - every parameter slice a rank holds gets the sum of the gradients of all the slices of that
+ *    parameter held anywhere, over the common refinement of their boxes (one reduction step:
+ *    replicas at different degrees hold different ranges of the same weight). Those sums are the
+ *    pieces of the module's grad.NAME outputs.
+ * The loss is seeded on the one rank whose piece of it the output reads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad.h"
+#include "shard_internal.h"
+
+typedef struct bwd {
+  shard_lowering *L;
+  sh_program *p;
+  const ir_module *m;
+  size_t nt; /* tensors of the forward program */
+  int32_t *grad;
+  bool *needs;
+  int32_t rank, layer;
+  ntp_loc loc;
+} bwd;
+
+static sh_tensor *T(bwd *B, int32_t t) { return &B->p->tensors[t]; }
+
+static int32_t b_emit(void *ctx, ir_opcode code, const int32_t *args, int32_t nargs, ntp_shape shape, ntp_dtype dt,
+                      const ntp_op_attr *attr) {
+  bwd *B = ctx;
+  return shard_backward_compute(B->L, B->rank, code, args, nargs, attr, box_full(&shape), dt, B->layer, B->loc);
+}
+static ntp_shape b_shape(void *ctx, int32_t t) { return box_shape(&T(ctx, t)->box); }
+static ntp_dtype b_dtype(void *ctx, int32_t t) { return T(ctx, t)->dtype; }
+static bool b_needs(void *ctx, int32_t t) {
+  bwd *B = ctx;
+  return t >= 0 && (size_t)t < B->nt && B->needs[t];
+}
+
+/* g, a gradient of t's shape, as a tensor in t's coordinates (a transfer addresses both ends by
+ * the box of the value they hold): g itself when its box is t's, else a copy so boxed. */
+static int32_t in_coords_of(bwd *B, int32_t t, int32_t g) {
+  if (box_eq(&T(B, g)->box, &T(B, t)->box)) return g;
+  ntp_box box = T(B, t)->box;
+  return shard_backward_compute(B->L, T(B, g)->rank, IR_RESHAPE, &g, 1, NULL, box, T(B, g)->dtype, B->layer, B->loc);
+}
+
+static void b_add(void *ctx, int32_t t, int32_t g) {
+  bwd *B = ctx;
+  g = in_coords_of(B, t, g);
+  if (B->grad[t] < 0) {
+    B->grad[t] = g;
+    return;
+  }
+  int32_t args[2] = {B->grad[t], g};
+  ntp_box box = T(B, t)->box;
+  B->grad[t] = shard_backward_compute(B->L, T(B, t)->rank, IR_ADD, args, 2, NULL, box, T(B, t)->dtype, B->layer, B->loc);
+}
+
+/* The adjoint of a comm step: each transfer's destination gradient goes back to its source,
+ * summed there with what the step's other transfers send it. A sum (all-reduce) stays a sum; a
+ * gather becomes a reduce-scatter; every other pattern is a sum of returning boxes. */
+static sh_comm_kind adjoint_kind(sh_comm_kind k) { return k == COMM_ALL_REDUCE ? COMM_ALL_REDUCE : COMM_REDUCE_SCATTER; }
+
+static void comm_backward(bwd *B, const sh_step *st_in, size_t si) {
+  sh_step st = *st_in; /* a copy: the step table grows */
+  size_t n = 0;
+  sh_xfer *xf = malloc((st.nxfers + 1) * sizeof *xf);
+  int32_t *acc = malloc((st.nxfers + 1) * sizeof *acc), *srcs = malloc((st.nxfers + 1) * sizeof *srcs);
+  size_t ns = 0;
+  if (!xf || !acc || !srcs) ntp_out_of_memory();
+  B->layer = st.layer;
+  B->loc = st.loc;
+  for (size_t i = 0; i < st.nxfers; i++) {
+    const sh_xfer *x = &B->p->steps[si].xfers[i];
+    if (!b_needs(B, x->src) || B->grad[x->dst] < 0) continue;
+    size_t k = 0;
+    while (k < ns && srcs[k] != x->src) k++;
+    if (k == ns) { /* the source's share of this step's adjoint: a new sum in its coordinates */
+      srcs[ns] = x->src;
+      ntp_box box = T(B, x->src)->box;
+      acc[ns++] = -1;
+      (void)box;
+    }
+    xf[n++] = (sh_xfer){.src = B->grad[x->dst], .dst = k, .box = x->box}; /* dst: an index into acc for now */
+  }
+  for (size_t k = 0; k < ns; k++) { /* the sums' tensors: empty, filled by the comm step */
+    const sh_tensor *s = T(B, srcs[k]);
+    sh_tensor t = {.rank = s->rank, .global = -1, .box = s->box, .dtype = s->dtype, .init_value = -1, .def = -1,
+                   .last_use = -1};
+    VEC_PUSH(B->p->tensors, B->p->n_tensors, B->p->cap_tensors, t);
+    acc[k] = (int32_t)B->p->n_tensors - 1;
+  }
+  for (size_t i = 0; i < n; i++) xf[i].dst = acc[xf[i].dst];
+  const char *why = arena_printf(&B->p->pool, "backward of %s", st.why ? st.why : sh_comm_name(st.comm));
+  shard_backward_comm(B->L, adjoint_kind(st.comm), xf, n, why);
+  for (size_t k = 0; k < ns; k++) b_add(B, srcs[k], acc[k]);
+  free(xf);
+  free(acc);
+  free(srcs);
+}
+
+static bool is_param_slice(const bwd *B, const sh_tensor *t) {
+  return t->persistent && t->init_value >= 0 && B->m->ops[B->m->values[t->init_value].def].code == IR_PARAM;
+}
+
+/* The output value holding parameter v's gradient (the gradient pass's grad.NAME), -1: none. */
+static int32_t grad_output_of(const ir_module *m, int32_t v) {
+  char name[512];
+  snprintf(name, sizeof name, "grad.%s", m->values[v].name);
+  for (size_t o = 0; o < m->n_outputs; o++)
+    if (strcmp(m->outputs[o].name, name) == 0) return m->outputs[o].value;
+  return -1;
+}
+
+/* Every slice of parameter v, on every rank that holds one, gets the sum over all slices'
+ * gradients on its cells; when the slices leave a cell of the parameter uncovered (a position
+ * table longer than the sequence), one whole copy on the first holder's rank takes the sum too,
+ * so the gradient output is covered (zero where nothing reads the parameter). */
+static void param_sync(bwd *B, int32_t v, int32_t gv, sh_xfer **xf, size_t *n, size_t *cap) {
+  size_t nh = 0;
+  int32_t *hold = malloc((B->nt + 1) * sizeof *hold), *contrib = malloc((B->nt + 1) * sizeof *contrib);
+  ntp_box *boxes = malloc((B->nt + 1) * sizeof *boxes);
+  if (!hold || !contrib || !boxes) ntp_out_of_memory();
+  bool any = false;
+  for (size_t t = 0; t < B->nt; t++) {
+    const sh_tensor *s = T(B, (int32_t)t);
+    if (!is_param_slice(B, s) || s->init_value != v) continue;
+    bool dup = false; /* one sum per (rank, box) */
+    for (size_t k = 0; k < nh; k++) dup |= T(B, hold[k])->rank == s->rank && box_eq(&boxes[k], &s->init_box);
+    contrib[nh] = B->grad[t];
+    if (contrib[nh] >= 0 && !box_eq(&s->box, &s->init_box)) { /* a slice of a slice: to the parameter's coordinates */
+      int32_t g = contrib[nh];
+      contrib[nh] = shard_backward_compute(B->L, s->rank, IR_RESHAPE, &g, 1, NULL, s->init_box, s->dtype, -1, B->loc);
+      s = T(B, (int32_t)t);
+    }
+    any |= contrib[nh] >= 0;
+    boxes[nh] = s->init_box;
+    hold[nh] = dup ? -1 - (int32_t)t : (int32_t)t; /* a duplicate contributes but gets no sum of its own */
+    nh++;
+  }
+  if (!any) goto done;
+  ntp_shape ps = B->m->values[v].shape;
+  ntp_box whole = box_full(&ps);
+  /* covered? every cell of the parameter cut by the slices lies in one */
+  box_grid grid;
+  bool covered = true;
+  if (!box_grid_init(&grid, &whole, boxes, nh)) ntp_out_of_memory();
+  ntp_box cell;
+  while (covered && box_grid_next(&grid, &cell)) {
+    bool in = false;
+    for (size_t k = 0; k < nh && !in; k++) in = box_contains(&boxes[k], &cell);
+    covered = in;
+  }
+  box_grid_free(&grid);
+  size_t ndst = 0;
+  int32_t *dst_rank = malloc((nh + 2) * sizeof *dst_rank);
+  ntp_box *dst_box = malloc((nh + 2) * sizeof *dst_box);
+  if (!dst_rank || !dst_box) ntp_out_of_memory();
+  for (size_t k = 0; k < nh; k++)
+    if (hold[k] >= 0) dst_rank[ndst] = T(B, hold[k])->rank, dst_box[ndst++] = boxes[k];
+  if (!covered) dst_rank[ndst] = dst_rank[0], dst_box[ndst++] = whole;
+  ntp_dtype dt = B->m->values[v].dtype;
+  for (size_t d = 0; d < ndst; d++) {
+    sh_tensor st = {.rank = dst_rank[d], .global = gv, .box = dst_box[d], .dtype = dt, .init_value = -1, .def = -1,
+                    .last_use = -1};
+    VEC_PUSH(B->p->tensors, B->p->n_tensors, B->p->cap_tensors, st);
+    int32_t s = (int32_t)B->p->n_tensors - 1;
+    shard_backward_piece(B->L, gv, s);
+    for (size_t k = 0; k < nh; k++) {
+      ntp_box cut;
+      if (contrib[k] < 0 || !box_intersect(&boxes[k], &dst_box[d], &cut)) continue;
+      if (*n == *cap) vec_grow((void **)xf, cap, sizeof **xf);
+      (*xf)[(*n)++] = (sh_xfer){.src = contrib[k], .dst = s, .box = cut};
+    }
+  }
+  free(dst_rank);
+  free(dst_box);
+done:
+  free(hold);
+  free(contrib);
+  free(boxes);
+}
+
+bool shard_backward(shard_lowering *L, diag_sink *diags) {
+  sh_program *p = shard_lowering_program(L);
+  const ir_module *m = p->global;
+  bwd B = {.L = L, .p = p, .m = m, .nt = p->n_tensors, .layer = -1};
+  int32_t lo = ir_loss_output(m, NULL, NTP_NOLOC);
+  if (lo < 0 || !p->npieces[m->outputs[lo].value]) {
+    diag_emit(diags, NTPC_ERROR, m->file, NTP_NOLOC, "internal compiler error while sharding: no piece of the loss");
+    return false;
+  }
+  size_t nsteps = p->n_steps;
+  B.grad = malloc((B.nt + 1) * sizeof *B.grad);
+  B.needs = calloc(B.nt + 1, 1);
+  if (!B.grad || !B.needs) ntp_out_of_memory();
+  for (size_t t = 0; t < B.nt; t++) {
+    B.grad[t] = -1;
+    B.needs[t] = is_param_slice(&B, &p->tensors[t]);
+  }
+  for (size_t s = 0; s < nsteps; s++) { /* which tensors depend on a parameter */
+    const sh_step *st = &p->steps[s];
+    if (st->kind == SH_COMPUTE) {
+      bool n = B.needs[st->op.result];
+      for (int a = 0; a < st->op.nargs; a++) n |= B.needs[st->op.args[a]];
+      B.needs[st->op.result] = n;
+    } else {
+      for (size_t x = 0; x < st->nxfers; x++) B.needs[st->xfers[x].dst] |= B.needs[st->xfers[x].src];
+    }
+  }
+  int32_t lt = p->pieces[m->outputs[lo].value][0];
+  bool ok = true;
+  if (B.needs[lt]) {
+    ntp_op_attr one = {.cst.value = 1.0};
+    B.loc = m->ops[m->values[m->outputs[lo].value].def].loc;
+    B.grad[lt] = shard_backward_compute(L, p->tensors[lt].rank, IR_CONST, NULL, 0, &one, p->tensors[lt].box,
+                                        p->tensors[lt].dtype, -1, B.loc);
+    grad_emitter E = {&B, b_emit, b_shape, b_dtype, b_needs, b_add};
+    for (size_t s = nsteps; s-- > 0 && ok;) {
+      const sh_step *st = &p->steps[s];
+      if (st->kind == SH_COMM) {
+        comm_backward(&B, st, s);
+        continue;
+      }
+      ir_op op = st->op; /* a copy: the tables grow */
+      if (!b_needs(&B, op.result) || B.grad[op.result] < 0) continue;
+      B.rank = st->rank;
+      B.layer = st->layer;
+      B.loc = st->loc;
+      if (!(ok = grad_rule(&E, &op, B.grad[op.result])))
+        diag_emit(diags, NTPC_ERROR, m->file, op.loc, "no gradient rule for op '%s'", ir_op_name(op.code));
+    }
+  }
+  /* every parameter's slices summed over everyone who holds them: one reduction step */
+  sh_xfer *xf = NULL;
+  size_t n = 0, cap = 0;
+  for (size_t i = 0; ok && i < m->n_forward_ops; i++) {
+    if (m->ops[i].code != IR_PARAM) continue;
+    int32_t gv = grad_output_of(m, m->ops[i].result);
+    if (gv >= 0) param_sync(&B, m->ops[i].result, gv, &xf, &n, &cap);
+  }
+  if (ok) shard_backward_comm(L, COMM_ALL_REDUCE, xf, n, "gradient sync: every parameter slice, summed over its holders");
+  free(xf);
+  free(B.grad);
+  free(B.needs);
+  return ok;
+}
