@@ -34,10 +34,13 @@ typedef struct ntp_train_stats {
 
 typedef struct ntp_trainer ntp_trainer;
 
-/* m: a module with its gradient pass (a loss output and "grad.NAME" outputs). Parameters from
- * `params` (NULL: the default initialisation with seed), fp32 master copies of them and zero
- * moments; the module's parameters are the masters rounded to its dtype. */
-int ntp_trainer_new(const ntp_module *m, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
+/* p: a program compiled with its gradient pass (a loss output and "grad.NAME" outputs). With a
+ * sharded program (p->world > 0) every step runs every rank in the simulation (each rank's
+ * forward, its backward and the gradients' sync), else the module on the CPU reference; the
+ * update is the same. Parameters from `params` (NULL: the default initialisation with seed),
+ * fp32 master copies of them and zero moments; the program runs with the masters rounded to its
+ * dtype. */
+int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                     ntp_trainer **out, char *err, size_t cap);
 /* One step: forward and backward with the inputs given (given[v] for input values v, as for
  * ntp_cpu_run_given), then the update. keep: keep the run's inputs and parameters as well, for

@@ -39,6 +39,7 @@ typedef struct tparam {
 
 struct ntp_trainer {
   const ntp_module *mod;
+  ntp_sim *sim; /* a sharded program: every rank simulated; NULL: the CPU reference */
   ntp_adamw o;
   uint64_t seed;
   tparam *p;
@@ -72,15 +73,21 @@ void ntp_trainer_free(ntp_trainer *t) {
   free(t->cur);
   free(t->given);
   ntp_cpu_result_free(&t->last);
+  ntp_sim_free(t->sim);
   free(t);
 }
 
-int ntp_trainer_new(const ntp_module *m, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
+int ntp_trainer_new(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                     ntp_trainer **out, char *err, size_t cap) {
   *out = NULL;
+  const ntp_module *m = &prog->global;
   ntp_trainer *t = calloc(1, sizeof *t);
   if (!t) goto oom;
   t->mod = m;
+  if (prog->world > 0 && ntp_sim_new(prog, &t->sim, err, cap) != 0) {
+    ntp_trainer_free(t);
+    return -1;
+  }
   t->o = *o;
   t->seed = seed;
   t->loss_output = -1;
@@ -143,6 +150,46 @@ oom:
   return -1;
 }
 
+static bool copy_tensor(const ntp_host_tensor *src, ntp_host_tensor *dst) {
+  size_t n = (size_t)shape_numel(&src->shape), bytes = (n ? n : 1) * 4;
+  *dst = *src;
+  void *p = malloc(bytes);
+  if (!p) return false;
+  memcpy(p, src->f ? (void *)src->f : (void *)src->i, bytes);
+  if (src->f) dst->f = p, dst->i = NULL;
+  else dst->i = p, dst->f = NULL;
+  return true;
+}
+
+/* The step on the simulation: every given input and parameter set on the ranks that hold its
+ * slices, every rank's forward and backward run; with keep, the inputs and parameters it ran
+ * with copied beside its outputs (as the CPU reference's keep_all gives them). */
+static int sim_run(ntp_trainer *t, int keep, char *err, size_t cap) {
+  const ntp_module *m = t->mod;
+  for (size_t v = 0; v < m->n_values; v++)
+    if (t->given[v] && ntp_sim_set(t->sim, (int32_t)v, t->given[v], err, cap) != 0) return -1;
+  if (ntp_sim_forward(t->sim, t->seed, &t->last, err, cap) != 0) return -1;
+  if (!keep) return 0;
+  ntp_cpu_result *r = &t->last;
+  r->inputs = calloc(m->n_ops + 1, sizeof *r->inputs);
+  r->params = calloc(m->n_ops + 1, sizeof *r->params);
+  if (!r->inputs || !r->params) goto oom;
+  for (size_t i = 0; i < m->n_ops; i++) {
+    const ntp_op *op = &m->ops[i];
+    const ntp_host_tensor *g = t->given[op->result];
+    if (!g || (op->code != IR_INPUT && op->code != IR_PARAM)) continue;
+    ntp_host_tensor *dst = op->code == IR_INPUT ? &r->inputs[r->n_inputs] : &r->params[r->n_params];
+    if (!copy_tensor(g, dst)) goto oom;
+    dst->name = m->values[op->result].name;
+    if (op->code == IR_INPUT) r->n_inputs++;
+    else r->n_params++;
+  }
+  return 0;
+oom:
+  snprintf(err, cap, "out of memory");
+  return -1;
+}
+
 int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
                      size_t cap) {
   const ntp_module *m = t->mod;
@@ -150,7 +197,11 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
   for (size_t v = 0; v < m->n_values; v++) t->given[v] = given ? given[v] : NULL;
   for (size_t i = 0; i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
   ntp_cpu_result_free(&t->last);
-  if (ntp_cpu_run_given(m, t->seed, keep, NULL, t->given, &t->last, err, cap) != 0) return -1;
+  if (t->sim) {
+    if (sim_run(t, keep, err, cap) != 0) return -1;
+  } else if (ntp_cpu_run_given(m, t->seed, keep, NULL, t->given, &t->last, err, cap) != 0) {
+    return -1;
+  }
   const ntp_cpu_result *r = &t->last;
   double loss = r->outputs[t->loss_output].f[0];
   if (!isfinite(loss)) {

@@ -17,7 +17,8 @@
 static const char train_usage[] =
     "usage: ntpc train FILE --data TOKENS [options]\n"
     "\n"
-    "Trains the model on the CPU reference: each step reads a batch of the model's token input\n"
+    "Trains the model on the CPU (the reference, or sharded with --plan / --world, every rank\n"
+    "simulated): each step reads a batch of the model's token input\n"
     "(rows x positions, as its shape says) and its targets (the next tokens) from an llm.c token\n"
     "file, runs the forward and backward pass of its loss (an output 'loss = cross_entropy(...)')\n"
     "and updates the parameters with AdamW (fp32 master weights and moments).\n"
@@ -35,6 +36,10 @@ static const char train_usage[] =
     "  --seed N           the default initialisation's and the shuffle's seed (default 0)\n"
     "  -D NAME=VALUE      override dim NAME (repeatable), e.g. -D B=8 -D S=64\n"
     "  --model NAME       the model to train when the file holds several\n"
+    "  --plan FILE        train sharded as this plan says (per-layer degrees, groups, shares), every\n"
+    "                     rank simulated; the same losses as unsharded, within fp32 rounding\n"
+    "  --plan-name NAME   the plan to use (from --plan, or the model's own file)\n"
+    "  --world W          ranks (default: the plan's world)\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
     "  --save-params FILE write the trained parameters (safetensors)\n"
     "  --dump DIR         write step 1's inputs, parameters, loss and every gradient (grad.NAME)\n"
@@ -48,7 +53,8 @@ typedef struct train_opts {
   const char *file, *data, *model, *params, *save_params, *dump, *color;
   long steps;
   unsigned long long seed;
-  bool shuffle;
+  bool shuffle, sharded;
+  int32_t world; /* 0: the plan's */
   ntp_adamw adamw;
 } train_opts;
 
@@ -88,6 +94,16 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
       o->data = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
       o->model = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) {
+      ntpc_select_plan(s, v);
+      o->sharded = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) {
+      if (ntpc_add_plan_file(s, v) != NTPC_OK) return usage("%s", ntpc_last_error(s));
+      o->sharded = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
+      if (!number(v, 1, &d) || d != floor(d) || d > 4096) return usage("--world %s: expected 1 to 4096 ranks", v);
+      o->world = (int32_t)d;
+      o->sharded = true;
     } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
       o->params = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
@@ -214,7 +230,7 @@ static int train(const train_opts *o, ntpc_session *s) {
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) goto fail;
   ntp_adamw aw = o->adamw;
   aw.steps = o->steps;
-  if (ntp_trainer_new(m, &aw, o->seed, params, &tr, err, sizeof err) != 0) goto fail;
+  if (ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err) != 0) goto fail;
   int64_t n = bi.rows * bi.len;
   tok = malloc((size_t)n * sizeof *tok);
   tgt = malloc((size_t)n * sizeof *tgt);
@@ -234,6 +250,9 @@ static int train(const train_opts *o, ntpc_session *s) {
   printf("model %s: %zu parameters (%.3fM elements), dtype %s; batch %lld x %lld tokens from %s (%lld tokens)\n",
          m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)bi.rows, (long long)bi.len, o->data,
          (long long)ntp_tokens_count(data));
+  if (prog->world > 0)
+    printf("sharded: %d ranks simulated on the cpu backend (each rank's forward and backward, the gradients summed "
+           "over their holders)\n", prog->world);
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
          (long long)aw.warmup, aw.lr * aw.min_lr_frac, aw.beta1, aw.beta2, aw.eps, aw.weight_decay, aw.clip);
   double first = NAN, last = NAN, total_s = 0;
@@ -290,6 +309,7 @@ int ntpc_train_command(int argc, char **argv) {
     return rc;
   }
   if (o.model) ntpc_select_model(s, o.model);
+  if (o.sharded) ntpc_set_world(s, o.world);
   ntpc_want_grad(s, true);
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, cli_color(o.color));
