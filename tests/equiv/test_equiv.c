@@ -1,7 +1,11 @@
 /* test_equiv.c — the proof of equivalence: random (model, plan) cases, each sharded run
  * compared element by element with the unsharded CPU reference.
  *
- *   test_equiv [--cases N] [--seed S] [--verbose]
+ *   test_equiv [--cases N] [--seed S] [--verbose] [--train]
+ *
+ * --train: every case a transformer stack (fp32) with a cross-entropy loss, compiled with its
+ * gradient pass; the sharded loss and every gradient (the sharded backward) against the
+ * reference's, then 3 AdamW steps on each side: losses and parameters within 1e-5.
  *
  * Case i uses seed S + i. A failing case prints its seed, its model and plan, and the
  * command that re-runs it alone. Half the cases are transformer stacks (random degrees,
@@ -21,6 +25,9 @@
 #include "shard.h"
 
 #include "rng.h"
+#include "train_compare.h"
+
+static bool train_mode; /* --train */
 
 typedef struct text {
   char buf[16384];
@@ -75,7 +82,7 @@ static void put_tp(text *t, rng *r, int W, int maxgroup, int S, bool *sp_ok) {
 
 static int gen_transformer(rng *r, text *t) {
   int W = uni(r, 1, 8);
-  bool bf16 = chance(r, 20);
+  bool bf16 = chance(r, 20) && !train_mode;
   const char *dt = bf16 ? "bf16" : "fp32";
   int Hs[] = {8, 12, 16}, H = Hs[uni(r, 0, 2)];
   int kvs[6], nk = 0;
@@ -92,6 +99,7 @@ static int gen_transformer(rng *r, text *t) {
   int OUT = uni(r, 8, 24);
 
   put(t, "model m {\n  dim B = %d, S = %d, D = %d, F = %d, V = %d;\n  dtype %s;\n", B, S, D, F, V, dt);
+  if (train_mode) put(t, "  input targets : i32[B, S];\n");
   if (tokens) {
     put(t, "  input tokens : i32[B, S];\n");
     put(t, "  x = embed: embedding(tokens, vocab = V, dim = D%s);\n", positions ? ", positions = S + 2" : "");
@@ -110,8 +118,10 @@ static int gen_transformer(rng *r, text *t) {
   if (with_lin) put(t, "    x = lin: linear(x, out = D%s);\n", chance(r, 50) ? ", bias = true" : "");
   put(t, "  }\n");
   if (second_out) put(t, "  output x;\n");
-  if (tied) put(t, "  output logits = head: linear(x, out = V, tied = embed);\n");
-  else put(t, "  output logits = head: linear(x, out = %d%s);\n", OUT, chance(r, 50) ? ", bias = true" : "");
+  const char *lo = train_mode ? "logits" : "output logits";
+  if (tied) put(t, "  %s = head: linear(x, out = V, tied = embed);\n", lo);
+  else put(t, "  %s = head: linear(x, out = %d%s);\n", lo, OUT, chance(r, 50) ? ", bias = true" : "");
+  if (train_mode) put(t, "  output loss = cross_entropy(logits, targets);\n");
   put(t, "}\n");
 
   /* the plan: a default rule, then more specific ones (later and more specific win) */
@@ -158,7 +168,7 @@ static int gen_layouts(rng *r, text *t) {
   static const int shapes[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {1, 3}, {3, 1}, {1, 4}, {4, 1},
                                   {2, 3}, {3, 2}, {1, 5}, {1, 6}, {1, 7}, {2, 4}, {4, 2}, {1, 8}};
   int pick = uni(r, 0, 15), R = shapes[pick][0], C = shapes[pick][1];
-  bool bf16 = chance(r, 20);
+  bool bf16 = chance(r, 20) && !train_mode;
   const char *dt = bf16 ? "bf16" : "fp32";
   int M = uni(r, 8, 14), K = uni(r, 8, 14), N = uni(r, 8, 14), P = uni(r, 8, 14);
   put(t, "model m {\n  dim M = %d, K = %d, N = %d, P = %d;\n  dtype %s;\n  mesh g = %d x %d (r, c);\n", M, K, N, P, dt,
@@ -208,6 +218,7 @@ static outcome run_case(const char *source, int W) {
   ntpc_session *s = ntpc_session_new();
   ntpc_select_plan(s, "p");
   ntpc_set_world(s, W);
+  ntpc_want_grad(s, train_mode);
   if (ntpc_compile_string(s, "case.ntp", source) != NTPC_OK) {
     size_t n = 0;
     for (size_t i = 0; i < ntpc_diag_count(s) && n < sizeof oc.why - 1; i++) {
@@ -227,6 +238,25 @@ static outcome run_case(const char *source, int W) {
   } else if (ntp_sim_run(p, 11, &got, err, sizeof err) != 0) {
     snprintf(oc.why, sizeof oc.why, "sharded run: %s", err);
     ntp_cpu_result_free(&ref);
+  } else if (train_mode) { /* the loss and every gradient, then 3 AdamW steps on each side */
+    const char *where = "?";
+    double e = worst_error(&got, &ref, &where), lw, pw;
+    size_t skipped;
+    ntp_program unsharded = *p; /* the same image's module, on the CPU reference */
+    unsharded.world = 0;
+    oc.worst = e;
+    if (!(e <= 1e-5)) {
+      snprintf(oc.why, sizeof oc.why, "%s: max relative error %.3g > 1e-5", where, e);
+    } else if (adamw_compare(&unsharded, p, 3, &lw, &pw, &skipped, err, sizeof err) != 0) {
+      snprintf(oc.why, sizeof oc.why, "training: %s", err);
+    } else if (!(lw <= 1e-5 && pw <= 1e-5)) {
+      snprintf(oc.why, sizeof oc.why, "3 AdamW steps: losses within %.3g, parameters within %.3g (> 1e-5)", lw, pw);
+    } else {
+      oc.ok = 1;
+      if (pw > oc.worst) oc.worst = pw;
+    }
+    ntp_cpu_result_free(&ref);
+    ntp_cpu_result_free(&got);
   } else {
     oc.ok = 1;
     for (size_t o = 0; o < ref.n_outputs; o++) {
@@ -255,8 +285,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = atol(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--verbose")) verbose = true;
+    else if (!strcmp(argv[i], "--train")) train_mode = true;
     else {
-      fprintf(stderr, "usage: test_equiv [--cases N] [--seed S] [--verbose]\n");
+      fprintf(stderr, "usage: test_equiv [--cases N] [--seed S] [--verbose] [--train]\n");
       return 2;
     }
   }
@@ -268,7 +299,7 @@ int main(int argc, char **argv) {
     uint64_t cs = seed + (uint64_t)c;
     rng r = {cs * 0x2545f4914f6cdd1dull + 1};
     text t = {.n = 0};
-    bool lay = cs % 2 == 1;
+    bool lay = cs % 2 == 1 && !train_mode;
     int W = lay ? gen_layouts(&r, &t) : gen_transformer(&r, &t);
     outcome oc = run_case(t.buf, W);
     worlds[W]++;
@@ -280,15 +311,15 @@ int main(int argc, char **argv) {
     } else {
       failed++;
       printf("FAIL case seed %" PRIu64 " (world %d): %s\n--- model and plan ---\n%s--- re-run alone: test_equiv "
-             "--seed %" PRIu64 " --cases 1 --verbose\n",
-             cs, W, oc.why, t.buf, cs);
+             "--seed %" PRIu64 " --cases 1 --verbose%s\n",
+             cs, W, oc.why, t.buf, cs, train_mode ? " --train" : "");
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  printf("equivalence: %ld cases (%ld transformer stacks, %ld explicit-layout chains), seeds %" PRIu64 "..%" PRIu64
+  printf("equivalence%s: %ld cases (%ld transformer stacks, %ld explicit-layout chains), seeds %" PRIu64 "..%" PRIu64
          ", %.2f s\n",
-         cases, cases - layouts, layouts, seed, seed + (uint64_t)cases - 1, secs);
+         train_mode ? " of training (loss, gradients, 3 AdamW steps)" : "", cases, cases - layouts, layouts, seed, seed + (uint64_t)cases - 1, secs);
   printf("worlds:");
   for (int w = 1; w <= 8; w++) printf(" %d:%ld", w, worlds[w]);
   printf("\nworst fp32 max relative error among passing cases: %.3g\n", worst32);

@@ -13,6 +13,7 @@
 #include "ntpc.h"
 #include "ntprt.h"
 #include "session_program.h"
+#include "train_compare.h"
 
 static const char gpt[] =
     "model g {\n"
@@ -84,28 +85,6 @@ static ntpc_session *compile(const char *model, const char *plan, bool sharded) 
   return s;
 }
 
-static double max_abs(const ntp_host_tensor *t) {
-  double m = 0;
-  for (int64_t i = 0, n = shape_numel(&t->shape); i < n; i++) m = fmax(m, fabs(t->f[i]));
-  return m;
-}
-
-/* max over outputs of max|a - b| / max|b|, where a gradient that vanishes (the key bias's:
- * softmax does not see it) is measured against 1e-3 of the model's largest gradient rather
- * than against its own round-off */
-static double worst_error(const ntp_cpu_result *a, const ntp_cpu_result *b, const char **where) {
-  double w = 0, floor = 0;
-  for (size_t o = 1; o < b->n_outputs; o++) floor = fmax(floor, 1e-3 * max_abs(&b->outputs[o]));
-  for (size_t o = 0; o < b->n_outputs; o++) {
-    double d = 0;
-    for (int64_t i = 0, n = shape_numel(&b->outputs[o].shape); i < n; i++)
-      d = fmax(d, fabs((double)a->outputs[o].f[i] - b->outputs[o].f[i]));
-    double e = d / fmax(max_abs(&b->outputs[o]), o ? floor : 0);
-    if (!(e <= w)) w = e, *where = b->outputs[o].name;
-  }
-  return w;
-}
-
 int main(void) {
   int bad = 0;
   for (int c = 0; c < NCASES; c++) {
@@ -138,42 +117,9 @@ int main(void) {
     }
     if (rr == 0) ntp_cpu_result_free(&ref);
     /* three AdamW steps on each side, the same batch: the same losses and parameters */
-    ntp_adamw aw;
-    ntp_adamw_defaults(&aw);
-    aw.steps = 3;
-    ntp_trainer *tu = NULL, *ts = NULL;
-    double lworst = 0, pworst = 0;
-    if (up && sp && ntp_trainer_new(up, &aw, 3, NULL, &tu, err, sizeof err) == 0 &&
-        ntp_trainer_new(sp, &aw, 3, NULL, &ts, err, sizeof err) == 0) {
-      for (int k = 0; k < 3; k++) {
-        ntp_train_stats a, b;
-        if (ntp_trainer_step(tu, NULL, 0, &a, err, sizeof err) != 0 || ntp_trainer_step(ts, NULL, 0, &b, err, sizeof err) != 0) {
-          printf("  train step failed: %s\n", err);
-          bad++;
-          break;
-        }
-        lworst = fmax(lworst, fabs(a.loss - b.loss) / fabs(a.loss));
-      }
-      const ntp_host_tensor *pa, *pb;
-      size_t na = ntp_trainer_params(tu, &pa), nb = ntp_trainer_params(ts, &pb), skipped = 0;
-      CHECK(na == nb);
-      /* AdamW divides by the gradient's own scale, so a gradient that vanishes (the key bias's:
-       * round-off around 0) moves its parameter by +-lr either way: those are not compared */
-      const ntp_cpu_result *last = ntp_trainer_last(tu);
-      double floor = 0;
-      for (size_t o = 1; o < last->n_outputs; o++) floor = fmax(floor, 1e-3 * max_abs(&last->outputs[o]));
-      for (size_t i = 0; i < na && i < nb; i++) {
-        char gname[256];
-        snprintf(gname, sizeof gname, "grad.%s", pa[i].name);
-        bool vanishing = false;
-        for (size_t o = 1; o < last->n_outputs; o++)
-          if (!strcmp(last->outputs[o].name, gname)) vanishing = max_abs(&last->outputs[o]) < floor;
-        if (vanishing) {
-          skipped++;
-          continue;
-        }
-        pworst = fmax(pworst, ntp_max_rel_error(&pb[i], &pa[i]));
-      }
+    double lworst, pworst;
+    size_t skipped;
+    if (up && sp && adamw_compare(up, sp, 3, &lworst, &pworst, &skipped, err, sizeof err) == 0) {
       bool ok = lworst <= 1e-5 && pworst <= 1e-5;
       bad += !ok;
       printf("  3 AdamW steps: losses within %.1e, parameters within %.1e (%zu with a vanishing gradient not compared)  %s\n",
@@ -181,10 +127,7 @@ int main(void) {
     } else {
       printf("  trainer: %s\n", err);
       bad++;
-    }
-    ntp_trainer_free(tu);
-    ntp_trainer_free(ts);
-    ntp_program_free(up);
+    }    ntp_program_free(up);
     ntp_program_free(sp);
     ntpc_session_free(us);
     ntpc_session_free(ss);
