@@ -40,6 +40,13 @@ if cmp -s "$tmp/a.st" "$tmp/b.st" && cmp -s "$tmp/a.log" "$tmp/b.log"; then ok; 
 check det-c 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 6 --shuffle --seed 4 $small --save-params "$tmp/c.st"
 if cmp -s "$tmp/a.st" "$tmp/c.st"; then bad "another shuffle seed gives the same parameters"; else ok; fi
 
+# sharded: 7 ranks in groups of 4 and 3 print the unsharded run's losses
+check sharded 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 6 --shuffle --seed 3 $small --plan examples/plans/byte_gpt_7.ntp
+expect_text sharded "sharded: 7 ranks simulated"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/s.log"
+if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/a.log" "$tmp/s.log"; then ok; else
+  bad "the sharded losses differ from the unsharded ones"; paste "$tmp/a.log" "$tmp/s.log"; fi
+
 # --params: training goes on from saved parameters (the loss starts where it was)
 check resume 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 2 $small --params "$tmp/a.st"
 r1=$(sed -n 's/^step *1\/2  loss \([0-9.]*\).*/\1/p' "$tmp/out")
@@ -54,7 +61,8 @@ if [ "${nparams:-0}" -gt 0 ] && [ "${ngrads:-0}" -eq "$nparams" ] && grep -q '^o
 
 # errors
 check no-data 2 "$ntpc" train examples/byte_gpt.ntp;   expect_text no-data "--data TOKENS is required"
-check bad-option 2 "$ntpc" train examples/byte_gpt.ntp --data x --world 2; expect_text bad-option "unknown option '--world'"
+check bad-option 2 "$ntpc" train examples/byte_gpt.ntp --data x --frobnicate; expect_text bad-option "unknown option '--frobnicate'"
+check bad-world 2 "$ntpc" train examples/byte_gpt.ntp --data x --world 0; expect_text bad-world "expected 1 to 4096 ranks"
 check bad-lr 2 "$ntpc" train examples/byte_gpt.ntp --data x --lr -1; expect_text bad-lr "expected a number of 0 or more"
 check not-tokens 1 "$ntpc" train examples/byte_gpt.ntp --data README.md; expect_text not-tokens "not an llm.c token file"
 check no-loss 1 "$ntpc" train examples/gpt2.ntp --data "$tmp/docs.bin" -D B=1 -D S=8 -D D=16 -D H=2 -D V=256 -D L=1
