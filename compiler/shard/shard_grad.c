@@ -128,7 +128,26 @@ static int32_t grad_output_of(const ir_module *m, int32_t v) {
  * gradients on its cells; when the slices leave a cell of the parameter uncovered (a position
  * table longer than the sequence), one whole copy on the first holder's rank takes the sum too,
  * so the gradient output is covered (zero where nothing reads the parameter). */
-static void param_sync(bwd *B, int32_t v, int32_t gv, sh_xfer **xf, size_t *n, size_t *cap) {
+/* The bytes an all-reduce among each cell's holders moves (ring: 2(n-1)/n of the cell sent and
+ * received by each of its n holders), added per rank: what the sync costs as a collective
+ * library runs it, rather than the direct exchange the step's transfers describe. */
+static void ring_bytes(bwd *B, const int32_t *hold, const ntp_box *boxes, size_t nh, ntp_box whole, ntp_dtype dt,
+                       int64_t *per_rank) {
+  box_grid grid;
+  if (!box_grid_init(&grid, &whole, boxes, nh)) ntp_out_of_memory();
+  ntp_box cell;
+  while (box_grid_next(&grid, &cell)) {
+    int n = 0;
+    for (size_t k = 0; k < nh; k++) n += box_contains(&boxes[k], &cell);
+    if (n < 2) continue;
+    int64_t b = box_volume(&cell) * (int64_t)dtype_bytes(dt) * 2 * (n - 1) / n;
+    for (size_t k = 0; k < nh; k++)
+      if (box_contains(&boxes[k], &cell)) per_rank[T(B, hold[k] >= 0 ? hold[k] : -1 - hold[k])->rank] += b;
+  }
+  box_grid_free(&grid);
+}
+
+static void param_sync(bwd *B, int32_t v, int32_t gv, sh_xfer **xf, size_t *n, size_t *cap, int64_t *ring) {
   size_t nh = 0;
   int32_t *hold = malloc((B->nt + 1) * sizeof *hold), *contrib = malloc((B->nt + 1) * sizeof *contrib);
   ntp_box *boxes = malloc((B->nt + 1) * sizeof *boxes);
@@ -164,6 +183,7 @@ static void param_sync(bwd *B, int32_t v, int32_t gv, sh_xfer **xf, size_t *n, s
     covered = in;
   }
   box_grid_free(&grid);
+  ring_bytes(B, hold, boxes, nh, whole, B->m->values[v].dtype, ring);
   size_t ndst = 0;
   int32_t *dst_rank = malloc((nh + 2) * sizeof *dst_rank);
   ntp_box *dst_box = malloc((nh + 2) * sizeof *dst_box);
@@ -246,12 +266,19 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
   /* every parameter's slices summed over everyone who holds them: one reduction step */
   sh_xfer *xf = NULL;
   size_t n = 0, cap = 0;
+  int64_t *ring = calloc((size_t)p->world + 1, sizeof *ring);
+  if (!ring) ntp_out_of_memory();
   for (size_t i = 0; ok && i < m->n_forward_ops; i++) {
     if (m->ops[i].code != IR_PARAM) continue;
     int32_t gv = grad_output_of(m, m->ops[i].result);
-    if (gv >= 0) param_sync(&B, m->ops[i].result, gv, &xf, &n, &cap);
+    if (gv >= 0) param_sync(&B, m->ops[i].result, gv, &xf, &n, &cap, ring);
   }
-  if (ok) shard_backward_comm(L, COMM_ALL_REDUCE, xf, n, "gradient sync: every parameter slice, summed over its holders");
+  if (ok && n) {
+    shard_backward_comm(L, COMM_ALL_REDUCE, xf, n, "gradient sync: every parameter slice, summed over its holders");
+    sh_step *st = &p->steps[p->n_steps - 1]; /* counted as all-reduces over each cell's holders */
+    for (int k = 0; k < st->nranks; k++) st->bytes_out[k] = st->bytes_in[k] = ring[st->ranks[k]];
+  }
+  free(ring);
   free(xf);
   free(B.grad);
   free(B.needs);

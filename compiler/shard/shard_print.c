@@ -162,6 +162,116 @@ static int64_t *live_bytes(const sh_program *p) {
   return live;
 }
 
+/* The grad.NAME output value of parameter v, -1: none. */
+static int32_t grad_value_of(const ir_module *m, int32_t v) {
+  char name[512];
+  snprintf(name, sizeof name, "grad.%s", m->values[v].name);
+  for (size_t o = 0; o < m->n_outputs; o++)
+    if (strcmp(m->outputs[o].name, name) == 0) return m->outputs[o].value;
+  return -1;
+}
+
+/* All ranks' bytes of the sync of gradient value gv, as all-reduces over each cell's holders
+ * (ring: 2(n-1) of the cell in all, for n holders): the same count the step's bytes use. */
+static double ring_total(const sh_program *p, const sh_step *sync, int32_t gv, ntp_shape shape, ntp_dtype dt) {
+  size_t nh = 0;
+  ntp_box *boxes = malloc((sync->nxfers + 1) * sizeof *boxes);
+  int32_t *seen = malloc((sync->nxfers + 1) * sizeof *seen);
+  double total = 0;
+  if (!boxes || !seen) goto done;
+  for (size_t x = 0; x < sync->nxfers; x++) {
+    int32_t d = sync->xfers[x].dst;
+    if (p->tensors[d].global != gv) continue;
+    bool dup = false;
+    for (size_t k = 0; k < nh; k++) dup |= seen[k] == d;
+    if (!dup) seen[nh] = d, boxes[nh++] = p->tensors[d].box;
+  }
+  ntp_box whole = box_full(&shape), cell;
+  box_grid g;
+  if (!nh || !box_grid_init(&g, &whole, boxes, nh)) goto done;
+  while (box_grid_next(&g, &cell)) {
+    int n = 0;
+    for (size_t k = 0; k < nh; k++) n += box_contains(&boxes[k], &cell);
+    if (n > 1) total += 2.0 * (n - 1) * (double)box_volume(&cell) * (double)dtype_bytes(dt);
+  }
+  box_grid_free(&g);
+done:
+  free(boxes);
+  free(seen);
+  return total;
+}
+
+/* Training: what the gradient sync moves per rank, and what Megatron's non-uniform TP scheme
+ * (megatron/core/distributed/nonuniform_tp.py) would move for the same placements: in a layer
+ * whose groups have two sizes (healthy t, reduced r), the spare ranks of each healthy group
+ * send their pieces to its core ranks (an all-to-all), the core ranks all-reduce over the G
+ * groups (ring: 2(G-1)/G of a P/r piece each), and the pieces go back to the spares; a layer of
+ * one size is the all-reduce alone. Both counted for the TP-sharded layers' own parameters. */
+static void print_grad_sync(const sh_program *p, FILE *out) {
+  const ir_module *m = p->global;
+  const sh_step *sync = NULL;
+  for (size_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == SH_COMM && p->steps[s].why && !strncmp(p->steps[s].why, "gradient sync", 13)) sync = &p->steps[s];
+  if (!sync) return;
+  char a[32], b[32], c[32];
+  fprintf(out, "\ngradient sync (one step: every parameter slice summed over its holders; bytes as all-reduces over "
+               "each cell's holders)\n  %-5s %12s %12s\n", "rank",
+          "sent", "received");
+  int64_t total = 0;
+  for (int i = 0; i < sync->nranks; i++) {
+    fprintf(out, "  %-5d %12s %12s\n", sync->ranks[i], human(sync->bytes_out[i], a, 32), human(sync->bytes_in[i], b, 32));
+    total += sync->bytes_out[i];
+  }
+  /* the TP-sharded layers' parameters: ours against Megatron's scheme */
+  double ours = 0, mega = 0, pre = 0;
+  int compared = 0, skipped = 0;
+  for (size_t l = 0; l < m->n_layers; l++) {
+    const ir_layer *ly = &m->layers[l];
+    if (!layer_is_sharded(ly)) continue;
+    const sh_placement *pl = &p->placements[l];
+    int32_t t = 0, r = INT32_MAX;
+    for (int g = 0; g < pl->ngroups; g++) {
+      int32_t sz = pl->group_start[g + 1] - pl->group_start[g];
+      t = sz > t ? sz : t;
+      r = sz < r ? sz : r;
+    }
+    bool two = true;
+    for (int g = 0; g < pl->ngroups; g++) {
+      int32_t sz = pl->group_start[g + 1] - pl->group_start[g];
+      two &= sz == t || sz == r;
+    }
+    double P = 0, o = 0;
+    for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++) {
+      if (m->ops[i].code != IR_PARAM) continue;
+      int32_t v = m->ops[i].result, gv = grad_value_of(m, v);
+      P += (double)shape_numel(&m->values[v].shape) * (double)dtype_bytes(m->values[v].dtype);
+      o += ring_total(p, sync, gv, m->values[v].shape, m->values[v].dtype);
+    }
+    if (P == 0) continue;
+    if (!two) {
+      skipped++;
+      continue;
+    }
+    compared++;
+    ours += o;
+    double G = pl->ngroups, a2a = 0;
+    for (int g = 0; g < pl->ngroups; g++) {
+      int32_t sz = pl->group_start[g + 1] - pl->group_start[g];
+      if (sz > r) a2a += P * (double)(sz - r) / (double)sz;
+    }
+    pre += a2a;
+    mega += 2 * a2a + 2 * (G - 1) * P;
+  }
+  fprintf(out, "  all ranks: %s sent", human(total, a, 32));
+  if (compared)
+    fprintf(out, "; for the %d TP-sharded layers: %s, where Megatron's scheme would move %s (%s of it the spares' "
+                 "all-to-alls before and after)",
+            compared, human((int64_t)ours, a, 32), human((int64_t)mega, b, 32), human((int64_t)(2 * pre), c, 32));
+  if (skipped) fprintf(out, "; %d layer%s with more than two group sizes, which that scheme does not take", skipped,
+                       skipped == 1 ? "" : "s");
+  fputc('\n', out);
+}
+
 void sh_print_report(const sh_program *p, FILE *out) {
   const ir_module *m = p->global;
   int32_t W = p->world;
@@ -227,8 +337,9 @@ void sh_print_report(const sh_program *p, FILE *out) {
       fprintf(out, "}  %lld elems, %s sent by rank %d\n", (long long)st->elems, human(st->bytes_out[0], a, 32), st->ranks[0]);
     }
   }
-  fprintf(out, "\ntotals per step (forward)\n  %-5s %12s %12s %14s %12s %12s\n", "rank", "params", "inputs", "peak activ.",
-          "sent", "received");
+  fprintf(out, "\ntotals per step (%s)\n  %-5s %12s %12s %14s %12s %12s\n",
+          m->n_forward_ops ? "forward and backward" : "forward", "rank", "params", "inputs", "peak activ.", "sent",
+          "received");
   int64_t tsent = 0;
   for (int32_t r = 0; r < W; r++) {
     const sh_rank_mem *mm = &p->mem[r];
@@ -239,6 +350,7 @@ void sh_print_report(const sh_program *p, FILE *out) {
   }
   fprintf(out, "  all ranks: %s sent\n", human(tsent, a, 32));
   for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
+  if (m->n_forward_ops) print_grad_sync(p, out);
 done:
   free(start);
   free(order);

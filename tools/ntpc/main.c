@@ -48,6 +48,8 @@ static const char usage_text[] =
     "  --keep-c           keep the model library's generated C file (FILE.c)\n"
     "  --backend NAME     run on: cpu (the reference; default) or cuda (NVRTC kernels, cuBLASLt)\n"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
+    "  --train            compile the training step: the loss's backward and every parameter's\n"
+    "                     gradient as outputs (report: the backward's bytes, the gradient sync)\n"
     "  --iters N          cuda: timed forwards after a warm-up (default 10)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
     "  --quiet, -q        no progress line (otherwise shown on a terminal for work over 2 s)\n"
@@ -475,6 +477,8 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       if (*end || o->world < 1 || o->world > 4096) return usage_error("--world needs a rank count from 1 to 4096, got '%s'", v);
     } else if (strcmp(a, "--keep-c") == 0) {
       o->keep_c = true;
+    } else if (strcmp(a, "--train") == 0) {
+      ntpc_want_grad(s, true);
     } else if (strcmp(a, "--loopback") == 0) {
       o->loopback = true;
     } else if ((v = cli_option_value(argc, argv, &i, "--iters", &missing))) {
