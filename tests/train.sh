@@ -72,5 +72,9 @@ expect_text small-vocab "outside the model's vocabulary of 64"
 check too-short 1 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" -D B=4096 -D S=128 --steps 1
 expect_text too-short "a batch of 4096 x 128 needs"
 
+check no-cuda-loss 1 "$ntpc" examples/byte_gpt.ntp $small -o "$tmp/m.so"
+expect_text no-cuda-loss "'cross_entropy' has no CUDA kernel yet"
+if [ -e "$tmp/m.so" ]; then bad "a model library was written"; else ok; fi
+
 echo "train.sh: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
