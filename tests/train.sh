@@ -5,17 +5,7 @@
 set -u
 ntpc=$1 py=$2
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-check() { # check NAME EXPECTED_RC CMD... ; stdout+stderr in $tmp/out
-  name=$1 want=$2; shift 2
-  "$@" >"$tmp/out" 2>&1; rc=$?
-  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "[FAIL] $name: exit $rc, expected $want"; sed 's/^/    /' "$tmp/out"; fi
-}
-expect_text() { # expect_text NAME TEXT : the last command's output contains TEXT
-  if grep -qF -- "$2" "$tmp/out"; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "[FAIL] $1: output lacks '$2'"; sed 's/^/    /' "$tmp/out"; fi
-}
+. "$(dirname "$0")/check.sh"
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "[FAIL] $1"; }
 

@@ -11,6 +11,7 @@
  * forward op they differentiate, so an error in one points at the source. */
 #include "grad.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,14 @@ int32_t ir_loss_output(const ir_module *m, diag_sink *diags, ntp_loc model_loc) 
             scalars ? "training needs one loss: the model has %d scalar outputs and none is named 'loss'"
                     : "training needs a scalar loss output, as in 'output loss = cross_entropy(logits, targets);'%.0d",
             scalars);
+  return -1;
+}
+
+int32_t ir_grad_output(const ir_module *m, int32_t param) {
+  char name[512];
+  snprintf(name, sizeof name, "grad.%s", m->values[param].name);
+  for (size_t o = 0; o < m->n_outputs; o++)
+    if (strcmp(m->outputs[o].name, name) == 0) return m->outputs[o].value;
   return -1;
 }
 

@@ -11,6 +11,8 @@ bool ir_grad(ir_module *m, arena *pool, ntp_loc model_loc, diag_sink *diags);
 /* The loss output: the one scalar float output, or of several the one named "loss"; -1 with a
  * diagnostic at model_loc (diags may be NULL: then none). */
 int32_t ir_loss_output(const ir_module *m, diag_sink *diags, ntp_loc model_loc);
+/* The value of parameter `param`'s gradient output (grad.NAME), -1: none. */
+int32_t ir_grad_output(const ir_module *m, int32_t param);
 
 /* How a backward rule emits: ops on ids (global values, or one rank's tensors) through the
  * callbacks of whoever differentiates. */

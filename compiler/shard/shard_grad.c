@@ -115,19 +115,6 @@ static bool is_param_slice(const bwd *B, const sh_tensor *t) {
   return t->persistent && t->init_value >= 0 && B->m->ops[B->m->values[t->init_value].def].code == IR_PARAM;
 }
 
-/* The output value holding parameter v's gradient (the gradient pass's grad.NAME), -1: none. */
-static int32_t grad_output_of(const ir_module *m, int32_t v) {
-  char name[512];
-  snprintf(name, sizeof name, "grad.%s", m->values[v].name);
-  for (size_t o = 0; o < m->n_outputs; o++)
-    if (strcmp(m->outputs[o].name, name) == 0) return m->outputs[o].value;
-  return -1;
-}
-
-/* Every slice of parameter v, on every rank that holds one, gets the sum over all slices'
- * gradients on its cells; when the slices leave a cell of the parameter uncovered (a position
- * table longer than the sequence), one whole copy on the first holder's rank takes the sum too,
- * so the gradient output is covered (zero where nothing reads the parameter). */
 /* The bytes an all-reduce among each cell's holders moves (ring: 2(n-1)/n of the cell sent and
  * received by each of its n holders), added per rank: what the sync costs as a collective
  * library runs it, rather than the direct exchange the step's transfers describe. */
@@ -270,7 +257,7 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
   if (!ring) ntp_out_of_memory();
   for (size_t i = 0; ok && i < m->n_forward_ops; i++) {
     if (m->ops[i].code != IR_PARAM) continue;
-    int32_t gv = grad_output_of(m, m->ops[i].result);
+    int32_t gv = ir_grad_output(m, m->ops[i].result);
     if (gv >= 0) param_sync(&B, m->ops[i].result, gv, &xf, &n, &cap, ring);
   }
   if (ok && n) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grad.h"
 #include "layer_kind.h"
 #include "shard.h"
 
@@ -162,15 +163,6 @@ static int64_t *live_bytes(const sh_program *p) {
   return live;
 }
 
-/* The grad.NAME output value of parameter v, -1: none. */
-static int32_t grad_value_of(const ir_module *m, int32_t v) {
-  char name[512];
-  snprintf(name, sizeof name, "grad.%s", m->values[v].name);
-  for (size_t o = 0; o < m->n_outputs; o++)
-    if (strcmp(m->outputs[o].name, name) == 0) return m->outputs[o].value;
-  return -1;
-}
-
 /* All ranks' bytes of the sync of gradient value gv, as all-reduces over each cell's holders
  * (ring: 2(n-1) of the cell in all, for n holders): the same count the step's bytes use. */
 static double ring_total(const sh_program *p, const sh_step *sync, int32_t gv, ntp_shape shape, ntp_dtype dt) {
@@ -243,7 +235,7 @@ static void print_grad_sync(const sh_program *p, FILE *out) {
     double P = 0, o = 0;
     for (int32_t i = ly->first_op; i < ly->first_op + ly->nops; i++) {
       if (m->ops[i].code != IR_PARAM) continue;
-      int32_t v = m->ops[i].result, gv = grad_value_of(m, v);
+      int32_t v = m->ops[i].result, gv = ir_grad_output(m, v);
       P += (double)shape_numel(&m->values[v].shape) * (double)dtype_bytes(m->values[v].dtype);
       o += ring_total(p, sync, gv, m->values[v].shape, m->values[v].dtype);
     }
