@@ -135,7 +135,11 @@ int artifact_write_c(const sh_program *p, const void *image, size_t image_len, F
         "EXPORT int ntp_model_set_param(ntp_model *m, const char *name, const DLTensor *t) { return ntprt_model_set_param(m, name, t); }\n"
         "EXPORT int ntp_model_forward(ntp_model *m, const DLTensor *const *in, DLTensor *const *out) { return ntprt_model_forward(m, in, out); }\n"
         "EXPORT const char *ntp_model_last_error(void) { return ntprt_model_last_error(); }\n"
-        "EXPORT void ntp_model_destroy(ntp_model *m) { ntprt_model_destroy(m); }\n",
+        "EXPORT void ntp_model_destroy(ntp_model *m) { ntprt_model_destroy(m); }\n"
+        "EXPORT int ntp_model_train_step(ntp_model *m, const ntp_model_train_options *o, const DLTensor *const *in, "
+        "double *loss) { return ntprt_model_train_step(m, o, in, loss); }\n"
+        "EXPORT int ntp_model_get_param(ntp_model *m, const char *name, DLTensor *t) { return ntprt_model_get_param(m, "
+        "name, t); }\n",
         f);
   return ferror(f) ? -1 : 0;
 }

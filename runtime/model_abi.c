@@ -8,6 +8,7 @@
 
 #include "cuda_backend.h"
 #include "ntp_artifact.h"
+#include "ntp_train.h"
 #include "ntprt.h"
 
 static _Thread_local char last_error[512];
@@ -26,6 +27,9 @@ struct ntp_model {
   const ntp_artifact *a;
   ntp_program *prog; /* read from the artifact's image */
   ntp_sim *sim;   /* cpu backend */
+  ntp_trainer *trainer; /* cpu backend of a training library: it holds the parameters */
+  ntp_host_tensor *held; /* training library, per value: the inputs last set (owned) */
+  const ntp_host_tensor **given;
   ntp_cuda *cuda; /* cuda backend */
   uint64_t seed;
   struct ntp_model *next_live;
@@ -147,7 +151,19 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     *out = m;
     return NTP_OK;
   }
-  if (ntp_sim_new(prog, &m->sim, err, sizeof err) != 0) {
+  bool training = false; /* its outputs carry the parameters' gradients */
+  for (size_t k = 0; k < prog->global.n_outputs; k++) training |= !strncmp(prog->global.outputs[k].name, "grad.", 5);
+  if (training) {
+    ntp_adamw aw;
+    ntp_adamw_defaults(&aw);
+    m->held = calloc(prog->global.n_values + 1, sizeof *m->held);
+    m->given = calloc(prog->global.n_values + 1, sizeof *m->given);
+    if (!m->held || !m->given) snprintf(err, sizeof err, "out of memory");
+    if (!m->held || !m->given || ntp_trainer_new(prog, &aw, m->seed, NULL, &m->trainer, err, sizeof err) != 0) {
+      free(m->held), free(m->given), ntp_program_free(prog), free(m);
+      return fail(NTP_ENOMEM, "%s", err);
+    }
+  } else if (ntp_sim_new(prog, &m->sim, err, sizeof err) != 0) {
     ntp_program_free(prog), free(m);
     return fail(NTP_ENOMEM, "%s", err);
   }
@@ -159,6 +175,10 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
 void ntprt_model_destroy(ntp_model *m) {
   if (!m || !live_remove(m)) return; /* NULL, or destroyed already: nothing to do */
   ntp_sim_free(m->sim);
+  ntp_trainer_free(m->trainer);
+  for (size_t v = 0; m->held && v < m->prog->global.n_values; v++) free(m->held[v].f), free(m->held[v].i);
+  free(m->held);
+  free(m->given);
   ntp_cuda_free(m->cuda);
   ntp_program_free(m->prog);
   free(m);
@@ -170,7 +190,19 @@ int ntprt_model_load(ntp_model *m, const char *path) {
   char err[512];
   ntp_safetensors *f;
   if (ntp_safetensors_open(path, &f, err, sizeof err) != 0) return fail(NTP_EIO, "%s", err);
-  int rc = m->cuda ? ntp_cuda_load(m->cuda, f, err, sizeof err) : ntp_sim_load(m->sim, f, err, sizeof err);
+  int rc = m->cuda ? ntp_cuda_load(m->cuda, f, err, sizeof err) : m->sim ? ntp_sim_load(m->sim, f, err, sizeof err) : 0;
+  const ntp_module *mod = &m->prog->global;
+  for (size_t i = 0; m->trainer && rc == 0 && i < mod->n_ops; i++) { /* a training library: every master */
+    if (mod->ops[i].code != IR_PARAM) continue;
+    const ntp_value *val = &mod->values[mod->ops[i].result];
+    ntp_host_tensor h = {.name = val->name, .dtype = val->dtype, .shape = val->shape};
+    ntp_box full = box_full(&val->shape);
+    h.f = malloc((size_t)(shape_numel(&val->shape) ? shape_numel(&val->shape) : 1) * sizeof *h.f);
+    rc = !h.f ? (snprintf(err, sizeof err, "out of memory"), -1)
+              : ntp_safetensors_read_box(f, val->name, val->dtype, &val->shape, &full, h.f, err, sizeof err);
+    if (rc == 0) rc = ntp_trainer_set_param(m->trainer, mod->ops[i].result, &h, err, sizeof err);
+    free(h.f);
+  }
   ntp_safetensors_close(f);
   return rc == 0 ? NTP_OK : fail(NTP_EIO, "%s", err);
 }
@@ -312,7 +344,16 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
       }
   }
   char err[512];
-  rc = m->cuda ? ntp_cuda_set(m->cuda, v, &h, err, sizeof err) : ntp_sim_set(m->sim, v, &h, err, sizeof err);
+  if (m->trainer) { /* parameters live in the trainer; inputs come with each call */
+    rc = strcmp(what, "parameter") == 0 ? ntp_trainer_set_param(m->trainer, v, &h, err, sizeof err) : 0;
+    if (rc == 0 && strcmp(what, "parameter") != 0) { /* an input: kept for the runs to come */
+      free(m->held[v].f), free(m->held[v].i);
+      m->held[v] = h;
+      return NTP_OK;
+    }
+  } else {
+    rc = m->cuda ? ntp_cuda_set(m->cuda, v, &h, err, sizeof err) : ntp_sim_set(m->sim, v, &h, err, sizeof err);
+  }
   free(h.f);
   free(h.i);
   return rc == 0 ? NTP_OK : fail(NTP_EINVAL, "%s", err);
@@ -326,6 +367,13 @@ int ntprt_model_set_param(ntp_model *m, const char *name, const DLTensor *global
     if (mod->ops[i].code == IR_PARAM && strcmp(mod->values[mod->ops[i].result].name, name) == 0)
       return set_value(m, mod->ops[i].result, global, "parameter");
   return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+}
+
+/* A training library's inputs as set: the `given` array its trainer runs with. */
+static const ntp_host_tensor *const *held_inputs(ntp_model *m) {
+  for (size_t v = 0; v < m->prog->global.n_values; v++)
+    m->given[v] = m->held[v].f || m->held[v].i ? &m->held[v] : NULL;
+  return m->given;
 }
 
 int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *const *outputs) {
@@ -366,8 +414,73 @@ int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *c
     return NTP_OK;
   }
   ntp_cpu_result res;
-  if (ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+  if (m->trainer) {
+    if (ntp_trainer_eval(m->trainer, held_inputs(m), &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+  } else if (ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err) != 0) {
+    return fail(NTP_ERUN, "%s", err);
+  }
   for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
   ntp_cpu_result_free(&res);
   return NTP_OK;
+}
+
+/* The inputs of a call, in the info's order (NULL ones keep their last value). */
+static int set_inputs(ntp_model *m, const DLTensor *const *inputs) {
+  const ntp_module *mod = &m->prog->global;
+  int k = 0;
+  for (size_t i = 0; i < mod->n_ops; i++) {
+    if (mod->ops[i].code != IR_INPUT) continue;
+    if (inputs && inputs[k]) {
+      int rc = set_value(m, mod->ops[i].result, inputs[k], "input");
+      if (rc) return rc;
+    }
+    k++;
+  }
+  return NTP_OK;
+}
+
+int ntprt_model_train_step(ntp_model *m, const ntp_model_train_options *o, const DLTensor *const *inputs,
+                           double *loss) {
+  CHECK_MODEL(m);
+  if (!m->trainer) return fail(NTP_EINVAL, "this model library has no training step (build it with ntpc FILE --train -o)");
+  if (!loss) return fail(NTP_EINVAL, "loss is NULL");
+  ntp_adamw aw;
+  ntp_adamw_defaults(&aw);
+  if (o) {
+    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps >= 0) ||
+        !(o->weight_decay >= 0) || !(o->clip >= 0))
+      return fail(NTP_EINVAL, "train options: lr, eps, weight_decay and clip must be 0 or more, the betas in [0, 1)");
+    aw.lr = o->lr, aw.beta1 = o->beta1, aw.beta2 = o->beta2, aw.eps = o->eps, aw.weight_decay = o->weight_decay;
+    aw.clip = o->clip;
+  }
+  aw.steps = 1; /* a constant rate: the caller's schedule */
+  ntp_trainer_set_options(m->trainer, &aw);
+  int rc = set_inputs(m, inputs);
+  if (rc) return rc;
+  char err[512];
+  ntp_train_stats st;
+  if (ntp_trainer_step(m->trainer, held_inputs(m), 0, &st, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+  *loss = st.loss;
+  return NTP_OK;
+}
+
+int ntprt_model_get_param(ntp_model *m, const char *name, DLTensor *global) {
+  CHECK_MODEL(m);
+  if (!name) return fail(NTP_EINVAL, "the parameter name is NULL");
+  if (!m->trainer) return fail(NTP_EINVAL, "ntp_model_get_param: only training libraries keep their parameters readable");
+  const ntp_host_tensor *ps;
+  size_t n = ntp_trainer_params(m->trainer, &ps);
+  const ntp_module *mod = &m->prog->global;
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(ps[i].name, name) != 0) continue;
+    int32_t v = -1;
+    for (size_t k = 0; k < mod->n_ops && v < 0; k++)
+      if (mod->ops[k].code == IR_PARAM && !strcmp(mod->values[mod->ops[k].result].name, name)) v = mod->ops[k].result;
+    int rc = check_dl(m, global, v, "parameter");
+    if (rc) return rc;
+    if (global->device.device_type != kDLCPU) return fail(NTP_EINVAL, "parameter '%s': a host tensor (kDLCPU) is needed", name);
+    from_host(&ps[i], global);
+    return NTP_OK;
+  }
+  return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
 }

@@ -22,6 +22,9 @@ int ntprt_model_load(ntp_model *model, const char *path);
 int ntprt_model_set_param(ntp_model *model, const char *name, const DLTensor *global);
 int ntprt_model_forward(ntp_model *model, const DLTensor *const *inputs, DLTensor *const *outputs);
 const char *ntprt_model_last_error(void);
+int ntprt_model_train_step(ntp_model *model, const ntp_model_train_options *o, const DLTensor *const *inputs,
+                           double *loss);
+int ntprt_model_get_param(ntp_model *model, const char *name, DLTensor *global);
 void ntprt_model_destroy(ntp_model *model);
 
 #endif

@@ -69,6 +69,24 @@ int ntp_model_forward(ntp_model *model, const DLTensor *const *inputs, DLTensor 
 const char *ntp_model_last_error(void);
 void ntp_model_destroy(ntp_model *model);
 
+/* ---- training: a library built with `ntpc FILE --train -o model.so` (the cpu backend) ----
+ * Its program carries the loss's backward and the gradients' sync; its outputs are the loss and
+ * every parameter's gradient (grad.NAME), which ntp_model_forward computes without updating. */
+typedef struct ntp_model_train_options {
+  double lr;                /* this step's learning rate (the caller runs the schedule) */
+  double beta1, beta2, eps; /* AdamW's */
+  double weight_decay;      /* decoupled, on parameters of 2 or more dims */
+  double clip;              /* the gradients' global norm clipped to this; 0: no clipping */
+} ntp_model_train_options;
+/* One AdamW step on fp32 master weights: inputs (in the info's order: tokens, targets, ...) ->
+ * *loss, the loss before the update; options NULL: lr 1e-3, betas 0.9 0.95, eps 1e-8, weight
+ * decay 0.1, clip 1. NTP_EINVAL on a library without a training step. */
+int ntp_model_train_step(ntp_model *model, const ntp_model_train_options *options, const DLTensor *const *inputs,
+                         double *loss);
+/* A parameter's current value (its master rounded to the model's dtype) into a host tensor of
+ * its global shape; training libraries only. */
+int ntp_model_get_param(ntp_model *model, const char *name, DLTensor *global);
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,6 +47,16 @@ int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, con
  * ntp_trainer_last (a --dump). */
 int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
                      size_t cap);
+/* Replaces the optimizer's options for the steps to come (its state, the step count, stays). */
+void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o);
+/* A run with the current parameters and no update (a forward and backward: the loss and the
+ * gradients), into *res (ntp_cpu_result_free it). */
+int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap);
+/* Sets parameter `value` (the module's value id) from a global tensor: its master and the copy
+ * the program runs with; the moments stay. -1 with a message when value is not a parameter or
+ * the shape differs. */
+int ntp_trainer_set_param(ntp_trainer *t, int32_t value, const ntp_host_tensor *global, char *err, size_t cap);
+
 /* The last step's run: its outputs (the loss, then the gradients "grad.NAME"), and with keep its
  * inputs and the parameters it ran with. */
 const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t);

@@ -241,6 +241,38 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
 
 const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t) { return &t->last; }
 
+void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o) { t->o = *o; }
+
+int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap) {
+  const ntp_module *m = t->mod;
+  for (size_t v = 0; v < m->n_values; v++) t->given[v] = given ? given[v] : NULL;
+  for (size_t i = 0; i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
+  if (!t->sim) return ntp_cpu_run_given(m, t->seed, 0, NULL, t->given, res, err, cap);
+  ntp_cpu_result keep = t->last; /* sim_run fills t->last: keep the last step's */
+  t->last = (ntp_cpu_result){0};
+  int rc = sim_run(t, 0, err, cap);
+  *res = t->last;
+  t->last = keep;
+  return rc;
+}
+
+int ntp_trainer_set_param(ntp_trainer *t, int32_t value, const ntp_host_tensor *g, char *err, size_t cap) {
+  for (size_t i = 0; i < t->np; i++) {
+    tparam *p = &t->p[i];
+    if (p->value != value) continue;
+    if (!g->f || !shape_eq(&g->shape, &p->cur.shape)) {
+      snprintf(err, cap, "'%s': a float tensor of the parameter's shape is needed", p->cur.name);
+      return -1;
+    }
+    memcpy(p->master, g->f, (size_t)p->n * sizeof *p->master);
+    memcpy(p->cur.f, g->f, (size_t)p->n * sizeof *p->cur.f);
+    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
+    return 0;
+  }
+  snprintf(err, cap, "value %d is not a parameter", value);
+  return -1;
+}
+
 size_t ntp_trainer_params(const ntp_trainer *t, const ntp_host_tensor **params) {
   *params = t->cur; /* the same buffers as p[i].cur: set once, updated in place */
   return t->np;

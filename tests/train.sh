@@ -62,6 +62,18 @@ expect_text small-vocab "outside the model's vocabulary of 64"
 check too-short 1 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" -D B=4096 -D S=128 --steps 1
 expect_text too-short "a batch of 4096 x 128 needs"
 
+# the C ABI of a training library: the same losses as ntpc train (a constant rate), and a
+# forward that leaves the parameters as they are
+check train-lib 0 "$ntpc" examples/byte_gpt.ntp $small --train --plan examples/plans/byte_gpt_7.ntp -o "$tmp/bg.so"
+check train-abi-cc 0 ${CC:-cc} -std=c17 tests/unit/train_abi.c -Iruntime -ldl -lm -o "$tmp/train_abi"
+check train-abi 0 "$tmp/train_abi" "$tmp/bg.so" "$tmp/docs.bin" 4 3e-3
+expect_text train-abi "unchanged by a forward"
+grep '^step' "$tmp/out" >"$tmp/abi.log"
+check train-cli 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 4 --lr 3e-3 --min-lr-frac 1 $small --plan examples/plans/byte_gpt_7.ntp
+grep '^step' "$tmp/out" | sed 's/  lr.*//' >"$tmp/cli.log"
+if [ -s "$tmp/abi.log" ] && cmp -s "$tmp/abi.log" "$tmp/cli.log"; then ok; else
+  bad "the library's train steps differ from ntpc train's"; paste "$tmp/abi.log" "$tmp/cli.log"; fi
+
 check no-cuda-loss 1 "$ntpc" examples/byte_gpt.ntp $small -o "$tmp/m.so"
 expect_text no-cuda-loss "'cross_entropy' has no CUDA kernel yet"
 if [ -e "$tmp/m.so" ]; then bad "a model library was written"; else ok; fi

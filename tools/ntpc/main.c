@@ -49,7 +49,8 @@ static const char usage_text[] =
     "  --backend NAME     run on: cpu (the reference; default) or cuda (NVRTC kernels, cuBLASLt)\n"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --train            compile the training step: the loss's backward and every parameter's\n"
-    "                     gradient as outputs (report: the backward's bytes, the gradient sync)\n"
+    "                     gradient as outputs (report: the backward's bytes, the gradient sync; -o: a\n"
+    "                     training library, docs/runtime.md)\n"
     "  --iters N          cuda: timed forwards after a warm-up (default 10)\n"
     "  --seed N           seed of the deterministic default initialisation (default 0)\n"
     "  --quiet, -q        no progress line (otherwise shown on a terminal for work over 2 s)\n"
@@ -69,7 +70,7 @@ typedef struct options {
   unsigned long long seed;
   long world; /* -1: not given */
   bool plan;  /* --plan or --plan-name given */
-  bool keep_c, loopback;
+  bool keep_c, loopback, train;
   long iters;
 } options;
 
@@ -479,6 +480,7 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       o->keep_c = true;
     } else if (strcmp(a, "--train") == 0) {
       ntpc_want_grad(s, true);
+      o->train = true;
     } else if (strcmp(a, "--loopback") == 0) {
       o->loopback = true;
     } else if ((v = cli_option_value(argc, argv, &i, "--iters", &missing))) {
@@ -569,7 +571,8 @@ int main(int argc, char **argv) {
   /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
   else if (wants_shards || library || cuda || (o.plan && o.command)) ntpc_set_world(s, 0);
-  ntpc_want_cuda(s, library || cuda || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
+  /* a training library runs on the cpu backend: no CUDA for it yet */
+  ntpc_want_cuda(s, (library && !o.train) || cuda || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, cli_color(o.color));
   if (st == NTPC_ERR_USAGE) {
