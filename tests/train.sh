@@ -65,7 +65,8 @@ expect_text too-short "a batch of 4096 x 128 needs"
 # the C ABI of a training library: the same losses as ntpc train (a constant rate), and a
 # forward that leaves the parameters as they are
 check train-lib 0 "$ntpc" examples/byte_gpt.ntp $small --train --plan examples/plans/byte_gpt_7.ntp -o "$tmp/bg.so"
-check train-abi-cc 0 ${CC:-cc} -std=c17 tests/unit/train_abi.c -Iruntime -ldl -lm -o "$tmp/train_abi"
+# NTP_TEST_CFLAGS: a sanitized build's flags (its runtime must come first in the program)
+check train-abi-cc 0 ${CC:-cc} -std=c17 -Wall -Wextra -Werror ${NTP_TEST_CFLAGS:-} tests/unit/train_abi.c -Iruntime -ldl -lm -o "$tmp/train_abi"
 check train-abi 0 "$tmp/train_abi" "$tmp/bg.so" "$tmp/docs.bin" 4 3e-3
 expect_text train-abi "unchanged by a forward"
 grep '^step' "$tmp/out" >"$tmp/abi.log"

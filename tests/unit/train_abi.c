@@ -118,5 +118,14 @@ int main(int argc, char **argv) {
   printf("%s after %ld steps: %s; forward: loss %.6f, %d outputs (the loss and every gradient)\n", p0->name, steps,
          same ? "unchanged by a forward" : "CHANGED by a forward", *(float *)outs[0].data, info->n_outputs);
   ntp_model_destroy(m);
+  for (int k = 0; k < info->n_outputs; k++) free(outs[k].data);
+  free(outs);
+  free(op);
+  free(a);
+  free(b);
+  free(tok);
+  free(tgt);
+  free(ids);
+  dlclose(lib);
   return same ? 0 : 1;
 }
