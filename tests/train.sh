@@ -37,6 +37,11 @@ grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/s.log"
 if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/a.log" "$tmp/s.log"; then ok; else
   bad "the sharded losses differ from the unsharded ones"; paste "$tmp/a.log" "$tmp/s.log"; fi
 
+# ntpc run --train: the sharded loss and every gradient against the unsharded ones, all ok
+check run-train 0 "$ntpc" run examples/byte_gpt.ntp --train $small --plan examples/plans/byte_gpt_7.ntp
+n_ok=$(grep -c 'vs unsharded: .* ok$' "$tmp/out")
+if [ "$n_ok" -eq 37 ]; then ok; else bad "ntpc run --train: $n_ok of 37 outputs ok"; fi
+
 # --params: training goes on from saved parameters (the loss starts where it was)
 check resume 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 2 $small --params "$tmp/a.st"
 r1=$(sed -n 's/^step *1\/2  loss \([0-9.]*\).*/\1/p' "$tmp/out")
