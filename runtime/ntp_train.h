@@ -47,6 +47,10 @@ int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, con
  * ntp_trainer_last (a --dump). */
 int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
                      size_t cap);
+/* A training initialisation instead of the default one: every parameter of 2 or more dims
+ * (matrices, tables) uniform with standard deviation `std` (deterministic in seed, name and
+ * index, as the default), every vector at its centre (gains 1, biases 0). */
+void ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed);
 /* Replaces the optimizer's options for the steps to come (its state, the step count, stays). */
 void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o);
 /* A run with the current parameters and no update (a forward and backward: the loss and the

@@ -21,6 +21,13 @@ last=$(sed -n 's/^step *40\/40  loss \([0-9.]*\).*/\1/p' "$tmp/out")
 if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN { exit !($first > 5.55 && $last < 4.5) }"; then ok; else
   bad "the loss went from '$first' to '$last' (expected above 5.55, then below 4.5)"; fi
 
+# --init-std: a training initialisation starts at about ln 256 (a uniform guess over bytes)
+check init-std 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 1 $small --init-std 0.02
+l0=$(sed -n 's/^step *1\/1  loss \([0-9.]*\).*/\1/p' "$tmp/out")
+if [ -n "$l0" ] && awk "BEGIN { exit !($l0 > 5.4 && $l0 < 5.7) }"; then ok; else bad "--init-std 0.02: first loss '$l0', expected about 5.55"; fi
+check init-and-params 2 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 1 $small --init-std 0.02 --params README.md
+expect_text init-and-params "give one"
+
 # determinism: the same seed and data give bitwise-identical parameters and losses
 check det-a 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 6 --shuffle --seed 3 $small --save-params "$tmp/a.st"
 grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/a.log"

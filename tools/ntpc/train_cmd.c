@@ -41,6 +41,8 @@ static const char train_usage[] =
     "  --plan-name NAME   the plan to use (from --plan, or the model's own file)\n"
     "  --world W          ranks (default: the plan's world)\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
+    "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
+    "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
     "  --save-params FILE write the trained parameters (safetensors)\n"
     "  --dump DIR         write step 1's inputs, parameters, loss and every gradient (grad.NAME)\n"
     "                     as raw files + manifest.tsv (the format of 'ntpc run --dump')\n"
@@ -55,6 +57,7 @@ typedef struct train_opts {
   unsigned long long seed;
   bool shuffle, sharded;
   int32_t world; /* 0: the plan's */
+  double init_std; /* > 0: a training initialisation (ntp_trainer_init_std) */
   ntp_adamw adamw;
 } train_opts;
 
@@ -116,6 +119,9 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
     } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
       if (!number(v, 0, &d) || d != floor(d) || d > 1e9) return usage("--steps %s: expected a whole number", v);
       o->steps = (long)d;
+    } else if ((v = cli_option_value(argc, argv, &i, "--init-std", &missing))) {
+      if (!number(v, 0, &d) || d <= 0) return usage("--init-std %s: expected a standard deviation above 0", v);
+      o->init_std = d;
     } else if ((v = cli_option_value(argc, argv, &i, "--warmup", &missing))) {
       if (!number(v, 0, &d) || d != floor(d) || d > 1e9) return usage("--warmup %s: expected a whole number", v);
       o->adamw.warmup = (int64_t)d;
@@ -156,6 +162,7 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (!o->file) return usage("no model file%s", "");
   if (!o->data) return usage("--data TOKENS is required (tools/make_tokens.py makes a token file from text)%s", "");
   if (o->adamw.beta1 >= 1 || o->adamw.beta2 >= 1) return usage("AdamW's betas must be below 1%s", "");
+  if (o->init_std > 0 && o->params) return usage("--init-std and --params both set the parameters: give one%s", "");
   return -1;
 }
 
@@ -231,6 +238,8 @@ static int train(const train_opts *o, ntpc_session *s) {
   ntp_adamw aw = o->adamw;
   aw.steps = o->steps;
   if (ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err) != 0) goto fail;
+  if (o->init_std > 0) ntp_trainer_init_std(tr, o->init_std, o->seed);
+
   int64_t n = bi.rows * bi.len;
   tok = malloc((size_t)n * sizeof *tok);
   tgt = malloc((size_t)n * sizeof *tgt);
