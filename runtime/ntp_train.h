@@ -51,6 +51,14 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
  * (matrices, tables) uniform with standard deviation `std` (deterministic in seed, name and
  * index, as the default), every vector at its centre (gains 1, biases 0). */
 void ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed);
+/* The steps taken so far (a resumed trainer counts from its checkpoint's). */
+int64_t ntp_trainer_steps_taken(const ntp_trainer *t);
+/* Every parameter's fp32 master and AdamW moments as one safetensors file (NAME, adamw.m.NAME,
+ * adamw.v.NAME; global layout), written whole or not at all. */
+int ntp_trainer_save_state(const ntp_trainer *t, const char *path, char *err, size_t cap);
+/* The same read back (the masters, the moments, the step count): the run continues exactly. */
+int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t steps_taken, char *err, size_t cap);
+
 /* Replaces the optimizer's options for the steps to come (its state, the step count, stays). */
 void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o);
 /* A run with the current parameters and no update (a forward and backward: the loss and the
@@ -83,7 +91,22 @@ int ntp_tokens_next(ntp_tokens *d, int64_t rows, int64_t len, int64_t vocab, int
                     char *err, size_t cap);
 void ntp_tokens_shuffle(ntp_tokens *d, uint64_t seed);
 void ntp_tokens_close(ntp_tokens *d);
+/* Where the next batch starts (token offset in order, or window index with shuffle) and the
+ * epoch; seek restores both (the shuffled order is redrawn from (seed, epoch)). */
+void ntp_tokens_position(const ntp_tokens *d, int64_t *pos, int64_t *epoch);
+void ntp_tokens_seek(ntp_tokens *d, int64_t pos, int64_t epoch);
 /* Writes tokens (uint16 ids) as a token file, whole or not at all. */
 int ntp_tokens_save(const char *path, const uint16_t *ids, int64_t n, char *err, size_t cap);
+
+/* ---- checkpoints (checkpoint.c) --------------------------------------------------------- */
+/* DIR/ckpt-STEP.safetensors (the trainer's state, ntp_trainer_save_state) and DIR/checkpoint.json,
+ * the index (format, version, step, the data position, the file's size and FNV-1a checksum),
+ * replaced atomically after the state file is complete, so a crash during a save leaves the
+ * last good checkpoint in force; the previous state file is kept, older ones removed. DIR is
+ * created when missing. Parameters are in the global layout: a run resumes under any plan. */
+int ntp_checkpoint_save(const char *dir, const ntp_trainer *t, const ntp_tokens *data, char *err, size_t cap);
+/* Restores the trainer and the data position from DIR's index; the state file must match its
+ * recorded size and checksum. */
+int ntp_checkpoint_load(const char *dir, ntp_trainer *t, ntp_tokens *data, char *err, size_t cap);
 
 #endif

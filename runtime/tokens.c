@@ -113,9 +113,15 @@ int ntp_tokens_next(ntp_tokens *d, int64_t rows, int64_t len, int64_t vocab, int
   }
   int64_t start;
   if (d->shuffle) {
-    if (d->window != w || !d->order || d->pos >= d->norder) {
-      if (d->window == w && d->order) d->epoch++;
+    if (!d->order || d->window != w) { /* this epoch's order (after a seek too: the position stays) */
       d->window = w;
+      if (new_order(d, w) != 0) {
+        snprintf(err, cap, "out of memory");
+        return -1;
+      }
+    }
+    if (d->pos >= d->norder) { /* the next epoch */
+      d->epoch++;
       d->pos = 0;
       if (new_order(d, w) != 0) {
         snprintf(err, cap, "out of memory");
@@ -124,7 +130,7 @@ int ntp_tokens_next(ntp_tokens *d, int64_t rows, int64_t len, int64_t vocab, int
     }
     start = d->order[d->pos++];
   } else {
-    if (d->pos + w + 1 > d->n) d->pos = 0;
+    if (d->pos + w + 1 > d->n) d->pos = 0, d->epoch++;
     start = d->pos;
     d->pos += w;
   }
@@ -139,6 +145,19 @@ int ntp_tokens_next(ntp_tokens *d, int64_t rows, int64_t len, int64_t vocab, int
     targets[i] = (int32_t)b;
   }
   return 0;
+}
+
+void ntp_tokens_position(const ntp_tokens *d, int64_t *pos, int64_t *epoch) {
+  *pos = d->pos;
+  *epoch = d->epoch;
+}
+
+void ntp_tokens_seek(ntp_tokens *d, int64_t pos, int64_t epoch) {
+  d->pos = pos;
+  d->epoch = epoch;
+  free(d->order); /* redrawn for this epoch at the next batch */
+  d->order = NULL;
+  d->norder = 0;
 }
 
 void ntp_tokens_close(ntp_tokens *d) {

@@ -291,3 +291,53 @@ size_t ntp_trainer_params(const ntp_trainer *t, const ntp_host_tensor **params) 
   *params = t->cur; /* the same buffers as p[i].cur: set once, updated in place */
   return t->np;
 }
+
+int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
+
+int ntp_trainer_save_state(const ntp_trainer *t, const char *path, char *err, size_t cap) {
+  ntp_host_tensor *ts = calloc(3 * t->np + 1, sizeof *ts);
+  char **names = calloc(3 * t->np + 1, sizeof *names);
+  int rc = -1;
+  if (!ts || !names) {
+    snprintf(err, cap, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < t->np; i++) {
+    const tparam *p = &t->p[i];
+    float *bufs[3] = {p->master, p->m, p->v};
+    const char *pre[3] = {"", "adamw.m.", "adamw.v."};
+    for (int k = 0; k < 3; k++) {
+      size_t n = strlen(pre[k]) + strlen(p->cur.name) + 1;
+      if (!(names[3 * i + k] = malloc(n))) {
+        snprintf(err, cap, "out of memory");
+        goto done;
+      }
+      snprintf(names[3 * i + k], n, "%s%s", pre[k], p->cur.name);
+      ts[3 * i + k] = (ntp_host_tensor){.name = names[3 * i + k], .dtype = NTP_FP32, .shape = p->cur.shape, .f = bufs[k]};
+    }
+  }
+  rc = ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
+done:
+  for (size_t i = 0; names && i < 3 * t->np; i++) free(names[i]);
+  free(names);
+  free(ts);
+  return rc;
+}
+
+int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t steps_taken, char *err, size_t cap) {
+  for (size_t i = 0; i < t->np; i++) {
+    tparam *p = &t->p[i];
+    float *bufs[3] = {p->master, p->m, p->v};
+    const char *pre[3] = {"", "adamw.m.", "adamw.v."};
+    ntp_box full = box_full(&p->cur.shape);
+    for (int k = 0; k < 3; k++) {
+      char name[512];
+      snprintf(name, sizeof name, "%s%s", pre[k], p->cur.name);
+      if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &full, bufs[k], err, cap) != 0) return -1;
+    }
+    memcpy(p->cur.f, p->master, (size_t)p->n * sizeof *p->cur.f);
+    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
+  }
+  t->step = steps_taken;
+  return 0;
+}

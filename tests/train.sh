@@ -49,6 +49,28 @@ check run-train 0 "$ntpc" run examples/byte_gpt.ntp --train $small --plan exampl
 n_ok=$(grep -c 'vs unsharded: .* ok$' "$tmp/out")
 if [ "$n_ok" -eq 37 ]; then ok; else bad "ntpc run --train: $n_ok of 37 outputs ok"; fi
 
+# checkpoints: 3 steps saved, then resumed to 6, equal the 6 steps run straight, bitwise; resumed
+# under a 7-rank plan, the same losses; a damaged state file is refused
+ck="--data $tmp/docs.bin $small --shuffle --seed 2 --min-lr-frac 1 --lr 2e-3"
+check ckpt-straight 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --save-params "$tmp/straight.st"
+grep '^step *[4-6]/' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/straight.log"
+check ckpt-save 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 3 --checkpoint "$tmp/ck"
+expect_text ckpt-save "checkpoint: $tmp/ck at step 3"
+check ckpt-resume 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/ck" --save-params "$tmp/resumed.st"
+expect_text ckpt-resume "resumed from $tmp/ck at step 3"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/resumed.log"
+if cmp -s "$tmp/straight.log" "$tmp/resumed.log" && cmp -s "$tmp/straight.st" "$tmp/resumed.st"; then ok; else
+  bad "a resumed run differs from the straight one"; paste "$tmp/straight.log" "$tmp/resumed.log"; fi
+check ckpt-replan 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/ck" --plan examples/plans/byte_gpt_7.ntp
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/replan.log"
+if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/straight.log" "$tmp/replan.log"; then ok; else
+  bad "resumed under another plan: other losses"; paste "$tmp/straight.log" "$tmp/replan.log"; fi
+printf 'X' | dd of="$tmp/ck/ckpt-3.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+check ckpt-damaged 1 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/ck"
+expect_text ckpt-damaged "(a damaged checkpoint)"
+check ckpt-none 1 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/nowhere"
+expect_text ckpt-none "no checkpoint index"
+
 # --params: training goes on from saved parameters (the loss starts where it was)
 check resume 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 2 $small --params "$tmp/a.st"
 r1=$(sed -n 's/^step *1\/2  loss \([0-9.]*\).*/\1/p' "$tmp/out")

@@ -44,6 +44,9 @@ static const char train_usage[] =
     "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
     "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
     "  --save-params FILE write the trained parameters (safetensors)\n"
+    "  --checkpoint DIR   save the training state there (masters, moments, step, data position) at\n"
+    "                     the end and every --checkpoint-every N steps, atomically\n"
+    "  --resume DIR       continue from DIR's checkpoint (to --steps in all; under any plan)\n"
     "  --dump DIR         write step 1's inputs, parameters, loss and every gradient (grad.NAME)\n"
     "                     as raw files + manifest.tsv (the format of 'ntpc run --dump')\n"
     "  --quiet, -q        no progress line\n"
@@ -58,6 +61,8 @@ typedef struct train_opts {
   bool shuffle, sharded;
   int32_t world; /* 0: the plan's */
   double init_std; /* > 0: a training initialisation (ntp_trainer_init_std) */
+  const char *ckpt, *resume; /* checkpoint folders */
+  long ckpt_every;
   ntp_adamw adamw;
 } train_opts;
 
@@ -119,6 +124,13 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
     } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
       if (!number(v, 0, &d) || d != floor(d) || d > 1e9) return usage("--steps %s: expected a whole number", v);
       o->steps = (long)d;
+    } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint-every", &missing))) {
+      if (!number(v, 1, &d) || d != floor(d) || d > 1e9) return usage("--checkpoint-every %s: expected a whole number of steps", v);
+      o->ckpt_every = (long)d;
+    } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint", &missing))) {
+      o->ckpt = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--resume", &missing))) {
+      o->resume = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--init-std", &missing))) {
       if (!number(v, 0, &d) || d <= 0) return usage("--init-std %s: expected a standard deviation above 0", v);
       o->init_std = d;
@@ -163,6 +175,8 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (!o->data) return usage("--data TOKENS is required (tools/make_tokens.py makes a token file from text)%s", "");
   if (o->adamw.beta1 >= 1 || o->adamw.beta2 >= 1) return usage("AdamW's betas must be below 1%s", "");
   if (o->init_std > 0 && o->params) return usage("--init-std and --params both set the parameters: give one%s", "");
+  if (o->resume && (o->params || o->init_std > 0)) return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
+  if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
   return -1;
 }
 
@@ -239,6 +253,10 @@ static int train(const train_opts *o, ntpc_session *s) {
   aw.steps = o->steps;
   if (ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err) != 0) goto fail;
   if (o->init_std > 0) ntp_trainer_init_std(tr, o->init_std, o->seed);
+  if (o->resume) {
+    if (ntp_checkpoint_load(o->resume, tr, data, err, sizeof err) != 0) goto fail;
+    printf("resumed from %s at step %lld\n", o->resume, (long long)ntp_trainer_steps_taken(tr));
+  }
 
   int64_t n = bi.rows * bi.len;
   tok = malloc((size_t)n * sizeof *tok);
@@ -265,7 +283,8 @@ static int train(const train_opts *o, ntpc_session *s) {
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
          (long long)aw.warmup, aw.lr * aw.min_lr_frac, aw.beta1, aw.beta2, aw.eps, aw.weight_decay, aw.clip);
   double first = NAN, last = NAN, total_s = 0;
-  for (long step = 0; step < o->steps; step++) {
+  long ran = 0; /* steps of this run (a resumed one starts where its checkpoint stopped) */
+  for (long step = (long)ntp_trainer_steps_taken(tr); step < o->steps; step++, ran++) {
     if (ntp_tokens_next(data, bi.rows, bi.len, bi.vocab, tok, tgt, err, sizeof err) != 0) goto fail;
     ntp_train_stats st;
     bool dump = o->dump && step == 0;
@@ -274,16 +293,23 @@ static int train(const train_opts *o, ntpc_session *s) {
       rc = 2;
       goto fail;
     }
-    if (step == 0) first = st.loss;
+    if (isnan(first)) first = st.loss;
     last = st.loss;
     total_s += st.seconds;
     printf("step %4lld/%ld  loss %.6f  lr %.3e  grad norm %.4f  %.0f tokens/s\n", (long long)st.step, o->steps, st.loss,
            st.lr, st.grad_norm, (double)n / st.seconds);
     fflush(stdout);
+    if (o->ckpt && ((o->ckpt_every && st.step % o->ckpt_every == 0) || step + 1 == o->steps)) {
+      if (ntp_checkpoint_save(o->ckpt, tr, data, err, sizeof err) != 0) {
+        rc = 2;
+        goto fail;
+      }
+      printf("checkpoint: %s at step %lld\n", o->ckpt, (long long)st.step);
+    }
   }
-  if (o->steps)
-    printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", o->steps, total_s,
-           (double)n * (double)o->steps / total_s, first, last);
+  if (ran)
+    printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", ran, total_s,
+           (double)n * (double)ran / total_s, first, last);
   if (o->save_params) {
     np = ntp_trainer_params(tr, &ps);
     if (ntp_safetensors_save(o->save_params, ps, np, err, sizeof err) != 0) {
