@@ -311,7 +311,7 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool copy_out(const ntp_host_tensor *src, const char *name, ntp_host_tensor *dst) {
+bool ntp_host_tensor_copy(const ntp_host_tensor *src, const char *name, ntp_host_tensor *dst) {
   size_t n = (size_t)shape_numel(&src->shape), bytes = (n ? n : 1) * 4;
   *dst = *src;
   dst->name = name;
@@ -432,7 +432,7 @@ int ntp_cpu_run_given(const ntp_module *m, uint64_t seed, int keep_all, const nt
   res->outputs = calloc(m->n_outputs ? m->n_outputs : 1, sizeof *res->outputs);
   if (!res->outputs) goto done;
   for (size_t o = 0; o < m->n_outputs; o++) {
-    if (!copy_out(&t[m->outputs[o].value], m->outputs[o].name, &res->outputs[o])) goto done;
+    if (!ntp_host_tensor_copy(&t[m->outputs[o].value], m->outputs[o].name, &res->outputs[o])) goto done;
     res->n_outputs++;
   }
   if (keep_all) {
@@ -441,9 +441,9 @@ int ntp_cpu_run_given(const ntp_module *m, uint64_t seed, int keep_all, const nt
     if (!res->inputs || !res->params) goto done;
     for (size_t i = 0; i < m->n_ops; i++) {
       const ntp_op *op = &m->ops[i];
-      if (op->code == IR_INPUT && copy_out(&t[op->result], m->values[op->result].name, &res->inputs[res->n_inputs]))
+      if (op->code == IR_INPUT && ntp_host_tensor_copy(&t[op->result], m->values[op->result].name, &res->inputs[res->n_inputs]))
         res->n_inputs++;
-      if (op->code == IR_PARAM && copy_out(&t[op->result], m->values[op->result].name, &res->params[res->n_params]))
+      if (op->code == IR_PARAM && ntp_host_tensor_copy(&t[op->result], m->values[op->result].name, &res->params[res->n_params]))
         res->n_params++;
     }
   }

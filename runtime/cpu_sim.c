@@ -400,7 +400,15 @@ int ntp_sim_run(const ntp_program *p, uint64_t seed, ntp_cpu_result *res, char *
   return rc;
 }
 
-double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref) {
+double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref) { return ntp_max_rel_error_floor(a, ref, 0); }
+
+double ntp_max_abs(const ntp_host_tensor *t) {
+  double m = 0;
+  for (int64_t i = 0, n = shape_numel(&t->shape); i < n; i++) m = fmax(m, fabs(t->f ? (double)t->f[i] : (double)t->i[i]));
+  return m;
+}
+
+double ntp_max_rel_error_floor(const ntp_host_tensor *a, const ntp_host_tensor *ref, double floor) {
   int64_t n = shape_numel(&ref->shape);
   double maxref = 0, maxdiff = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -410,5 +418,6 @@ double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref) {
     if (fabs(y) > maxref) maxref = fabs(y);
     if (fabs(x - y) > maxdiff) maxdiff = fabs(x - y);
   }
+  if (maxref < floor) maxref = floor;
   return maxref > 0 ? maxdiff / maxref : maxdiff;
 }

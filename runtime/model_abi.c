@@ -376,20 +376,27 @@ static const ntp_host_tensor *const *held_inputs(ntp_model *m) {
   return m->given;
 }
 
-int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *const *outputs) {
-  CHECK_MODEL(m);
-  if (!outputs) return fail(NTP_EINVAL, "outputs is NULL");
+/* The inputs of a call, in the info's order (NULL ones keep their last value). */
+static int set_inputs(ntp_model *m, const DLTensor *const *inputs) {
   const ntp_module *mod = &m->prog->global;
   int k = 0;
   for (size_t i = 0; i < mod->n_ops; i++) {
     if (mod->ops[i].code != IR_INPUT) continue;
-    /* an input not given keeps its last value, or the default initialisation */
     if (inputs && inputs[k]) {
       int rc = set_value(m, mod->ops[i].result, inputs[k], "input");
       if (rc) return rc;
     }
     k++;
   }
+  return NTP_OK;
+}
+
+int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *const *outputs) {
+  CHECK_MODEL(m);
+  if (!outputs) return fail(NTP_EINVAL, "outputs is NULL");
+  const ntp_module *mod = &m->prog->global;
+  int rc0 = set_inputs(m, inputs); /* an input not given keeps its last value, or the default initialisation */
+  if (rc0) return rc0;
   for (size_t o = 0; o < mod->n_outputs; o++) {
     int rc = check_dl(m, outputs ? outputs[o] : NULL, mod->outputs[o].value, "output");
     if (rc) return rc;
@@ -421,21 +428,6 @@ int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *c
   }
   for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
   ntp_cpu_result_free(&res);
-  return NTP_OK;
-}
-
-/* The inputs of a call, in the info's order (NULL ones keep their last value). */
-static int set_inputs(ntp_model *m, const DLTensor *const *inputs) {
-  const ntp_module *mod = &m->prog->global;
-  int k = 0;
-  for (size_t i = 0; i < mod->n_ops; i++) {
-    if (mod->ops[i].code != IR_INPUT) continue;
-    if (inputs && inputs[k]) {
-      int rc = set_value(m, mod->ops[i].result, inputs[k], "input");
-      if (rc) return rc;
-    }
-    k++;
-  }
   return NTP_OK;
 }
 

@@ -79,6 +79,13 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
 int ntp_safetensors_save(const char *path, const ntp_host_tensor *tensors, size_t n, char *err, size_t errlen);
 /* max_i |a_i - b_i| / max_i |b_i| (0 when b is all zero and a equals it) */
 double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref);
+/* The same measured against at least `floor` (a gradient that vanishes is round-off on both
+ * sides: its own largest element is no scale for it) */
+double ntp_max_rel_error_floor(const ntp_host_tensor *a, const ntp_host_tensor *ref, double floor);
+/* max_i |t_i| */
+double ntp_max_abs(const ntp_host_tensor *t);
+/* A copy of src (its data owned by dst) named `name`; false when out of memory. */
+bool ntp_host_tensor_copy(const ntp_host_tensor *src, const char *name, ntp_host_tensor *dst);
 
 /* progress.c: a status line on stderr while the CPU backend works for long — stage, layer i of
  * N, share done, time so far and an estimate of the rest. Shown only when stderr is a terminal

@@ -150,17 +150,6 @@ oom:
   return -1;
 }
 
-static bool copy_tensor(const ntp_host_tensor *src, ntp_host_tensor *dst) {
-  size_t n = (size_t)shape_numel(&src->shape), bytes = (n ? n : 1) * 4;
-  *dst = *src;
-  void *p = malloc(bytes);
-  if (!p) return false;
-  memcpy(p, src->f ? (void *)src->f : (void *)src->i, bytes);
-  if (src->f) dst->f = p, dst->i = NULL;
-  else dst->i = p, dst->f = NULL;
-  return true;
-}
-
 /* The step on the simulation: every given input and parameter set on the ranks that hold its
  * slices, every rank's forward and backward run; with keep, the inputs and parameters it ran
  * with copied beside its outputs (as the CPU reference's keep_all gives them). */
@@ -179,8 +168,7 @@ static int sim_run(ntp_trainer *t, int keep, char *err, size_t cap) {
     const ntp_host_tensor *g = t->given[op->result];
     if (!g || (op->code != IR_INPUT && op->code != IR_PARAM)) continue;
     ntp_host_tensor *dst = op->code == IR_INPUT ? &r->inputs[r->n_inputs] : &r->params[r->n_params];
-    if (!copy_tensor(g, dst)) goto oom;
-    dst->name = m->values[op->result].name;
+    if (!ntp_host_tensor_copy(g, m->values[op->result].name, dst)) goto oom;
     if (op->code == IR_INPUT) r->n_inputs++;
     else r->n_params++;
   }
@@ -190,12 +178,17 @@ oom:
   return -1;
 }
 
+/* The run's given values: the caller's inputs, and every parameter as the program runs with it. */
+static void fill_given(ntp_trainer *t, const ntp_host_tensor *const *given) {
+  for (size_t v = 0; v < t->mod->n_values; v++) t->given[v] = given ? given[v] : NULL;
+  for (size_t i = 0; i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
+}
+
 int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
                      size_t cap) {
   const ntp_module *m = t->mod;
   double t0 = now_s();
-  for (size_t v = 0; v < m->n_values; v++) t->given[v] = given ? given[v] : NULL;
-  for (size_t i = 0; i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
+  fill_given(t, given);
   ntp_cpu_result_free(&t->last);
   if (t->sim) {
     if (sim_run(t, keep, err, cap) != 0) return -1;
@@ -259,8 +252,7 @@ void ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed) {
 
 int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap) {
   const ntp_module *m = t->mod;
-  for (size_t v = 0; v < m->n_values; v++) t->given[v] = given ? given[v] : NULL;
-  for (size_t i = 0; i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
+  fill_given(t, given);
   if (!t->sim) return ntp_cpu_run_given(m, t->seed, 0, NULL, t->given, res, err, cap);
   ntp_cpu_result keep = t->last; /* sim_run fills t->last: keep the last step's */
   t->last = (ntp_cpu_result){0};

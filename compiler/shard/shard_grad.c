@@ -87,12 +87,7 @@ static void comm_backward(bwd *B, const sh_step *st_in, size_t si) {
     if (!b_needs(B, x->src) || B->grad[x->dst] < 0) continue;
     size_t k = 0;
     while (k < ns && srcs[k] != x->src) k++;
-    if (k == ns) { /* the source's share of this step's adjoint: a new sum in its coordinates */
-      srcs[ns] = x->src;
-      ntp_box box = T(B, x->src)->box;
-      acc[ns++] = -1;
-      (void)box;
-    }
+    if (k == ns) srcs[ns++] = x->src; /* the source's share of this step's adjoint: a sum made below */
     xf[n++] = (sh_xfer){.src = B->grad[x->dst], .dst = k, .box = x->box}; /* dst: an index into acc for now */
   }
   for (size_t k = 0; k < ns; k++) { /* the sums' tensors: empty, filled by the comm step */

@@ -9,23 +9,14 @@
 
 #include "ntp_train.h"
 
-static double max_abs(const ntp_host_tensor *t) {
-  double m = 0;
-  for (int64_t i = 0, n = shape_numel(&t->shape); i < n; i++) m = fmax(m, fabs(t->f[i]));
-  return m;
-}
-
 /* max over outputs of max|a - b| / max|b|, where a gradient that vanishes (the key bias's:
  * softmax does not see it) is measured against 1e-3 of the model's largest gradient rather
  * than against its own round-off */
 static double worst_error(const ntp_cpu_result *a, const ntp_cpu_result *b, const char **where) {
   double w = 0, floor = 0;
-  for (size_t o = 1; o < b->n_outputs; o++) floor = fmax(floor, 1e-3 * max_abs(&b->outputs[o]));
+  for (size_t o = 1; o < b->n_outputs; o++) floor = fmax(floor, 1e-3 * ntp_max_abs(&b->outputs[o]));
   for (size_t o = 0; o < b->n_outputs; o++) {
-    double d = 0;
-    for (int64_t i = 0, n = shape_numel(&b->outputs[o].shape); i < n; i++)
-      d = fmax(d, fabs((double)a->outputs[o].f[i] - b->outputs[o].f[i]));
-    double e = d / fmax(max_abs(&b->outputs[o]), o ? floor : 0);
+    double e = ntp_max_rel_error_floor(&a->outputs[o], &b->outputs[o], o ? floor : 0);
     if (!(e <= w)) w = e, *where = b->outputs[o].name;
   }
   return w;
@@ -63,13 +54,13 @@ static int adamw_compare(const ntp_program *up, const ntp_program *sp, int steps
   }
   const ntp_cpu_result *last = ntp_trainer_last(tu);
   double floor = 0;
-  for (size_t o = 1; o < last->n_outputs; o++) floor = fmax(floor, 1e-3 * max_abs(&last->outputs[o]));
+  for (size_t o = 1; o < last->n_outputs; o++) floor = fmax(floor, 1e-3 * ntp_max_abs(&last->outputs[o]));
   for (size_t i = 0; i < na; i++) {
     char gname[256];
     snprintf(gname, sizeof gname, "grad.%s", pa[i].name);
     bool vanishing = false;
     for (size_t o = 1; o < last->n_outputs; o++)
-      if (!strcmp(last->outputs[o].name, gname)) vanishing = max_abs(&last->outputs[o]) < floor;
+      if (!strcmp(last->outputs[o].name, gname)) vanishing = ntp_max_abs(&last->outputs[o]) < floor;
     if (vanishing) {
       ++*skipped;
       continue;

@@ -8,6 +8,10 @@
  * NULL if argv[*i] is another option, with *missing set when the value is absent. */
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *missing);
 
+/* A usage error of `command` ("ntpc", "ntpc plan", ...): "COMMAND: error: MESSAGE" and where to
+ * read more, on stderr; returns 2, the exit status of usage errors. fmt takes one %s. */
+int cli_usage_error(const char *command, const char *fmt, const char *arg);
+
 /* Whether diagnostics get colour: --color=WHEN (auto, the default: stderr is a terminal and
  * NO_COLOR is unset; always; never). */
 int cli_color(const char *when);

@@ -23,3 +23,10 @@ int cli_color(const char *when) {
   if (!when || strcmp(when, "auto") == 0) return isatty(fileno(stderr)) && !getenv("NO_COLOR");
   return strcmp(when, "always") == 0;
 }
+
+int cli_usage_error(const char *command, const char *fmt, const char *arg) {
+  fprintf(stderr, "%s: error: ", command);
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry '%s --help'.\n", command);
+  return 2;
+}

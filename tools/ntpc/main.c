@@ -75,12 +75,7 @@ typedef struct options {
   long iters;
 } options;
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "ntpc: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nTry 'ntpc --help'.\n");
-  return 2;
-}
+static int usage_error(const char *fmt, const char *arg) { return cli_usage_error("ntpc", fmt, arg); }
 
 /* Writes via a temporary file renamed into place, so a failure leaves no partial output. */
 static int emit_to(ntpc_session *s, const char *kind, const char *path) {
@@ -298,17 +293,6 @@ done:
   return rc;
 }
 
-static double max_abs(const ntp_host_tensor *t) {
-  double m = 0;
-  for (int64_t i = 0, n = shape_numel(&t->shape); t->f && i < n; i++) m = fmax(m, fabs(t->f[i]));
-  return m;
-}
-static double max_abs_diff(const ntp_host_tensor *a, const ntp_host_tensor *b) {
-  double m = 0;
-  for (int64_t i = 0, n = shape_numel(&b->shape); a->f && b->f && i < n; i++) m = fmax(m, fabs((double)a->f[i] - b->f[i]));
-  return m;
-}
-
 /* The sharded run: all ranks simulated, outputs assembled and compared with the unsharded run. */
 static int run_sharded(const ntp_program *p, const ntp_safetensors *params, const ntp_cpu_result *ref, const options *o) {
   ntp_cpu_result res;
@@ -327,13 +311,12 @@ static int run_sharded(const ntp_program *p, const ntp_safetensors *params, cons
    * vanishes (a key bias's: softmax does not see it) is round-off on both sides */
   double gfloor = 0;
   for (size_t i = 0; i < ref->n_outputs; i++)
-    if (!strncmp(ref->outputs[i].name, "grad.", 5)) gfloor = fmax(gfloor, 1e-3 * max_abs(&ref->outputs[i]));
+    if (!strncmp(ref->outputs[i].name, "grad.", 5)) gfloor = fmax(gfloor, 1e-3 * ntp_max_abs(&ref->outputs[i]));
   for (size_t i = 0; i < res.n_outputs; i++) {
     fputs("output ", stdout);
     ntp_print_tensor_summary(&res.outputs[i], stdout);
     bool grad = !strncmp(ref->outputs[i].name, "grad.", 5);
-    double e = grad ? max_abs_diff(&res.outputs[i], &ref->outputs[i]) / fmax(max_abs(&ref->outputs[i]), gfloor)
-                    : ntp_max_rel_error(&res.outputs[i], &ref->outputs[i]);
+    double e = ntp_max_rel_error_floor(&res.outputs[i], &ref->outputs[i], grad ? gfloor : 0);
     /* fp32: sums in another order; bf16/fp16: partial sums rounded before the reduction */
     double tol = res.outputs[i].dtype == NTP_FP32 ? 1e-5 : res.outputs[i].dtype == NTP_BF16 ? 5e-2 : 1e-2;
     printf("  vs unsharded: max relative error %.3g (tolerance %.0e) %s\n", e, tol, e <= tol ? "ok" : "MISMATCH");

@@ -60,12 +60,7 @@ static char *strf(const char *fmt, ...) {
   return p;
 }
 
-static int usage_fail(const char *fmt, const char *arg) {
-  fprintf(stderr, "ntpc plan: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nTry 'ntpc plan --help'.\n");
-  return 2;
-}
+static int usage_fail(const char *fmt, const char *arg) { return cli_usage_error("ntpc plan", fmt, arg); }
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {
   char *end;

@@ -66,12 +66,7 @@ typedef struct train_opts {
   ntp_adamw adamw;
 } train_opts;
 
-static int usage(const char *fmt, const char *arg) {
-  fprintf(stderr, "ntpc train: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nTry 'ntpc train --help'.\n");
-  return 2;
-}
+static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntpc train", fmt, arg); }
 
 static bool number(const char *v, double lo, double *out) {
   char *end;
