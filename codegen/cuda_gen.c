@@ -1,5 +1,5 @@
 /* cuda_gen.c — CUDA C source for one rank of a sharded program (see cuda_gen.h). */
-#include "cuda_gen.h"
+#include "cuda_gen_internal.h"
 #include "cuda_f16.h"
 
 #include <ctype.h>
@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { EW_BLOCK = 256, ROW_BLOCK = 256, ATT_WARPS = 4 };
-/* where finish_kernel() writes the kernel's name: "k" and five digits */
+/* where cg_finish_kernel() writes the kernel's name: "k" and five digits */
 #define KERNEL_NAME_HOLE "k_____"
 
 /* Helpers every module starts with: storage loads and round-to-nearest-even stores, the
@@ -107,7 +106,7 @@ static bool reserve(cg_module *m, size_t need) {
 
 /* Appends formatted text; the buffer exists before the first write (no offset is ever applied
  * to a NULL buffer). */
-static void out(cg_module *m, const char *fmt, ...) {
+void cg_out(cg_module *m, const char *fmt, ...) {
   va_list ap;
   if (m->failed || !reserve(m, m->len + 256)) return;
   for (;;) {
@@ -127,7 +126,7 @@ static void out(cg_module *m, const char *fmt, ...) {
 }
 
 /* A float constant as CUDA C: "1.0f", "1e-05f", "0.100000001f"; infinities spelled out. */
-static const char *flit(double x, char *buf, size_t cap) {
+const char *cg_flit(double x, char *buf, size_t cap) {
   if (x != x) snprintf(buf, cap, "__int_as_float(0x7fc00000)");
   else if (x > 3.4e38) snprintf(buf, cap, "__int_as_float(0x7f800000)");
   else if (x < -3.4e38) snprintf(buf, cap, "(-__int_as_float(0x7f800000))");
@@ -141,22 +140,9 @@ static const char *flit(double x, char *buf, size_t cap) {
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
-typedef struct gen {
-  const sh_program *p;
-  cg_module *m;
-  int32_t rank;
-  int32_t *uses; /* per tensor: how many steps read it */
-  int line;      /* the last known source line, for #line */
-  /* the kernel being written: its step, where its text starts; the distinct kernels so far */
-  int32_t kstep;
-  size_t kstart;
-  bool too_many_args;
-  char **bodies; /* per kernel: its text, identifiers numbered canonically */
-  uint64_t *hashes;
-} gen;
 
 /* A value of the launch's argument block: the kernel reads it as args.v[index]. */
-static int arg(gen *g, int64_t v) {
+int cg_arg(gen *g, int64_t v) {
   cg_step *st = &g->m->steps[g->kstep];
   if (st->nargs == CG_MAX_ARGS) {
     g->too_many_args = true;
@@ -166,43 +152,43 @@ static int arg(gen *g, int64_t v) {
   return st->nargs++;
 }
 
-static const char *ctype(ntp_dtype dt) {
+const char *cg_ctype(ntp_dtype dt) {
   return dt == NTP_FP32 ? "float" : dt == NTP_I32 ? "int" : "u16";
 }
 
-static const char *dsuffix(ntp_dtype dt) { return dt == NTP_BF16 ? "bf16" : dt == NTP_FP16 ? "f16" : "f32"; }
+const char *cg_dsuffix(ntp_dtype dt) { return dt == NTP_BF16 ? "bf16" : dt == NTP_FP16 ? "f16" : "f32"; }
 
-static void decl(gen *g, int32_t t) {
+void cg_decl(gen *g, int32_t t) {
   const sh_tensor *s = &g->p->tensors[t];
-  out(g->m, "  %s *T%d = (%s *)(%s + args.v[%d]);\n", ctype(s->dtype), t, ctype(s->dtype), s->persistent ? "P" : "A",
-      arg(g, s->offset));
+  cg_out(g->m, "  %s *T%d = (%s *)(%s + args.v[%d]);\n", cg_ctype(s->dtype), t, cg_ctype(s->dtype), s->persistent ? "P" : "A",
+      cg_arg(g, s->offset));
 }
 
 /* "expression of element idx of tensor t, as float" */
-static void load(gen *g, int32_t t, const char *idx) {
+void cg_load(gen *g, int32_t t, const char *idx) {
   ntp_dtype dt = g->p->tensors[t].dtype;
-  if (dt == NTP_BF16 || dt == NTP_FP16) out(g->m, "ld_%s(T%d, %s)", dsuffix(dt), t, idx);
-  else out(g->m, "(float)T%d[%s]", t, idx);
+  if (dt == NTP_BF16 || dt == NTP_FP16) cg_out(g->m, "ld_%s(T%d, %s)", cg_dsuffix(dt), t, idx);
+  else cg_out(g->m, "(float)T%d[%s]", t, idx);
 }
 
-static void store(gen *g, int32_t t, const char *idx, const char *val) {
+void cg_store(gen *g, int32_t t, const char *idx, const char *val) {
   ntp_dtype dt = g->p->tensors[t].dtype;
-  if (dt == NTP_BF16 || dt == NTP_FP16) out(g->m, "  T%d[%s] = rn_%s(%s);\n", t, idx, dsuffix(dt), val);
-  else out(g->m, "  T%d[%s] = %s;\n", t, idx, val);
+  if (dt == NTP_BF16 || dt == NTP_FP16) cg_out(g->m, "  T%d[%s] = rn_%s(%s);\n", t, idx, cg_dsuffix(dt), val);
+  else cg_out(g->m, "  T%d[%s] = %s;\n", t, idx, val);
 }
 
-static ntp_shape tshape(gen *g, int32_t t) { return box_shape(&g->p->tensors[t].box); }
+ntp_shape cg_tshape(gen *g, int32_t t) { return box_shape(&g->p->tensors[t].box); }
 
-/* Starts the kernel of a step; finish_kernel() names it, or finds it written already. */
-static void kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32_t smem) {
+/* Starts the kernel of a step; cg_finish_kernel() names it, or finds it written already. */
+void cg_kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32_t smem) {
   const sh_step *st = &g->p->steps[step];
   g->m->steps[step] = (cg_step){.kind = CG_KERNEL, .kernel = -1, .bias = -1, .out = -1, .grid = grid, .block = block,
                                 .smem = smem, .arg0 = (int32_t)g->m->nargs};
   g->kstep = step;
   g->kstart = g->m->len;
   if (st->loc.first_line > 0) g->line = st->loc.first_line;
-  out(g->m, "\n#line %d \"%s\"\n", g->line, g->p->global->file);
-  out(g->m, "extern \"C\" __global__ void __launch_bounds__(%d) " KERNEL_NAME_HOLE
+  cg_out(g->m, "\n#line %d \"%s\"\n", g->line, g->p->global->file);
+  cg_out(g->m, "extern \"C\" __global__ void __launch_bounds__(%d) " KERNEL_NAME_HOLE
             "(unsigned char *__restrict__ A, unsigned char *__restrict__ P, u64 seed, const ntp_args args) {\n",
       block);
 }
@@ -260,7 +246,7 @@ static char *canonical(const char *s, size_t n) {
 
 /* Ends the kernel of step g->kstep: the same text as a kernel written before is that kernel
  * (the new text is dropped); else it is kept under the next name. */
-static int finish_kernel(gen *g) {
+static int cg_finish_kernel(gen *g) {
   cg_module *m = g->m;
   cg_step *st = &m->steps[g->kstep];
   char *body = canonical(m->source + g->kstart, m->len - g->kstart);
@@ -298,8 +284,8 @@ static int finish_kernel(gen *g) {
 }
 
 /* Index of tensor t's element for output coordinates c0..c{n-1} (NumPy broadcasting, right-aligned). */
-static void bcast_index(gen *g, int32_t t, ntp_shape outs, char *buf, size_t cap) {
-  ntp_shape s = tshape(g, t);
+static void cg_bcast_index(gen *g, int32_t t, ntp_shape outs, char *buf, size_t cap) {
+  ntp_shape s = cg_tshape(g, t);
   if (shape_eq(&s, &outs)) {
     snprintf(buf, cap, "i");
     return;
@@ -315,17 +301,33 @@ static void bcast_index(gen *g, int32_t t, ntp_shape outs, char *buf, size_t cap
 }
 
 /* Output coordinate cD of flat index i, for each dim D in `mask` (the ones broadcast reads use). */
-static void coords(gen *g, ntp_shape s, unsigned mask) {
+static void cg_coords(gen *g, ntp_shape s, unsigned mask) {
   int64_t stride = 1;
   for (int d = s.ndim - 1; d >= 0; d--) {
-    if (mask & (1u << d)) out(g->m, "  i64 c%d = (i / %lldll) %% %lldll;\n", d, (long long)stride, (long long)s.dim[d]);
+    if (mask & (1u << d)) cg_out(g->m, "  i64 c%d = (i / %lldll) %% %lldll;\n", d, (long long)stride, (long long)s.dim[d]);
     stride *= s.dim[d];
   }
 }
 
 /* ---- elementwise chains ------------------------------------------------------------ */
 
-static bool is_ew(ir_opcode c) { return ir_op_is_unary_elementwise(c) || ir_op_is_binary_elementwise(c); }
+/* act_grad (dy times an activation's derivative) is elementwise too: it fuses into chains */
+static bool cg_is_ew(ir_opcode c) {
+  return ir_op_is_unary_elementwise(c) || ir_op_is_binary_elementwise(c) || c == IR_ACT_GRAD;
+}
+
+/* the derivative helper of cg_grad_prelude for act_grad of forward op `of` */
+static const char *act_derivative(int32_t of) {
+  switch (of) {
+  case IR_GELU: return "ntp_d_gelu";
+  case IR_RELU: return "ntp_d_relu";
+  case IR_SILU: return "ntp_d_silu";
+  case IR_SIGMOID: return "ntp_d_sigmoid_y";
+  case IR_TANH: return "ntp_d_tanh_y";
+  case IR_EXP: return "ntp_d_exp_y";
+  default: return "ntp_d_neg";
+  }
+}
 
 static const char *binop(ir_opcode c) {
   return c == IR_ADD ? "__fadd_rn" : c == IR_SUB ? "__fsub_rn" : c == IR_MUL ? "__fmul_rn" : "__fdiv_rn";
@@ -333,20 +335,20 @@ static const char *binop(ir_opcode c) {
 
 static void unary_expr(gen *g, ir_opcode c, const char *x) {
   switch (c) {
-  case IR_NEG: out(g->m, "-(%s)", x); break;
-  case IR_GELU: out(g->m, "ntp_gelu(%s)", x); break;
-  case IR_RELU: out(g->m, "ntp_relu(%s)", x); break;
-  case IR_SILU: out(g->m, "ntp_silu(%s)", x); break;
-  case IR_SIGMOID: out(g->m, "ntp_sigmoid(%s)", x); break;
-  case IR_TANH: out(g->m, "tanhf(%s)", x); break;
-  default: out(g->m, "expf(%s)", x); break;
+  case IR_NEG: cg_out(g->m, "-(%s)", x); break;
+  case IR_GELU: cg_out(g->m, "ntp_gelu(%s)", x); break;
+  case IR_RELU: cg_out(g->m, "ntp_relu(%s)", x); break;
+  case IR_SILU: cg_out(g->m, "ntp_silu(%s)", x); break;
+  case IR_SIGMOID: cg_out(g->m, "ntp_sigmoid(%s)", x); break;
+  case IR_TANH: cg_out(g->m, "tanhf(%s)", x); break;
+  default: cg_out(g->m, "expf(%s)", x); break;
   }
 }
 
 /* The next step of this rank, or -1. */
 /* Parameter and input initialisation steps run before everything else (the runtime hoists
  * them: they read nothing), so fusion looks past them. */
-static int32_t next_step(gen *g, int32_t s) {
+static int32_t cg_next_step(gen *g, int32_t s) {
   for (size_t k = (size_t)s + 1; k < g->p->n_steps; k++) {
     const sh_step *st = &g->p->steps[k];
     if (st->kind == SH_COMPUTE && st->rank == g->rank && (st->op.code == IR_PARAM || st->op.code == IR_INPUT)) continue;
@@ -360,10 +362,10 @@ static int32_t next_step(gen *g, int32_t s) {
 }
 
 /* Can step `nx` be fused after the step producing `prev`? Same shape, prev read only here. */
-static bool fusable(gen *g, int32_t prev_result, int32_t nx) {
+static bool cg_fusable(gen *g, int32_t prev_result, int32_t nx) {
   if (nx < 0) return false;
   const sh_step *st = &g->p->steps[nx];
-  if (!is_ew(st->op.code)) return false;
+  if (!cg_is_ew(st->op.code)) return false;
   const sh_tensor *pt = &g->p->tensors[prev_result], *rt = &g->p->tensors[st->op.result];
   ntp_shape a = box_shape(&pt->box), b = box_shape(&rt->box);
   if (!shape_eq(&a, &b) || pt->dtype != rt->dtype || g->uses[prev_result] != 1) return false;
@@ -380,7 +382,7 @@ static int32_t in_register(gen *g, const int32_t *chain, int k, int32_t reg) {
 }
 
 /* Emits the elementwise ops of steps chain[0..n) (float "vK" variables). */
-static void ew_body(gen *g, const int32_t *chain, int n, ntp_shape os, int32_t reg) {
+static void cg_ew_body(gen *g, const int32_t *chain, int n, ntp_shape os, int32_t reg) {
   char idx[512];
   for (int k = 0; k < n; k++) {
     const sh_step *st = &g->p->steps[chain[k]];
@@ -391,29 +393,31 @@ static void ew_body(gen *g, const int32_t *chain, int n, ntp_shape os, int32_t r
       if (t == in_register(g, chain, k, reg)) {
         snprintf(operand[a], sizeof operand[a], "v%d", t);
       } else {
-        bcast_index(g, t, os, idx, sizeof idx);
+        cg_bcast_index(g, t, os, idx, sizeof idx);
         const sh_tensor *ts = &g->p->tensors[t];
         if (ts->dtype == NTP_BF16 || ts->dtype == NTP_FP16)
-          snprintf(operand[a], sizeof operand[a], "ld_%s(T%d, %s)", dsuffix(ts->dtype), t, idx);
+          snprintf(operand[a], sizeof operand[a], "ld_%s(T%d, %s)", cg_dsuffix(ts->dtype), t, idx);
         else
           snprintf(operand[a], sizeof operand[a], "T%d[%s]", t, idx);
       }
     }
-    out(g->m, "  float v%d = rt_%s(", r, dsuffix(g->p->tensors[r].dtype));
-    if (st->op.nargs == 2) out(g->m, "%s(%s, %s)", binop(st->op.code), operand[0], operand[1]);
+    cg_out(g->m, "  float v%d = rt_%s(", r, cg_dsuffix(g->p->tensors[r].dtype));
+    if (st->op.code == IR_ACT_GRAD)
+      cg_out(g->m, "__fmul_rn(%s, %s(%s))", operand[1], act_derivative(st->op.attr.grad.of), operand[0]);
+    else if (st->op.nargs == 2) cg_out(g->m, "%s(%s, %s)", binop(st->op.code), operand[0], operand[1]);
     else unary_expr(g, st->op.code, operand[0]);
-    out(g->m, ");\n");
+    cg_out(g->m, ");\n");
   }
 }
 
 /* The output dims that broadcast operands of the chain index by. */
-static unsigned coord_mask(gen *g, const int32_t *chain, int n, ntp_shape os, int32_t reg) {
+static unsigned cg_coord_mask(gen *g, const int32_t *chain, int n, ntp_shape os, int32_t reg) {
   unsigned mask = 0;
   for (int k = 0; k < n; k++) {
     const sh_step *st = &g->p->steps[chain[k]];
     for (int a = 0; a < st->op.nargs; a++) {
       if (st->op.args[a] == in_register(g, chain, k, reg)) continue;
-      ntp_shape s = tshape(g, st->op.args[a]);
+      ntp_shape s = cg_tshape(g, st->op.args[a]);
       if (shape_eq(&s, &os)) continue;
       for (int d = 0; d < s.ndim; d++)
         if (s.dim[d] != 1) mask |= 1u << (os.ndim - s.ndim + d);
@@ -422,7 +426,7 @@ static unsigned coord_mask(gen *g, const int32_t *chain, int n, ntp_shape os, in
   return mask;
 }
 
-static void declare_chain(gen *g, const int32_t *chain, int n, int32_t reg) {
+static void cg_declare_chain(gen *g, const int32_t *chain, int n, int32_t reg) {
   int32_t done[64];
   int nd = 0;
   for (int k = 0; k <= n; k++) {
@@ -435,7 +439,7 @@ static void declare_chain(gen *g, const int32_t *chain, int n, int32_t reg) {
       for (int j = 0; j < nd; j++) seen |= done[j] == t;
       if (seen || nd == 64) continue;
       done[nd++] = t;
-      decl(g, t);
+      cg_decl(g, t);
     }
   }
 }
@@ -474,12 +478,12 @@ static bool output_safe(gen *g, const int32_t *chain, int n, int32_t out) {
 
 /* The steps fused into the kernel of `first`: elementwise successors whose value is needed
  * nowhere else, while the result may be written where the memory plan put it. */
-static int collect_chain(gen *g, int32_t first, int32_t *chain, int max) {
+static int cg_collect_chain(gen *g, int32_t first, int32_t *chain, int max) {
   int n = 0;
   chain[n++] = first;
   for (;;) {
-    int32_t nx = next_step(g, chain[n - 1]);
-    if (n >= max || !fusable(g, g->p->steps[chain[n - 1]].op.result, nx) ||
+    int32_t nx = cg_next_step(g, chain[n - 1]);
+    if (n >= max || !cg_fusable(g, g->p->steps[chain[n - 1]].op.result, nx) ||
         !output_safe(g, chain, n, g->p->steps[nx].op.result))
       break;
     chain[n++] = nx;
@@ -490,19 +494,19 @@ static int collect_chain(gen *g, int32_t first, int32_t *chain, int max) {
 
 static void gen_ew(gen *g, int32_t s) {
   int32_t chain[16];
-  int n = collect_chain(g, s, chain, 16);
+  int n = cg_collect_chain(g, s, chain, 16);
   int32_t last = g->p->steps[chain[n - 1]].op.result;
-  ntp_shape os = tshape(g, last);
+  ntp_shape os = cg_tshape(g, last);
   int64_t N = shape_numel(&os);
-  kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
-  out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
-  declare_chain(g, chain, n, -1);
-  coords(g, os, coord_mask(g, chain, n, os, -1));
-  ew_body(g, chain, n, os, -1);
+  cg_kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
+  cg_out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
+  cg_declare_chain(g, chain, n, -1);
+  cg_coords(g, os, cg_coord_mask(g, chain, n, os, -1));
+  cg_ew_body(g, chain, n, os, -1);
   char v[32];
   snprintf(v, sizeof v, "v%d", last);
-  store(g, last, "i", v);
-  out(g->m, "}\n");
+  cg_store(g, last, "i", v);
+  cg_out(g->m, "}\n");
 }
 
 /* ---- row kernels: layernorm, rmsnorm, softmax (+ a fused elementwise tail) -------------- */
@@ -510,62 +514,62 @@ static void gen_ew(gen *g, int32_t s) {
 static void gen_row(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t x = st->op.args[0], y = st->op.result;
-  ntp_shape ys = tshape(g, y);
+  ntp_shape ys = cg_tshape(g, y);
   int64_t D = ys.dim[ys.ndim - 1], rows = shape_numel(&ys) / D;
   int32_t chain[16];
-  int n = collect_chain(g, s, chain, 16); /* the norm and its tail: norm * g + b */
+  int n = cg_collect_chain(g, s, chain, 16); /* the norm and its tail: norm * g + b */
   int32_t last = g->p->steps[chain[n - 1]].op.result;
   char fb[48];
-  kernel_head(g, s, rows, ROW_BLOCK, 0);
-  out(g->m, "  __shared__ float sh[32];\n  i64 row = blockIdx.x;\n");
-  decl(g, x);
-  if (n > 1) declare_chain(g, chain + 1, n - 1, y);
-  else decl(g, y);
-  out(g->m, "  const i64 D = %lldll, base = row * D;\n", (long long)D);
+  cg_kernel_head(g, s, rows, ROW_BLOCK, 0);
+  cg_out(g->m, "  __shared__ float sh[32];\n  i64 row = blockIdx.x;\n");
+  cg_decl(g, x);
+  if (n > 1) cg_declare_chain(g, chain + 1, n - 1, y);
+  else cg_decl(g, y);
+  cg_out(g->m, "  const i64 D = %lldll, base = row * D;\n", (long long)D);
   char xi[64];
   snprintf(xi, sizeof xi, "base + j");
   if (st->op.code == IR_SOFTMAX) {
-    out(g->m, "  float mx = -__int_as_float(0x7f800000);\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) mx = fmaxf(mx, ");
-    load(g, x, xi);
-    out(g->m, ");\n  mx = block_max(mx, sh);\n  float sum = 0.0f;\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) sum += expf(");
-    load(g, x, xi);
-    out(g->m, " - mx);\n  sum = block_sum(sum, sh);\n  float inv = mx == -__int_as_float(0x7f800000) ? 0.0f : 1.0f / sum;\n");
+    cg_out(g->m, "  float mx = -__int_as_float(0x7f800000);\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) mx = fmaxf(mx, ");
+    cg_load(g, x, xi);
+    cg_out(g->m, ");\n  mx = block_max(mx, sh);\n  float sum = 0.0f;\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) sum += expf(");
+    cg_load(g, x, xi);
+    cg_out(g->m, " - mx);\n  sum = block_sum(sum, sh);\n  float inv = mx == -__int_as_float(0x7f800000) ? 0.0f : 1.0f / sum;\n");
   } else if (st->op.code == IR_LAYERNORM) {
-    out(g->m, "  float sum = 0.0f;\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) sum += ");
-    load(g, x, xi);
-    out(g->m, ";\n  float mean = block_sum(sum, sh) / (float)D;\n  float var = 0.0f;\n"
+    cg_out(g->m, "  float sum = 0.0f;\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) sum += ");
+    cg_load(g, x, xi);
+    cg_out(g->m, ";\n  float mean = block_sum(sum, sh) / (float)D;\n  float var = 0.0f;\n"
               "  for (i64 j = threadIdx.x; j < D; j += blockDim.x) { float d_ = ");
-    load(g, x, xi);
-    out(g->m, " - mean; var += d_ * d_; }\n  var = block_sum(var, sh) / (float)D;\n"
+    cg_load(g, x, xi);
+    cg_out(g->m, " - mean; var += d_ * d_; }\n  var = block_sum(var, sh) / (float)D;\n"
               "  float inv = 1.0f / sqrtf(var + %s);\n",
-        flit(st->op.attr.norm.eps, fb, sizeof fb));
+        cg_flit(st->op.attr.norm.eps, fb, sizeof fb));
   } else {
-    out(g->m, "  float ss = 0.0f;\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) { float v_ = ");
-    load(g, x, xi);
-    out(g->m, "; ss += v_ * v_; }\n  float inv = 1.0f / sqrtf(block_sum(ss, sh) / (float)D + %s);\n",
-        flit(st->op.attr.norm.eps, fb, sizeof fb));
+    cg_out(g->m, "  float ss = 0.0f;\n  for (i64 j = threadIdx.x; j < D; j += blockDim.x) { float v_ = ");
+    cg_load(g, x, xi);
+    cg_out(g->m, "; ss += v_ * v_; }\n  float inv = 1.0f / sqrtf(block_sum(ss, sh) / (float)D + %s);\n",
+        cg_flit(st->op.attr.norm.eps, fb, sizeof fb));
   }
-  out(g->m, "  for (i64 j = threadIdx.x; j < D; j += blockDim.x) {\n    i64 i = base + j;\n");
-  if (n > 1) coords(g, ys, coord_mask(g, chain + 1, n - 1, ys, y));
-  out(g->m, "    float v%d = rt_%s(", y, dsuffix(g->p->tensors[y].dtype));
+  cg_out(g->m, "  for (i64 j = threadIdx.x; j < D; j += blockDim.x) {\n    i64 i = base + j;\n");
+  if (n > 1) cg_coords(g, ys, cg_coord_mask(g, chain + 1, n - 1, ys, y));
+  cg_out(g->m, "    float v%d = rt_%s(", y, cg_dsuffix(g->p->tensors[y].dtype));
   if (st->op.code == IR_SOFTMAX) {
-    out(g->m, "expf(");
-    load(g, x, "i");
-    out(g->m, " - mx) * inv");
+    cg_out(g->m, "expf(");
+    cg_load(g, x, "i");
+    cg_out(g->m, " - mx) * inv");
   } else if (st->op.code == IR_LAYERNORM) {
-    out(g->m, "(");
-    load(g, x, "i");
-    out(g->m, " - mean) * inv");
+    cg_out(g->m, "(");
+    cg_load(g, x, "i");
+    cg_out(g->m, " - mean) * inv");
   } else {
-    load(g, x, "i");
-    out(g->m, " * inv");
+    cg_load(g, x, "i");
+    cg_out(g->m, " * inv");
   }
-  out(g->m, ");\n");
-  if (n > 1) ew_body(g, chain + 1, n - 1, ys, y);
+  cg_out(g->m, ");\n");
+  if (n > 1) cg_ew_body(g, chain + 1, n - 1, ys, y);
   char v[32];
   snprintf(v, sizeof v, "v%d", last);
-  store(g, last, "i", v);
-  out(g->m, "  }\n}\n");
+  cg_store(g, last, "i", v);
+  cg_out(g->m, "  }\n}\n");
 }
 
 /* ---- the other ops ----------------------------------------------------------------------- */
@@ -573,45 +577,45 @@ static void gen_row(gen *g, int32_t s) {
 static void gen_gather(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t tab = st->op.args[0], idx = st->op.args[1], y = st->op.result;
-  ntp_shape ys = tshape(g, y), tb = tshape(g, tab);
+  ntp_shape ys = cg_tshape(g, y), tb = cg_tshape(g, tab);
   int64_t D = ys.dim[ys.ndim - 1], N = shape_numel(&ys);
   int64_t lo = st->op.attr.gather.hi ? st->op.attr.gather.lo : 0, hi = st->op.attr.gather.hi ? st->op.attr.gather.hi : tb.dim[0];
-  kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
-  out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
-  decl(g, tab);
-  decl(g, idx);
-  decl(g, y);
-  out(g->m, "  i64 r = i / %lldll, d = i %% %lldll;\n  i64 tok = T%d[r];\n", (long long)D, (long long)D, idx);
+  cg_kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
+  cg_out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
+  cg_decl(g, tab);
+  cg_decl(g, idx);
+  cg_decl(g, y);
+  cg_out(g->m, "  i64 r = i / %lldll, d = i %% %lldll;\n  i64 tok = T%d[r];\n", (long long)D, (long long)D, idx);
   char ix[128];
   snprintf(ix, sizeof ix, "(tok - %lldll) * %lldll + d", (long long)lo, (long long)D);
-  out(g->m, "  float v = (tok >= %lldll && tok < %lldll) ? ", (long long)lo, (long long)hi);
-  load(g, tab, ix);
-  out(g->m, " : 0.0f;\n");
-  store(g, y, "i", "v");
-  out(g->m, "}\n");
+  cg_out(g->m, "  float v = (tok >= %lldll && tok < %lldll) ? ", (long long)lo, (long long)hi);
+  cg_load(g, tab, ix);
+  cg_out(g->m, " : 0.0f;\n");
+  cg_store(g, y, "i", "v");
+  cg_out(g->m, "}\n");
 }
 
 static void gen_copy(gen *g, int32_t s) {
   /* reshape: the same elements in the same order; slice: offsets along one axis */
   const sh_step *st = &g->p->steps[s];
   int32_t x = st->op.args[0], y = st->op.result;
-  ntp_shape ys = tshape(g, y), xs = tshape(g, x);
+  ntp_shape ys = cg_tshape(g, y), xs = cg_tshape(g, x);
   int64_t N = shape_numel(&ys);
-  kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
-  out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
-  decl(g, x);
-  decl(g, y);
+  cg_kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
+  cg_out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
+  cg_decl(g, x);
+  cg_decl(g, y);
   if (st->op.code == IR_SLICE) {
     int ax = st->op.attr.slice.axis;
     int64_t inner = 1;
     for (int d = ax + 1; d < ys.ndim; d++) inner *= ys.dim[d];
-    out(g->m, "  i64 o = i / %lldll, a = (i / %lldll) %% %lldll, in = i %% %lldll;\n", (long long)(inner * ys.dim[ax]),
+    cg_out(g->m, "  i64 o = i / %lldll, a = (i / %lldll) %% %lldll, in = i %% %lldll;\n", (long long)(inner * ys.dim[ax]),
         (long long)inner, (long long)ys.dim[ax], (long long)inner);
-    out(g->m, "  i64 j = (o * %lldll + a + %lldll) * %lldll + in;\n", (long long)xs.dim[ax],
+    cg_out(g->m, "  i64 j = (o * %lldll + a + %lldll) * %lldll + in;\n", (long long)xs.dim[ax],
         (long long)st->op.attr.slice.start, (long long)inner);
-    out(g->m, "  T%d[i] = T%d[j];\n}\n", y, x);
+    cg_out(g->m, "  T%d[i] = T%d[j];\n}\n", y, x);
   } else {
-    out(g->m, "  T%d[i] = T%d[i];\n}\n", y, x);
+    cg_out(g->m, "  T%d[i] = T%d[i];\n}\n", y, x);
   }
 }
 
@@ -619,86 +623,87 @@ static void gen_const(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t y = st->op.result;
   int64_t N = box_volume(&g->p->tensors[y].box);
-  kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
-  out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
-  decl(g, y);
+  cg_kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
+  cg_out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
+  cg_decl(g, y);
   char v[64];
-  store(g, y, "i", flit(st->op.attr.cst.value, v, sizeof v));
-  out(g->m, "}\n");
+  cg_store(g, y, "i", cg_flit(st->op.attr.cst.value, v, sizeof v));
+  cg_out(g->m, "}\n");
 }
 
 static void gen_rope(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t x = st->op.args[0], y = st->op.result;
-  ntp_shape xs = tshape(g, x);
+  ntp_shape xs = cg_tshape(g, x);
   int64_t S = xs.dim[1], H = xs.dim[2], HD = xs.dim[3], half = HD / 2, N = xs.dim[0] * S * H * half;
   char fb[48];
-  kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
-  out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
-  decl(g, x);
-  decl(g, y);
-  out(g->m, "  i64 k = i %% %lldll, h = (i / %lldll) %% %lldll, bs = i / %lldll, pos = bs %% %lldll + %lldll;\n",
+  cg_kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
+  cg_out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
+  cg_decl(g, x);
+  cg_decl(g, y);
+  cg_out(g->m, "  i64 k = i %% %lldll, h = (i / %lldll) %% %lldll, bs = i / %lldll, pos = bs %% %lldll + %lldll;\n",
       (long long)half, (long long)half, (long long)H, (long long)(half * H), (long long)S, (long long)st->op.attr.rope.pos0);
-  out(g->m, "  double ang = (double)pos * pow((double)%s, -2.0 * (double)k / %.1f);\n",
-      flit(st->op.attr.rope.theta, fb, sizeof fb), (double)HD);
-  out(g->m, "  double cs = cos(ang), sn = sin(ang);\n  i64 e = (bs * %lldll + h) * %lldll + k;\n", (long long)H, (long long)HD);
+  cg_out(g->m, "  double ang = (double)pos * pow((double)%s, -2.0 * (double)k / %.1f);\n",
+      cg_flit(st->op.attr.rope.theta, fb, sizeof fb), (double)HD);
+  cg_out(g->m, "  double cs = cos(ang), sn = %ssin(ang);\n  i64 e = (bs * %lldll + h) * %lldll + k;\n",
+         st->op.attr.rope.inverse ? "-" : "", (long long)H, (long long)HD); /* inverse: by the opposite angle */
   char second[64];
   snprintf(second, sizeof second, "e + %lldll", (long long)half);
-  out(g->m, "  double x1 = ");
-  load(g, x, "e");
-  out(g->m, ", x2 = ");
-  load(g, x, second);
-  out(g->m, ";\n");
-  store(g, y, "e", "(float)(x1 * cs - x2 * sn)");
-  store(g, y, second, "(float)(x2 * cs + x1 * sn)");
-  out(g->m, "}\n");
+  cg_out(g->m, "  double x1 = ");
+  cg_load(g, x, "e");
+  cg_out(g->m, ", x2 = ");
+  cg_load(g, x, second);
+  cg_out(g->m, ";\n");
+  cg_store(g, y, "e", "(float)(x1 * cs - x2 * sn)");
+  cg_store(g, y, second, "(float)(x2 * cs + x1 * sn)");
+  cg_out(g->m, "}\n");
 }
 
 /* One warp per query (b, s, head): online softmax over the keys, the head dim spread over lanes. */
 static void gen_attention(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t q = st->op.args[0], k = st->op.args[1], v = st->op.args[2], y = st->op.result;
-  ntp_shape qs = tshape(g, q), ks = tshape(g, k);
+  ntp_shape qs = cg_tshape(g, q), ks = cg_tshape(g, k);
   int64_t B = qs.dim[0], S = qs.dim[1], H = qs.dim[2], HD = qs.dim[3], KV = ks.dim[2];
   int64_t group = st->op.attr.attn.group ? st->op.attr.attn.group : H / KV;
   int64_t queries = B * S * H, per_lane = (HD + 31) / 32;
-  kernel_head(g, s, (queries + ATT_WARPS - 1) / ATT_WARPS, ATT_WARPS * 32, 0);
-  out(g->m, "  i64 w = (i64)blockIdx.x * %d + (threadIdx.x >> 5);\n  int lane = threadIdx.x & 31;\n  if (w >= %lldll) return;\n",
+  cg_kernel_head(g, s, (queries + ATT_WARPS - 1) / ATT_WARPS, ATT_WARPS * 32, 0);
+  cg_out(g->m, "  i64 w = (i64)blockIdx.x * %d + (threadIdx.x >> 5);\n  int lane = threadIdx.x & 31;\n  if (w >= %lldll) return;\n",
       ATT_WARPS, (long long)queries);
-  decl(g, q);
-  decl(g, k);
-  decl(g, v);
-  decl(g, y);
-  out(g->m, "  i64 h = w %% %lldll, t = (w / %lldll) %% %lldll, b = w / %lldll;\n", (long long)H, (long long)H,
+  cg_decl(g, q);
+  cg_decl(g, k);
+  cg_decl(g, v);
+  cg_decl(g, y);
+  cg_out(g->m, "  i64 h = w %% %lldll, t = (w / %lldll) %% %lldll, b = w / %lldll;\n", (long long)H, (long long)H,
       (long long)S, (long long)(H * S));
-  out(g->m, "  i64 kvh = (%lldll + h) / %lldll - %lldll;\n", (long long)st->op.attr.attn.q_off, (long long)group,
+  cg_out(g->m, "  i64 kvh = (%lldll + h) / %lldll - %lldll;\n", (long long)st->op.attr.attn.q_off, (long long)group,
       (long long)st->op.attr.attn.kv_off);
-  out(g->m, "  float qr[%lld], acc[%lld];\n", (long long)per_lane, (long long)per_lane);
-  out(g->m, "  i64 qb = ((b * %lldll + t) * %lldll + h) * %lldll;\n", (long long)S, (long long)H, (long long)HD);
-  out(g->m, "  for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; qr[r] = d < %lld ? ", (long long)per_lane, (long long)HD);
-  load(g, q, "qb + d");
-  out(g->m, " : 0.0f; acc[r] = 0.0f; }\n");
-  out(g->m, "  float m = -__int_as_float(0x7f800000), l = 0.0f;\n");
-  out(g->m, "  i64 nk = %s;\n", st->op.attr.attn.causal ? "t + 1" : "0");
-  if (!st->op.attr.attn.causal) out(g->m, "  nk = %lldll;\n", (long long)S);
-  out(g->m, "  for (i64 u = 0; u < nk; u++) {\n    i64 kb = ((b * %lldll + u) * %lldll + kvh) * %lldll;\n", (long long)S,
+  cg_out(g->m, "  float qr[%lld], acc[%lld];\n", (long long)per_lane, (long long)per_lane);
+  cg_out(g->m, "  i64 qb = ((b * %lldll + t) * %lldll + h) * %lldll;\n", (long long)S, (long long)H, (long long)HD);
+  cg_out(g->m, "  for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; qr[r] = d < %lld ? ", (long long)per_lane, (long long)HD);
+  cg_load(g, q, "qb + d");
+  cg_out(g->m, " : 0.0f; acc[r] = 0.0f; }\n");
+  cg_out(g->m, "  float m = -__int_as_float(0x7f800000), l = 0.0f;\n");
+  cg_out(g->m, "  i64 nk = %s;\n", st->op.attr.attn.causal ? "t + 1" : "0");
+  if (!st->op.attr.attn.causal) cg_out(g->m, "  nk = %lldll;\n", (long long)S);
+  cg_out(g->m, "  for (i64 u = 0; u < nk; u++) {\n    i64 kb = ((b * %lldll + u) * %lldll + kvh) * %lldll;\n", (long long)S,
       (long long)KV, (long long)HD);
-  out(g->m, "    float dot = 0.0f;\n    for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; if (d < %lld) dot += qr[r] * ",
+  cg_out(g->m, "    float dot = 0.0f;\n    for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; if (d < %lld) dot += qr[r] * ",
       (long long)per_lane, (long long)HD);
-  load(g, k, "kb + d");
+  cg_load(g, k, "kb + d");
   char fb[48];
-  out(g->m, "; }\n    float sc = warp_sum(dot) * %s;\n", flit(st->op.attr.attn.scale, fb, sizeof fb));
-  out(g->m, "    float mn = fmaxf(m, sc), corr = expf(m - mn), p = expf(sc - mn);\n    l = l * corr + p;\n");
-  out(g->m, "    for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; acc[r] = acc[r] * corr + (d < %lld ? p * ",
+  cg_out(g->m, "; }\n    float sc = warp_sum(dot) * %s;\n", cg_flit(st->op.attr.attn.scale, fb, sizeof fb));
+  cg_out(g->m, "    float mn = fmaxf(m, sc), corr = expf(m - mn), p = expf(sc - mn);\n    l = l * corr + p;\n");
+  cg_out(g->m, "    for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; acc[r] = acc[r] * corr + (d < %lld ? p * ",
       (long long)per_lane, (long long)HD);
-  load(g, v, "kb + d");
-  out(g->m, " : 0.0f); }\n    m = mn;\n  }\n");
-  out(g->m, "  for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; if (d < %lld) {\n", (long long)per_lane, (long long)HD);
+  cg_load(g, v, "kb + d");
+  cg_out(g->m, " : 0.0f); }\n    m = mn;\n  }\n");
+  cg_out(g->m, "  for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; if (d < %lld) {\n", (long long)per_lane, (long long)HD);
   char idx[32];
   snprintf(idx, sizeof idx, "qb + d");
-  out(g->m, "  ");
-  store(g, y, idx, "acc[r] / l");
-  out(g->m, "  } }\n}\n");
+  cg_out(g->m, "  ");
+  cg_store(g, y, idx, "acc[r] / l");
+  cg_out(g->m, "  } }\n}\n");
 }
 
 /* A GEMM for cuBLASLt, with what follows it folded into the epilogue where cuBLASLt can do
@@ -710,12 +715,12 @@ static void gen_gemm(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t a = st->op.args[0], b = st->op.args[1], out = st->op.result;
   cg_step cs = {.kind = CG_GEMM, .kernel = -1, .epilogue = CG_EPI_NONE, .bias = -1, .out = out};
-  ntp_shape bs = tshape(g, b), os = tshape(g, out);
-  int32_t nx = next_step(g, s);
-  if (bs.ndim == 2 && fusable(g, out, nx) && g->p->steps[nx].op.code == IR_ADD) {
+  ntp_shape bs = cg_tshape(g, b), os = cg_tshape(g, out);
+  int32_t nx = cg_next_step(g, s);
+  if (bs.ndim == 2 && cg_fusable(g, out, nx) && g->p->steps[nx].op.code == IR_ADD) {
     const sh_step *ad = &g->p->steps[nx];
     int32_t other = ad->op.args[0] == out ? ad->op.args[1] : ad->op.args[0];
-    ntp_shape vs = tshape(g, other);
+    ntp_shape vs = cg_tshape(g, other);
     int32_t res = ad->op.result;
     if (other != out && vs.ndim == 1 && vs.dim[0] == os.dim[os.ndim - 1] &&
         g->p->tensors[other].dtype == g->p->tensors[out].dtype && !overlap(g, res, a) && !overlap(g, res, b) &&
@@ -726,8 +731,8 @@ static void gen_gemm(gen *g, int32_t s) {
       g->m->steps[nx] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .out = -1};
     }
   }
-  nx = next_step(g, cs.out == out ? s : nx);
-  if (bs.ndim == 2 && fusable(g, cs.out, nx) && g->p->steps[nx].op.code == IR_GELU) {
+  nx = cg_next_step(g, cs.out == out ? s : nx);
+  if (bs.ndim == 2 && cg_fusable(g, cs.out, nx) && g->p->steps[nx].op.code == IR_GELU) {
     int32_t res = g->p->steps[nx].op.result;
     if (!overlap(g, res, a) && !overlap(g, res, b) && (cs.bias < 0 || !overlap(g, res, cs.bias))) {
       cs.epilogue = cs.epilogue == CG_EPI_BIAS ? CG_EPI_GELU_BIAS : CG_EPI_GELU;
@@ -748,67 +753,67 @@ enum { ATT_BQ = 16, ATT_BK = 32, ATT_TILED_MAX_HD = 128 };
 static void gen_attention_tiled(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t q = st->op.args[0], k = st->op.args[1], v = st->op.args[2], y = st->op.result;
-  ntp_shape qs = tshape(g, q), ks = tshape(g, k);
+  ntp_shape qs = cg_tshape(g, q), ks = cg_tshape(g, k);
   long long B = qs.dim[0], S = qs.dim[1], H = qs.dim[2], HD = qs.dim[3], KV = ks.dim[2];
   long long group = st->op.attr.attn.group ? st->op.attr.attn.group : H / KV;
   long long nqt = (S + ATT_BQ - 1) / ATT_BQ, per = (HD + 7) / 8;
   bool causal = st->op.attr.attn.causal;
   char fb[48];
-  kernel_head(g, s, B * H * nqt, ATT_BQ * 8, 0);
-  decl(g, q);
-  decl(g, k);
-  decl(g, v);
-  decl(g, y);
-  out(g->m, "  __shared__ float sq[%d][%lld], sk[%d][%lld], sv[%d][%lld], sp[%d][%d];\n", ATT_BQ, HD, ATT_BK, HD + 1,
+  cg_kernel_head(g, s, B * H * nqt, ATT_BQ * 8, 0);
+  cg_decl(g, q);
+  cg_decl(g, k);
+  cg_decl(g, v);
+  cg_decl(g, y);
+  cg_out(g->m, "  __shared__ float sq[%d][%lld], sk[%d][%lld], sv[%d][%lld], sp[%d][%d];\n", ATT_BQ, HD, ATT_BK, HD + 1,
       ATT_BK, HD, ATT_BQ, ATT_BK);
-  out(g->m, "  const i64 S = %lldll, H = %lldll, KV = %lldll, HD = %lldll;\n", S, H, KV, HD);
-  out(g->m, "  i64 qt = blockIdx.x %% %lldll, h = (blockIdx.x / %lldll) %% H, b = blockIdx.x / (%lldll * H);\n", nqt, nqt,
+  cg_out(g->m, "  const i64 S = %lldll, H = %lldll, KV = %lldll, HD = %lldll;\n", S, H, KV, HD);
+  cg_out(g->m, "  i64 qt = blockIdx.x %% %lldll, h = (blockIdx.x / %lldll) %% H, b = blockIdx.x / (%lldll * H);\n", nqt, nqt,
       nqt);
-  out(g->m, "  int r = threadIdx.x >> 3, t = threadIdx.x & 7;\n  i64 q0 = qt * %d, qi = q0 + r;\n", ATT_BQ);
-  out(g->m, "  i64 kvh = (%lldll + h) / %lldll - %lldll;\n", (long long)st->op.attr.attn.q_off, group,
+  cg_out(g->m, "  int r = threadIdx.x >> 3, t = threadIdx.x & 7;\n  i64 q0 = qt * %d, qi = q0 + r;\n", ATT_BQ);
+  cg_out(g->m, "  i64 kvh = (%lldll + h) / %lldll - %lldll;\n", (long long)st->op.attr.attn.q_off, group,
       (long long)st->op.attr.attn.kv_off);
   /* the query tile */
-  out(g->m, "  for (int e = threadIdx.x; e < %lld; e += %d) {\n    int rr = e / %lld, d = e %% %lld; i64 qq = q0 + rr;\n",
+  cg_out(g->m, "  for (int e = threadIdx.x; e < %lld; e += %d) {\n    int rr = e / %lld, d = e %% %lld; i64 qq = q0 + rr;\n",
       ATT_BQ * HD, ATT_BQ * 8, HD, HD);
-  out(g->m, "    sq[rr][d] = qq < S ? ");
-  load(g, q, "((b * S + qq) * H + h) * HD + d");
-  out(g->m, " : 0.0f;\n  }\n");
-  out(g->m, "  float m = -__int_as_float(0x7f800000), l = 0.0f, o[%lld];\n", per);
-  out(g->m, "  for (int j = 0; j < %lld; j++) o[j] = 0.0f;\n", per);
-  if (causal) out(g->m, "  i64 kend = q0 + %d < S ? q0 + %d : S; /* no key tile past the diagonal */\n", ATT_BQ, ATT_BQ);
-  else out(g->m, "  i64 kend = S;\n");
+  cg_out(g->m, "    sq[rr][d] = qq < S ? ");
+  cg_load(g, q, "((b * S + qq) * H + h) * HD + d");
+  cg_out(g->m, " : 0.0f;\n  }\n");
+  cg_out(g->m, "  float m = -__int_as_float(0x7f800000), l = 0.0f, o[%lld];\n", per);
+  cg_out(g->m, "  for (int j = 0; j < %lld; j++) o[j] = 0.0f;\n", per);
+  if (causal) cg_out(g->m, "  i64 kend = q0 + %d < S ? q0 + %d : S; /* no key tile past the diagonal */\n", ATT_BQ, ATT_BQ);
+  else cg_out(g->m, "  i64 kend = S;\n");
   /* key and value tiles */
-  out(g->m, "  for (i64 k0 = 0; k0 < kend; k0 += %d) {\n    __syncthreads();\n", ATT_BK);
-  out(g->m, "    for (int e = threadIdx.x; e < %lld; e += %d) {\n      int j = e / %lld, d = e %% %lld; i64 kk = k0 + j;\n",
+  cg_out(g->m, "  for (i64 k0 = 0; k0 < kend; k0 += %d) {\n    __syncthreads();\n", ATT_BK);
+  cg_out(g->m, "    for (int e = threadIdx.x; e < %lld; e += %d) {\n      int j = e / %lld, d = e %% %lld; i64 kk = k0 + j;\n",
       ATT_BK * HD, ATT_BQ * 8, HD, HD);
-  out(g->m, "      i64 at = ((b * S + kk) * KV + kvh) * HD + d;\n      sk[j][d] = kk < S ? ");
-  load(g, k, "at");
-  out(g->m, " : 0.0f;\n      sv[j][d] = kk < S ? ");
-  load(g, v, "at");
-  out(g->m, " : 0.0f;\n    }\n    __syncthreads();\n");
+  cg_out(g->m, "      i64 at = ((b * S + kk) * KV + kvh) * HD + d;\n      sk[j][d] = kk < S ? ");
+  cg_load(g, k, "at");
+  cg_out(g->m, " : 0.0f;\n      sv[j][d] = kk < S ? ");
+  cg_load(g, v, "at");
+  cg_out(g->m, " : 0.0f;\n    }\n    __syncthreads();\n");
   /* scores of this thread's 4 keys; the row's maximum and sum over its 8 threads */
-  out(g->m, "    float sc[4], tmax = -__int_as_float(0x7f800000);\n");
-  out(g->m, "    for (int jj = 0; jj < 4; jj++) {\n      int j = t + 8 * jj; i64 kk = k0 + j;\n");
-  out(g->m, "      bool ok = kk < S && qi < S%s;\n", causal ? " && kk <= qi" : "");
-  out(g->m, "      float dot = 0.0f;\n      for (int d = 0; d < HD; d++) dot += sq[r][d] * sk[j][d];\n");
-  out(g->m, "      sc[jj] = ok ? dot * %s : -__int_as_float(0x7f800000);\n      tmax = fmaxf(tmax, sc[jj]);\n    }\n",
-      flit(st->op.attr.attn.scale, fb, sizeof fb));
-  out(g->m, "    for (int w = 1; w < 8; w <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, w));\n");
-  out(g->m, "    float mn = fmaxf(m, tmax), ps = 0.0f;\n"
+  cg_out(g->m, "    float sc[4], tmax = -__int_as_float(0x7f800000);\n");
+  cg_out(g->m, "    for (int jj = 0; jj < 4; jj++) {\n      int j = t + 8 * jj; i64 kk = k0 + j;\n");
+  cg_out(g->m, "      bool ok = kk < S && qi < S%s;\n", causal ? " && kk <= qi" : "");
+  cg_out(g->m, "      float dot = 0.0f;\n      for (int d = 0; d < HD; d++) dot += sq[r][d] * sk[j][d];\n");
+  cg_out(g->m, "      sc[jj] = ok ? dot * %s : -__int_as_float(0x7f800000);\n      tmax = fmaxf(tmax, sc[jj]);\n    }\n",
+      cg_flit(st->op.attr.attn.scale, fb, sizeof fb));
+  cg_out(g->m, "    for (int w = 1; w < 8; w <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, w));\n");
+  cg_out(g->m, "    float mn = fmaxf(m, tmax), ps = 0.0f;\n"
             "    float corr = m == -__int_as_float(0x7f800000) ? 0.0f : expf(m - mn);\n");
-  out(g->m, "    for (int jj = 0; jj < 4; jj++) {\n"
+  cg_out(g->m, "    for (int jj = 0; jj < 4; jj++) {\n"
             "      float p = sc[jj] == -__int_as_float(0x7f800000) ? 0.0f : expf(sc[jj] - mn);\n"
             "      sp[r][t + 8 * jj] = p;\n      ps += p;\n    }\n");
-  out(g->m, "    for (int w = 1; w < 8; w <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, w);\n");
-  out(g->m, "    l = l * corr + ps;\n    __syncwarp(); /* the row's probabilities, written by its 8 lanes */\n");
-  out(g->m, "    for (int jj = 0; jj < %lld; jj++) {\n      int d = t + 8 * jj;\n      if (d >= HD) break;\n"
+  cg_out(g->m, "    for (int w = 1; w < 8; w <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, w);\n");
+  cg_out(g->m, "    l = l * corr + ps;\n    __syncwarp(); /* the row's probabilities, written by its 8 lanes */\n");
+  cg_out(g->m, "    for (int jj = 0; jj < %lld; jj++) {\n      int d = t + 8 * jj;\n      if (d >= HD) break;\n"
             "      float acc = o[jj] * corr;\n      for (int j = 0; j < %d; j++) acc += sp[r][j] * sv[j][d];\n"
             "      o[jj] = acc;\n    }\n    m = mn;\n  }\n",
       per, ATT_BK);
-  out(g->m, "  if (qi < S) for (int jj = 0; jj < %lld; jj++) {\n    int d = t + 8 * jj;\n    if (d >= HD) break;\n", per);
-  out(g->m, "  ");
-  store(g, y, "((b * S + qi) * H + h) * HD + d", "o[jj] / l");
-  out(g->m, "  }\n}\n");
+  cg_out(g->m, "  if (qi < S) for (int jj = 0; jj < %lld; jj++) {\n    int d = t + 8 * jj;\n    if (d >= HD) break;\n", per);
+  cg_out(g->m, "  ");
+  cg_store(g, y, "((b * S + qi) * H + h) * HD + d", "o[jj] / l");
+  cg_out(g->m, "  }\n}\n");
 }
 
 /* Inputs and parameters generated on the device from (seed, name, global index): the
@@ -822,14 +827,14 @@ static void gen_init(gen *g, int32_t s) {
   const ir_op *def = &m->ops[gv->def];
   ntp_shape ls = box_shape(&t->box);
   int64_t N = shape_numel(&ls);
-  kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
-  out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
-  decl(g, y);
+  cg_kernel_head(g, s, (N + EW_BLOCK - 1) / EW_BLOCK, EW_BLOCK, 0);
+  cg_out(g->m, "  i64 i = (i64)blockIdx.x * %d + threadIdx.x;\n  if (i >= %lldll) return;\n", EW_BLOCK, (long long)N);
+  cg_decl(g, y);
   /* local coordinates -> global flat index */
-  out(g->m, "  i64 r_ = i, gi = 0;\n");
+  cg_out(g->m, "  i64 r_ = i, gi = 0;\n");
   int64_t stride = 1;
   for (int d = ls.ndim - 1; d >= 0; d--) {
-    out(g->m, "  gi += (r_ %% %lldll + %lldll) * %lldll; r_ /= %lldll;\n", (long long)ls.dim[d], (long long)t->init_box.lo[d],
+    cg_out(g->m, "  gi += (r_ %% %lldll + %lldll) * %lldll; r_ /= %lldll;\n", (long long)ls.dim[d], (long long)t->init_box.lo[d],
         (long long)stride, (long long)ls.dim[d]);
     stride *= gv->shape.dim[d];
   }
@@ -837,15 +842,15 @@ static void gen_init(gen *g, int32_t s) {
   for (const unsigned char *c = (const unsigned char *)gv->name; *c; c++) h = (h ^ *c) * 0x100000001B3ull;
   if (gv->dtype == NTP_I32) {
     int32_t range = def->attr.init.int_range > 0 ? def->attr.init.int_range : 1000;
-    out(g->m, "  T%d[i] = init_int(seed, (u64)args.v[%d], (u64)gi, %d);\n}\n", y, arg(g, (int64_t)h), range);
+    cg_out(g->m, "  T%d[i] = init_int(seed, (u64)args.v[%d], (u64)gi, %d);\n}\n", y, cg_arg(g, (int64_t)h), range);
     return;
   }
   float center = def->code == IR_PARAM ? def->attr.init.center : 0.0f, scale = def->code == IR_PARAM ? def->attr.init.scale : 1.0f;
   char v[200], c1[48], c2[48];
   snprintf(v, sizeof v, "__fadd_rn(%s, __fmul_rn(%s, init_uniform(seed, (u64)args.v[%d], (u64)gi)))",
-           flit(center, c1, sizeof c1), flit(scale, c2, sizeof c2), arg(g, (int64_t)h));
-  store(g, y, "i", v);
-  out(g->m, "}\n");
+           cg_flit(center, c1, sizeof c1), cg_flit(scale, c2, sizeof c2), cg_arg(g, (int64_t)h));
+  cg_store(g, y, "i", v);
+  cg_out(g->m, "}\n");
 }
 
 static void gen_free(gen *g) {
@@ -871,16 +876,15 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     else
       for (size_t x = 0; x < st->nxfers; x++) g.uses[st->xfers[x].src]++;
   }
-  out(m, "%s", prelude);
-  out(m, "struct ntp_args { i64 v[%d]; }; /* offsets and name hashes, per launch */\n", CG_MAX_ARGS);
+  cg_out(m, "%s", prelude);
+  bool backward = false; /* the derivative helpers only where a step needs them */
+  for (size_t s = 0; s < p->n_steps && !backward; s++)
+    backward = p->steps[s].kind == SH_COMPUTE && p->steps[s].op.code >= IR_CROSS_ENTROPY;
+  if (backward) cg_out(m, "%s", cg_grad_prelude);
+  cg_out(m, "struct ntp_args { i64 v[%d]; }; /* offsets and name hashes, per launch */\n", CG_MAX_ARGS);
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
     if (st->kind != SH_COMPUTE || st->rank != rank || m->steps[s].kind == CG_FUSED) continue;
-    if ((st->op.code == IR_MATMUL && st->op.attr.mm.trans_a) || (st->op.code == IR_ROPE && st->op.attr.rope.inverse)) {
-      snprintf(err, cap, "no CUDA lowering for the backward form of %s (training runs on the CPU backend)",
-               ir_op_name(st->op.code));
-      goto fail;
-    }
     switch (st->op.code) {
     case IR_INPUT:
     case IR_PARAM: gen_init(&g, (int32_t)s); break;
@@ -898,14 +902,15 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
       else gen_attention(&g, (int32_t)s);
       break;
     default:
-      if (is_ew(st->op.code)) {
+      if (cg_is_ew(st->op.code)) {
         gen_ew(&g, (int32_t)s);
         break;
       }
+      if (cg_gen_grad_step(&g, (int32_t)s)) break;
       snprintf(err, cap, "no CUDA lowering for op %s", ir_op_name(st->op.code));
       goto fail;
     }
-    if (m->steps[s].kind == CG_KERNEL && finish_kernel(&g) != 0) {
+    if (m->steps[s].kind == CG_KERNEL && cg_finish_kernel(&g) != 0) {
       snprintf(err, cap, "out of memory");
       goto fail;
     }

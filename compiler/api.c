@@ -307,23 +307,8 @@ static ntpc_status run_memplan(ntpc_session *s) {
   return NTPC_OK;
 }
 
-/* Ops the CUDA code generator does not lower yet: the loss and the backward ops (training runs on
- * the CPU backend in this version). Reported at the first such op, as an input error. */
-static bool cuda_lowers(const ir_op *op) {
-  if (op->code >= IR_CROSS_ENTROPY) return false; /* cross_entropy and every backward op after it */
-  return !(op->code == IR_MATMUL && op->attr.mm.trans_a) && !(op->code == IR_ROPE && op->attr.rope.inverse);
-}
-
 static ntpc_status run_codegen(ntpc_session *s) {
   if (!s->sharded || !s->want_cuda) return NTPC_OK;
-  for (size_t i = 0; i < s->module->n_ops; i++)
-    if (!cuda_lowers(&s->module->ops[i])) {
-      diag_emit(&s->diags, NTPC_ERROR, s->module->file, s->module->ops[i].loc,
-                "'%s' has no CUDA kernel yet: losses and training run on the cpu backend in this version (ntpc "
-                "train, ntpc run --backend cpu)",
-                ir_op_name(s->module->ops[i].code));
-      return NTPC_ERR_INPUT;
-    }
   s->cuda = calloc((size_t)s->ranks, sizeof *s->cuda);
   if (!s->cuda) return out_of_memory(s);
   char err[256];

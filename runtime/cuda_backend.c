@@ -291,16 +291,21 @@ static cudaDataType_t cuda_type(ntp_dtype dt) {
 }
 
 /* Row-major C[M,N] = A[M,K] B (B: [K,N], or [N,K] with trans_b) as column-major
- * C^T (N x M) = op(B^T) (N x K) * A^T (K x M); a batched right operand is a strided batch. */
+ * C^T (N x M) = op(B^T) (N x K) * A^T (K x M); a batched right operand is a strided batch.
+ * With trans_a (a weight's gradient: A stored [K, M]) the stored A is A^T's column-major
+ * transpose, so cuBLASLt's B operand is transposed; a batch of such A cannot fold into M, and
+ * a shared right operand is then a batch of stride 0. */
 static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *g, char *err, size_t cap) {
   const ntp_tensor *ta = &c->p->tensors[st->op.args[0]], *tb = &c->p->tensors[st->op.args[1]];
   ntp_shape as = box_shape(&ta->box), bs = box_shape(&tb->box);
-  bool tr = st->op.attr.mm.trans_b, bbatch = bs.ndim > 2;
-  int64_t K = as.dim[as.ndim - 1], M = as.ndim >= 2 ? as.dim[as.ndim - 2] : 1;
+  bool tr = st->op.attr.mm.trans_b, ta_ = st->op.attr.mm.trans_a;
+  int64_t K = as.dim[as.ndim - (ta_ ? 2 : 1)];
+  int64_t M = ta_ ? as.dim[as.ndim - 1] : as.ndim >= 2 ? as.dim[as.ndim - 2] : 1;
   int64_t N = bs.dim[bs.ndim - (tr ? 2 : 1)], batch = shape_numel(&as) / (M * K);
+  bool bbatch = bs.ndim > 2 || (ta_ && batch > 1);
   int64_t cols = bbatch ? M : M * batch; /* a shared right operand: the batch folds into M */
   cudaDataType_t t = cuda_type(ta->dtype);
-  cublasOperation_t opa = tr ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
+  cublasOperation_t opa = tr ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta_ ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT(cu.cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
@@ -317,11 +322,12 @@ static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *
     }
   }
   LT(cu.cublasLtMatrixLayoutCreate(&g->a, t, (uint64_t)(tr ? K : N), (uint64_t)(tr ? N : K), tr ? K : N));
-  LT(cu.cublasLtMatrixLayoutCreate(&g->b, t, (uint64_t)K, (uint64_t)cols, K));
+  if (ta_) LT(cu.cublasLtMatrixLayoutCreate(&g->b, t, (uint64_t)M, (uint64_t)K, M));
+  else LT(cu.cublasLtMatrixLayoutCreate(&g->b, t, (uint64_t)K, (uint64_t)cols, K));
   LT(cu.cublasLtMatrixLayoutCreate(&g->c, t, (uint64_t)N, (uint64_t)cols, N));
   if (bbatch) {
     int32_t count = (int32_t)batch;
-    int64_t sa = K * N, sb = M * K, sc = M * N;
+    int64_t sa = bs.ndim > 2 ? K * N : 0, sb = M * K, sc = M * N;
     LT(cu.cublasLtMatrixLayoutSetAttribute(g->a, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
     LT(cu.cublasLtMatrixLayoutSetAttribute(g->a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa));
     LT(cu.cublasLtMatrixLayoutSetAttribute(g->b, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
@@ -329,7 +335,8 @@ static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *
     LT(cu.cublasLtMatrixLayoutSetAttribute(g->c, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
     LT(cu.cublasLtMatrixLayoutSetAttribute(g->c, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc));
   }
-  g->shape = (gemm_shape){.n = N, .cols = cols, .k = K, .batch = bbatch ? batch : 1, .trans = tr, .dtype = (int32_t)t,
+  g->shape = (gemm_shape){.n = N, .cols = cols, .k = K, .batch = bbatch ? batch : 1, .trans = tr | ta_ << 1,
+                          .dtype = (int32_t)t,
                           .epilogue = cs->epilogue, .bias_dtype = cs->bias >= 0 ? (int32_t)c->p->tensors[cs->bias].dtype : -1,
                           .lt = c->lt[st->rank]};
   for (size_t s = 0; s < c->p->n_steps; s++) /* one heuristic query per distinct shape */
@@ -435,12 +442,126 @@ static ncclDataType_t nccl_type(ntp_dtype dt) {
   return dt == NTP_BF16 ? ncclBfloat16 : dt == NTP_FP16 ? ncclFloat16 : dt == NTP_FP32 ? ncclFloat32 : ncclInt32;
 }
 
+/* Is a reduction step what ncclAllReduce computes: every member adds its whole part (one source
+ * per member, all of the same box), and each destination, inside that box, receives exactly one
+ * box from every member? The forward's reductions are; the backward's adjoints (gradients of
+ * gathered or redistributed pieces summed back at their sources, a parameter's gradient summed
+ * over the cells of replicas that split it differently) in general are not. */
+static bool symmetric_reduction(const ntp_program *p, const ntp_step *st) {
+  if (st->nxfers == 0) return true;
+  const ntp_box *whole = &p->tensors[st->xfers[0].src].box;
+  int own = 0;
+  for (size_t i = 0; i < st->nxfers; i++) {
+    const ntp_xfer *x = &st->xfers[i];
+    const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    if (!box_eq(&s->box, whole) || !box_eq(&x->box, &d->box) || !box_contains(whole, &d->box)) return false;
+    int from = 0;
+    for (size_t j = 0; j < st->nxfers; j++) {
+      if (st->xfers[j].dst != x->dst) continue;
+      from++;
+      for (size_t k = 0; k < j; k++) /* two boxes from one rank into one destination */
+        if (st->xfers[k].dst == x->dst && p->tensors[st->xfers[k].src].rank == p->tensors[st->xfers[j].src].rank)
+          return false;
+    }
+    if (from != st->nranks) return false;
+    if (s->rank == d->rank) own++;
+    for (size_t j = 0; j < i; j++) /* one source tensor per rank */
+      if (p->tensors[st->xfers[j].src].rank == s->rank && st->xfers[j].src != x->src) return false;
+  }
+  return own == st->nranks;
+}
+
+/* A reduction that is not symmetric_reduction's, on separate GPUs: every remote box is sent
+ * packed to its destination's rank; each destination is then the sum, in the step's order of
+ * transfers, of its boxes, in an fp32 accumulator at the start of the rank's staging — the
+ * loopback's arithmetic in the loopback's order, so both modes give the same bits. */
+static int reduce_by_exchange(ntp_cuda *c, const ntp_step *st, char *err, size_t cap) {
+  const ntp_program *p = c->p;
+  size_t *used = calloc((size_t)p->world, sizeof *used), *at = calloc(st->nxfers + 1, sizeof *at);
+  size_t *recv_at = calloc(st->nxfers + 1, sizeof *recv_at);
+  if (!used || !at || !recv_at) goto fail;
+  for (size_t i = 0; i < st->nxfers; i++) { /* the accumulators: the largest destination of each rank */
+    const ntp_tensor *d = &p->tensors[st->xfers[i].dst];
+    size_t b = ((size_t)box_volume(&d->box) * sizeof(float) + 255) / 256 * 256;
+    if (b > used[d->rank]) used[d->rank] = b;
+  }
+  for (size_t i = 0; i < st->nxfers; i++) {
+    const ntp_xfer *x = &st->xfers[i];
+    const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    if (s->rank == d->rank || !local_rank(c, s->rank)) continue;
+    int r = s->rank;
+    at[i] = used[r];
+    used[r] += ((size_t)box_volume(&x->box) * dtype_bytes(s->dtype) + 255) / 256 * 256;
+    CU(cu.cudaSetDevice(c->dev[r]));
+    ntp_box packed = x->box;
+    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &packed, c->staging[r] + at[i], s->dtype, c->stream[r], err,
+                 cap))
+      goto fail;
+  }
+  NC(cu.ncclGroupStart());
+  for (size_t i = 0; i < st->nxfers; i++) {
+    const ntp_xfer *x = &st->xfers[i];
+    const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
+    if (s->rank == d->rank) continue;
+    size_t n = (size_t)box_volume(&x->box);
+    if (local_rank(c, s->rank)) {
+      CU(cu.cudaSetDevice(c->dev[s->rank]));
+      NC(cu.ncclSend(c->staging[s->rank] + at[i], n, nccl_type(s->dtype), d->rank, c->world[s->rank], c->stream[s->rank]));
+    }
+    if (local_rank(c, d->rank)) {
+      int r = d->rank;
+      recv_at[i] = used[r];
+      used[r] += (n * dtype_bytes(s->dtype) + 255) / 256 * 256;
+      CU(cu.cudaSetDevice(c->dev[r]));
+      NC(cu.ncclRecv(c->staging[r] + recv_at[i], n, nccl_type(s->dtype), s->rank, c->world[r], c->stream[r]));
+    }
+  }
+  NC(cu.ncclGroupEnd());
+  for (size_t i = 0; i < st->nxfers; i++) {
+    int32_t dst = st->xfers[i].dst;
+    const ntp_tensor *d = &p->tensors[dst];
+    bool first = true;
+    for (size_t j = 0; j < i; j++) first &= st->xfers[j].dst != dst;
+    if (!first || !local_rank(c, d->rank)) continue;
+    int r = d->rank, dt = (int)d->dtype;
+    int64_t n = box_volume(&d->box);
+    float *acc = (float *)c->staging[r];
+    CU(cu.cudaSetDevice(c->dev[r]));
+    CU(cu.cudaMemsetAsync(acc, 0, (size_t)n * sizeof(float), c->stream[r]));
+    for (size_t j = i; j < st->nxfers; j++) {
+      const ntp_xfer *x = &st->xfers[j];
+      if (x->dst != dst) continue;
+      const ntp_tensor *s = &p->tensors[x->src];
+      bool remote = s->rank != r;
+      box_geom g = geometry(&x->box, remote ? &x->box : &s->box, &d->box, 4);
+      unsigned char *sp = remote ? c->staging[r] + recv_at[j] : dev_ptr(c, x->src);
+      void *args[] = {&sp, &acc, &dt, &g};
+      if (launch(c->k_acc, g.n, args, c->stream[r], err, cap)) goto fail;
+    }
+    unsigned char *dp = dev_ptr(c, dst);
+    void *args[] = {&acc, &dp, &dt, &n};
+    if (launch(c->k_store, n, args, c->stream[r], err, cap)) goto fail;
+  }
+  free(used);
+  free(at);
+  free(recv_at);
+  return 0;
+fail:
+  free(used);
+  free(at);
+  free(recv_at);
+  if (!err[0]) snprintf(err, cap, "out of memory");
+  return -1;
+}
+
 /* Separate GPUs: reductions are NCCL all-reduces in the group's communicator (an uneven
- * reduce-scatter reduces into staging and keeps its slice); moves are grouped send/recv
- * of packed boxes on the world communicator. */
+ * reduce-scatter reduces into staging and keeps its slice), or reduce_by_exchange's sums;
+ * moves are grouped send/recv of packed boxes on the world communicator. */
 static int run_comm_nccl(ntp_cuda *c, int32_t si, const ntp_step *st, char *err, size_t cap) {
   const ntp_program *p = c->p;
   size_t *used = NULL, *at = NULL, *recv_at = NULL;
+  if ((st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) && c->step_set[si] < 0)
+    return reduce_by_exchange(c, st, err, cap);
   if (st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) {
     int set = c->step_set[si];
     NC(cu.ncclGroupStart());
@@ -683,6 +804,10 @@ static int nccl_groups(ntp_cuda *c, char *err, size_t cap) {
   for (size_t s = 0; s < p->n_steps; s++) {
     const ntp_step *st = &p->steps[s];
     if (st->kind != SH_COMM || (st->comm != COMM_ALL_REDUCE && st->comm != COMM_REDUCE_SCATTER)) continue;
+    if (!symmetric_reduction(p, st)) { /* summed by send/recv: no communicator of its own */
+      c->step_set[s] = -1;
+      continue;
+    }
     int k = 0;
     for (; k < c->nsets; k++)
       if (c->set_len[k] == st->nranks && !memcmp(c->sets[k], st->ranks, (size_t)st->nranks * sizeof(int32_t))) break;
@@ -761,6 +886,8 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
       if (st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) b = (size_t)box_volume(&src->box) * 4 + 256;
       need[src->rank] += b;
       need[dst->rank] += b;
+      if (st->comm == COMM_ALL_REDUCE || st->comm == COMM_REDUCE_SCATTER) /* reduce_by_exchange's accumulator */
+        need[dst->rank] += (size_t)box_volume(&dst->box) * 4 + 256;
     }
     for (int r = 0; need && r < W; r++)
       if (need[r] > c->staging_bytes[r]) c->staging_bytes[r] = need[r];

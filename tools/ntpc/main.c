@@ -243,6 +243,19 @@ static void print_model_summary(const ir_module *m, FILE *out) {
           m->name, m->n_layers, m->n_ops, inputs, params, (double)elems / 1e6, m->n_outputs, dtype_name(m->dtype));
 }
 
+/* Gradients (--train) are measured against at least 1e-3 of the largest one: a gradient that
+ * vanishes (a key bias's: softmax does not see it) is round-off on both sides. */
+static double grad_floor(const ntp_cpu_result *ref) {
+  double f = 0;
+  for (size_t i = 0; i < ref->n_outputs; i++)
+    if (!strncmp(ref->outputs[i].name, "grad.", 5)) f = fmax(f, 1e-3 * ntp_max_abs(&ref->outputs[i]));
+  return f;
+}
+
+static double output_error(const ntp_host_tensor *got, const ntp_host_tensor *ref, double gfloor) {
+  return ntp_max_rel_error_floor(got, ref, strncmp(ref->name, "grad.", 5) == 0 ? gfloor : 0);
+}
+
 /* The CUDA run: kernels generated for every rank, NVRTC (cached), cuBLASLt; outputs compared
  * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
 static int run_cuda(const ir_module *summary, const ntp_program *p, const options *o) {
@@ -276,10 +289,11 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
          co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
          p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
   rc = 0;
+  double gfloor = grad_floor(&ref);
   for (size_t i = 0; i < res.n_outputs; i++) {
     fputs("output ", stdout);
     ntp_print_tensor_summary(&res.outputs[i], stdout);
-    double e = ntp_max_rel_error(&res.outputs[i], &ref.outputs[i]);
+    double e = output_error(&res.outputs[i], &ref.outputs[i], gfloor);
     double tol = res.outputs[i].dtype == NTP_FP32 ? 1e-4 : res.outputs[i].dtype == NTP_BF16 ? 5e-2 : 1e-2;
     printf("  vs cpu reference: max relative error %.3g (tolerance %.0e) %s\n", e, tol, e <= tol ? "ok" : "MISMATCH");
     if (e > tol) rc = 1;
@@ -307,16 +321,11 @@ static int run_sharded(const ntp_program *p, const ntp_safetensors *params, cons
   ntp_sim_free(sim);
   printf("sharded: %d ranks simulated on the cpu backend, forward %.3f ms\n", p->world, res.seconds * 1e3);
   int rc = 0;
-  /* gradients (--train) are measured against at least 1e-3 of the largest one: a gradient that
-   * vanishes (a key bias's: softmax does not see it) is round-off on both sides */
-  double gfloor = 0;
-  for (size_t i = 0; i < ref->n_outputs; i++)
-    if (!strncmp(ref->outputs[i].name, "grad.", 5)) gfloor = fmax(gfloor, 1e-3 * ntp_max_abs(&ref->outputs[i]));
+  double gfloor = grad_floor(ref);
   for (size_t i = 0; i < res.n_outputs; i++) {
     fputs("output ", stdout);
     ntp_print_tensor_summary(&res.outputs[i], stdout);
-    bool grad = !strncmp(ref->outputs[i].name, "grad.", 5);
-    double e = ntp_max_rel_error_floor(&res.outputs[i], &ref->outputs[i], grad ? gfloor : 0);
+    double e = output_error(&res.outputs[i], &ref->outputs[i], gfloor);
     /* fp32: sums in another order; bf16/fp16: partial sums rounded before the reduction */
     double tol = res.outputs[i].dtype == NTP_FP32 ? 1e-5 : res.outputs[i].dtype == NTP_BF16 ? 5e-2 : 1e-2;
     printf("  vs unsharded: max relative error %.3g (tolerance %.0e) %s\n", e, tol, e <= tol ? "ok" : "MISMATCH");
