@@ -96,6 +96,25 @@ static int launcher_rank(int *rank, int *device) {
   return -1;
 }
 
+/* A training library's instance: the trainer runs the program (every rank simulated on the cpu,
+ * or every rank on the CUDA backend with co) and keeps the fp32 masters and moments; inputs are
+ * host tensors, held here between the calls. */
+static int new_trainer(ntp_model *m, ntp_program *prog, const ntp_cuda_options *co, ntp_model **out) {
+  char err[512] = "out of memory";
+  ntp_adamw aw;
+  ntp_adamw_defaults(&aw);
+  m->held = calloc(prog->global.n_values + 1, sizeof *m->held);
+  m->given = calloc(prog->global.n_values + 1, sizeof *m->given);
+  if (!m->held || !m->given || (co ? ntp_trainer_new_cuda(prog, &aw, m->seed, NULL, co, &m->trainer, err, sizeof err)
+                                   : ntp_trainer_new(prog, &aw, m->seed, NULL, &m->trainer, err, sizeof err)) != 0) {
+    free(m->held), free(m->given), ntp_program_free(prog), free(m);
+    return fail(co ? NTP_EBACKEND : NTP_ENOMEM, "%s", err);
+  }
+  live_add(m);
+  *out = m;
+  return NTP_OK;
+}
+
 int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_model **out) {
   if (!out) return fail(NTP_EINVAL, "the model pointer (out) is NULL");
   *out = NULL;
@@ -123,6 +142,8 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     return ntp_program_free(prog), fail(NTP_EINVAL, "rank %d is outside the model's world of %d", o->rank, world);
   ntp_model *m = calloc(1, sizeof *m);
   if (!m) return ntp_program_free(prog), fail(NTP_ENOMEM, "out of memory");
+  bool training = false; /* its outputs carry the parameters' gradients */
+  for (size_t k = 0; k < prog->global.n_outputs; k++) training |= !strncmp(prog->global.outputs[k].name, "grad.", 5);
   m->a = a;
   m->prog = prog;
   m->seed = o ? o->seed : 0;
@@ -143,6 +164,12 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
       co.rank_hi = rank + 1;
       co.device = device;
     }
+    if (training && co.rank_hi - co.rank_lo != prog->world) {
+      ntp_program_free(prog), free(m);
+      return fail(NTP_EINVAL, "a training library runs every rank in one process (rank = -1): the update reads "
+                              "every gradient on the host");
+    }
+    if (training) return new_trainer(m, prog, &co, out);
     if (ntp_cuda_create(prog, &co, &m->cuda, err, sizeof err) != 0) {
       ntp_program_free(prog), free(m);
       return fail(NTP_EBACKEND, "%s", err);
@@ -151,19 +178,8 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     *out = m;
     return NTP_OK;
   }
-  bool training = false; /* its outputs carry the parameters' gradients */
-  for (size_t k = 0; k < prog->global.n_outputs; k++) training |= !strncmp(prog->global.outputs[k].name, "grad.", 5);
-  if (training) {
-    ntp_adamw aw;
-    ntp_adamw_defaults(&aw);
-    m->held = calloc(prog->global.n_values + 1, sizeof *m->held);
-    m->given = calloc(prog->global.n_values + 1, sizeof *m->given);
-    if (!m->held || !m->given) snprintf(err, sizeof err, "out of memory");
-    if (!m->held || !m->given || ntp_trainer_new(prog, &aw, m->seed, NULL, &m->trainer, err, sizeof err) != 0) {
-      free(m->held), free(m->given), ntp_program_free(prog), free(m);
-      return fail(NTP_ENOMEM, "%s", err);
-    }
-  } else if (ntp_sim_new(prog, &m->sim, err, sizeof err) != 0) {
+  if (training) return new_trainer(m, prog, NULL, out);
+  if (ntp_sim_new(prog, &m->sim, err, sizeof err) != 0) {
     ntp_program_free(prog), free(m);
     return fail(NTP_ENOMEM, "%s", err);
   }

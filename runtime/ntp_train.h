@@ -1,5 +1,6 @@
-/* ntp_train.h — training on the CPU reference: AdamW over a module compiled with its
- * gradient pass (ntpc_want_grad), and the llm.c token files it reads (docs/training.md). */
+/* ntp_train.h — training (on the CPU reference, the simulation or the CUDA backend): AdamW over
+ * a module compiled with its gradient pass (ntpc_want_grad), and the llm.c token files it reads
+ * (docs/training.md). */
 #ifndef NTP_TRAIN_H
 #define NTP_TRAIN_H
 
@@ -42,6 +43,12 @@ typedef struct ntp_trainer ntp_trainer;
  * dtype. */
 int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                     ntp_trainer **out, char *err, size_t cap);
+/* The same with every rank on the CUDA backend (cuda_backend.h; p must carry every rank's
+ * CUDA, as for ntp_cuda_create): the forward, backward and gradient sync run on the GPUs (or
+ * the emulated GPU), the loss and the gradients come back to the host for the update. */
+struct ntp_cuda_options;
+int ntp_trainer_new_cuda(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
+                         const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap);
 /* One step: forward and backward with the inputs given (given[v] for input values v, as for
  * ntp_cpu_run_given), then the update. keep: keep the run's inputs and parameters as well, for
  * ntp_trainer_last (a --dump). */

@@ -1,5 +1,6 @@
-/* train.c — AdamW training on the CPU reference (ntp_train.h): every step runs the module's
- * forward and backward ops with the current parameters, clips the gradients by their global
+/* train.c — AdamW training (ntp_train.h): every step runs the module's forward and backward
+ * ops with the current parameters (on the CPU reference, every rank of a sharded program in
+ * the simulation, or every rank on the CUDA backend), clips the gradients by their global
  * norm, and updates fp32 master weights with AdamW (bias-corrected moments, decoupled weight
  * decay on matrices and embeddings); the module then runs with the masters rounded to its
  * dtype, as mixed-precision training does. */
@@ -10,6 +11,7 @@
 #include <time.h>
 
 #include "cpu_kernels.h"
+#include "cuda_backend.h"
 #include "ntp_train.h"
 
 void ntp_adamw_defaults(ntp_adamw *o) {
@@ -39,7 +41,8 @@ typedef struct tparam {
 
 struct ntp_trainer {
   const ntp_module *mod;
-  ntp_sim *sim; /* a sharded program: every rank simulated; NULL: the CPU reference */
+  ntp_sim *sim;   /* a sharded program: every rank simulated */
+  ntp_cuda *cuda; /* or every rank on the CUDA backend; neither: the CPU reference */
   ntp_adamw o;
   uint64_t seed;
   tparam *p;
@@ -74,17 +77,24 @@ void ntp_trainer_free(ntp_trainer *t) {
   free(t->given);
   ntp_cpu_result_free(&t->last);
   ntp_sim_free(t->sim);
+  ntp_cuda_free(t->cuda);
   free(t);
 }
 
 int ntp_trainer_new(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                     ntp_trainer **out, char *err, size_t cap) {
+  return ntp_trainer_new_cuda(prog, o, seed, params, NULL, out, err, cap);
+}
+
+int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
+                         const ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap) {
   *out = NULL;
   const ntp_module *m = &prog->global;
   ntp_trainer *t = calloc(1, sizeof *t);
   if (!t) goto oom;
   t->mod = m;
-  if (prog->world > 0 && ntp_sim_new(prog, &t->sim, err, cap) != 0) {
+  if (co ? ntp_cuda_create(prog, co, &t->cuda, err, cap) != 0
+         : prog->world > 0 && ntp_sim_new(prog, &t->sim, err, cap) != 0) {
     ntp_trainer_free(t);
     return -1;
   }
@@ -150,14 +160,18 @@ oom:
   return -1;
 }
 
-/* The step on the simulation: every given input and parameter set on the ranks that hold its
- * slices, every rank's forward and backward run; with keep, the inputs and parameters it ran
- * with copied beside its outputs (as the CPU reference's keep_all gives them). */
-static int sim_run(ntp_trainer *t, int keep, char *err, size_t cap) {
+/* The step on the simulation or the CUDA backend: every given input and parameter set on the
+ * ranks that hold its slices, every rank's forward and backward run; with keep, the inputs and
+ * parameters it ran with copied beside its outputs (as the CPU reference's keep_all gives them). */
+static int ranks_run(ntp_trainer *t, int keep, char *err, size_t cap) {
   const ntp_module *m = t->mod;
   for (size_t v = 0; v < m->n_values; v++)
-    if (t->given[v] && ntp_sim_set(t->sim, (int32_t)v, t->given[v], err, cap) != 0) return -1;
-  if (ntp_sim_forward(t->sim, t->seed, &t->last, err, cap) != 0) return -1;
+    if (t->given[v] && (t->cuda ? ntp_cuda_set(t->cuda, (int32_t)v, t->given[v], err, cap)
+                                : ntp_sim_set(t->sim, (int32_t)v, t->given[v], err, cap)) != 0)
+      return -1;
+  if ((t->cuda ? ntp_cuda_forward(t->cuda, t->seed, &t->last, err, cap)
+               : ntp_sim_forward(t->sim, t->seed, &t->last, err, cap)) != 0)
+    return -1;
   if (!keep) return 0;
   ntp_cpu_result *r = &t->last;
   r->inputs = calloc(m->n_ops + 1, sizeof *r->inputs);
@@ -190,8 +204,8 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
   double t0 = now_s();
   fill_given(t, given);
   ntp_cpu_result_free(&t->last);
-  if (t->sim) {
-    if (sim_run(t, keep, err, cap) != 0) return -1;
+  if (t->sim || t->cuda) {
+    if (ranks_run(t, keep, err, cap) != 0) return -1;
   } else if (ntp_cpu_run_given(m, t->seed, keep, NULL, t->given, &t->last, err, cap) != 0) {
     return -1;
   }
@@ -253,10 +267,10 @@ void ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed) {
 int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap) {
   const ntp_module *m = t->mod;
   fill_given(t, given);
-  if (!t->sim) return ntp_cpu_run_given(m, t->seed, 0, NULL, t->given, res, err, cap);
-  ntp_cpu_result keep = t->last; /* sim_run fills t->last: keep the last step's */
+  if (!t->sim && !t->cuda) return ntp_cpu_run_given(m, t->seed, 0, NULL, t->given, res, err, cap);
+  ntp_cpu_result keep = t->last; /* ranks_run fills t->last: keep the last step's */
   t->last = (ntp_cpu_result){0};
-  int rc = sim_run(t, 0, err, cap);
+  int rc = ranks_run(t, 0, err, cap);
   *res = t->last;
   t->last = keep;
   return rc;

@@ -137,6 +137,11 @@ CASES=(
   "llama3_8b.w8|8|ok|examples/llama3_8b.ntp --world 8 --loopback -D B=8 -D S=16 -D D=1024 -D H=16 -D L=2 -D V=8191|tp 8, 4 KV heads over 8 ranks (replicated), vocabulary uneven|-D S=8 -D D=256 -D V=1001"
   "gpt2.mixed8.nccl|8|nccl|examples/gpt2.ntp --plan examples/plans/gpt2_mixed8.ntp -D B=8 -D S=16 -D L=2 -D V=8191|the mixed plan on 8 GPUs through NCCL: split communicators per reducing set, grouped send/recv|-D S=8 -D D=192 -D V=1001"
   "sharded_matmul.w8|8|ok|examples/sharded_matmul.ntp --world 8 --loopback -D M=256 -D K=512 -D N=384|2x4 mesh: row, column, block, diagonal layouts; requested output layout|-D M=64 -D K=96 -D N=80"
+  "train.byte_gpt|1|ok|examples/byte_gpt.ntp --train -D B=4 -D S=64 -D D=128|training: the loss and every gradient (backward kernels, dgrad/wgrad GEMMs) of a small GPT over bytes|-D B=2 -D S=16 -D D=64"
+  "train.byte_gpt.w7|7|ok|examples/byte_gpt.ntp --train --plan examples/plans/byte_gpt_7.ntp --loopback -D B=4 -D S=64 -D D=128|training, one GPU lost: attention and MLP in groups (4, 3), vocabulary 7 ways, gradients summed over replicas that split a weight differently|-D B=2 -D S=16 -D D=64"
+  "train.byte_gpt.mixed8.nccl|8|nccl|examples/byte_gpt.ntp -D H=8 --train --plan examples/plans/byte_gpt_mixed8.ntp -D B=8 -D S=64 -D D=128|training on 8 GPUs through NCCL: every layer its own way, batch shares 3:5; reductions that are no all-reduce by send/recv|-D B=2 -D S=16 -D D=64"
+  "train.llama.w6|6|ok|tests/numeric/train_llama.ntp --train --plan tests/plans/train_llama_w6_sp.ntp --loopback -D B=2 -D S=64 -D D=256 -D H=8|training a Llama shape: 8 heads 2/2/1/1/1/1 over replicated KV heads, RoPE, SwiGLU MLP (3, 3) sequence parallel|-D S=8 -D D=32"
+  "train.llama.w5|5|ok|tests/numeric/train_llama.ntp --train --plan tests/plans/train_llama_w5_groups.ntp --loopback -D B=2 -D S=64 -D D=256 -D H=8|training with unequal groups and batch shares: attention (3, 2), MLP (4, 1), head (2, 3)|-D S=8 -D D=32"
 )
 
 field() { echo "$1" | cut -d'|' -f"$2"; }

@@ -5,7 +5,7 @@
  * (ntp_model_get_param) and checks that a forward (loss and gradients, no update) leaves it as
  * it was.
  *
- *   train_abi MODEL.so TOKENS STEPS LR */
+ *   train_abi MODEL.so TOKENS STEPS LR [cpu | cuda | cuda-loopback]   (the backend; default cpu) */
 #include <dlfcn.h>
 #include <dlpack/dlpack.h>
 #include <math.h>
@@ -31,10 +31,13 @@ static DLTensor host(void *data, DLDataType dt, int32_t ndim, int64_t *shape) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: train_abi MODEL.so TOKENS STEPS LR\n");
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: train_abi MODEL.so TOKENS STEPS LR [cpu | cuda | cuda-loopback]\n");
     return 2;
   }
+  const char *backend = argc == 6 ? argv[5] : "cpu";
+  ntp_model_options mo = {.backend = strncmp(backend, "cuda", 4) == 0 ? "cuda" : "cpu", .rank = -1,
+                          .loopback = strcmp(backend, "cuda-loopback") == 0};
   void *lib = dlopen(argv[1], RTLD_NOW);
   if (!lib) {
     fprintf(stderr, "dlopen: %s\n", dlerror());
@@ -65,7 +68,7 @@ int main(int argc, char **argv) {
   if (fread(ids, 2, (size_t)ntok, f) != (size_t)ntok) return 1;
   fclose(f);
   ntp_model *m;
-  if (ntp_model_create(NULL, &m) != NTP_OK) {
+  if (ntp_model_create(&mo, &m) != NTP_OK) {
     fprintf(stderr, "create: %s\n", ntp_model_last_error());
     return 1;
   }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cuda_backend.h"
 #include "ntp_train.h"
 #include "ntpc.h"
 #include "session_program.h"
@@ -18,7 +19,7 @@ static const char train_usage[] =
     "usage: ntpc train FILE --data TOKENS [options]\n"
     "\n"
     "Trains the model on the CPU (the reference, or sharded with --plan / --world, every rank\n"
-    "simulated): each step reads a batch of the model's token input\n"
+    "simulated) or on CUDA GPUs (--backend cuda): each step reads a batch of the model's token input\n"
     "(rows x positions, as its shape says) and its targets (the next tokens) from an llm.c token\n"
     "file, runs the forward and backward pass of its loss (an output 'loss = cross_entropy(...)')\n"
     "and updates the parameters with AdamW (fp32 master weights and moments).\n"
@@ -40,6 +41,9 @@ static const char train_usage[] =
     "                     rank simulated; the same losses as unsharded, within fp32 rounding\n"
     "  --plan-name NAME   the plan to use (from --plan, or the model's own file)\n"
     "  --world W          ranks (default: the plan's world)\n"
+    "  --backend NAME     cpu (default) or cuda: every rank's forward, backward and gradient sync on\n"
+    "                     the GPUs (NVRTC kernels, cuBLASLt, NCCL), the update on the host\n"
+    "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
     "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
     "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
@@ -56,6 +60,7 @@ static const char train_usage[] =
 
 typedef struct train_opts {
   const char *file, *data, *model, *params, *save_params, *dump, *color;
+  bool cuda, loopback;
   long steps;
   unsigned long long seed;
   bool shuffle, sharded;
@@ -87,6 +92,11 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
       return 0;
     } else if (!strcmp(a, "--shuffle")) {
       o->shuffle = true;
+    } else if (!strcmp(a, "--loopback")) {
+      o->loopback = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
+      if (strcmp(v, "cpu") && strcmp(v, "cuda")) return usage("unknown backend '%s' (expected cpu or cuda)", v);
+      o->cuda = !strcmp(v, "cuda");
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       ntp_progress_enable(0);
     } else if (!strncmp(a, "-D", 2)) {
@@ -172,6 +182,7 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (o->init_std > 0 && o->params) return usage("--init-std and --params both set the parameters: give one%s", "");
   if (o->resume && (o->params || o->init_std > 0)) return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
   if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
+  if (o->loopback && !o->cuda) return usage("--loopback is a cuda-backend option (with --backend cuda)%s", "");
   return -1;
 }
 
@@ -246,7 +257,11 @@ static int train(const train_opts *o, ntpc_session *s) {
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) goto fail;
   ntp_adamw aw = o->adamw;
   aw.steps = o->steps;
-  if (ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err) != 0) goto fail;
+  /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
+  ntp_cuda_options co = {.loopback = o->loopback || prog->world <= 1, .rank_hi = prog->world > 0 ? prog->world : 1};
+  if ((o->cuda ? ntp_trainer_new_cuda(prog, &aw, o->seed, params, &co, &tr, err, sizeof err)
+               : ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err)) != 0)
+    goto fail;
   if (o->init_std > 0) ntp_trainer_init_std(tr, o->init_std, o->seed);
   if (o->resume) {
     if (ntp_checkpoint_load(o->resume, tr, data, err, sizeof err) != 0) goto fail;
@@ -272,7 +287,11 @@ static int train(const train_opts *o, ntpc_session *s) {
   printf("model %s: %zu parameters (%.3fM elements), dtype %s; batch %lld x %lld tokens from %s (%lld tokens)\n",
          m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)bi.rows, (long long)bi.len, o->data,
          (long long)ntp_tokens_count(data));
-  if (prog->world > 0)
+  if (o->cuda)
+    printf("backend cuda%s: %d rank%s (each rank's forward and backward on its GPU, the gradients summed over their "
+           "holders; the update on the host)\n", co.loopback && prog->world > 1 ? " loopback" : prog->world > 1 ? " nccl" : "",
+           co.rank_hi, co.rank_hi == 1 ? "" : "s");
+  else if (o->sharded)
     printf("sharded: %d ranks simulated on the cpu backend (each rank's forward and backward, the gradients summed "
            "over their holders)\n", prog->world);
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
@@ -339,7 +358,16 @@ int ntpc_train_command(int argc, char **argv) {
     return rc;
   }
   if (o.model) ntpc_select_model(s, o.model);
-  if (o.sharded) ntpc_set_world(s, o.world);
+  if (o.cuda) {
+    char why[256];
+    if (ntp_cuda_available(why, sizeof why) != 0) {
+      fprintf(stderr, "ntpc train: error: --backend cuda: %s\n", why);
+      ntpc_session_free(s);
+      return 2;
+    }
+  }
+  if (o.sharded || o.cuda) ntpc_set_world(s, o.world);
+  ntpc_want_cuda(s, o.cuda);
   ntpc_want_grad(s, true);
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, cli_color(o.color));

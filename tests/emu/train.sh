@@ -1,0 +1,56 @@
+#!/bin/sh
+# train.sh NTPC PYTHON — `ntpc train --backend cuda` on the emulated GPU trains as the CPU does:
+# 3 AdamW steps of a small GPT (fp32) unsharded, at 7 ranks in groups (4, 3) on one GPU
+# (loopback) and at 8 ranks with every layer its own way through NCCL, and of a bf16 GPT at 7
+# ranks; each step's loss and the trained parameters are compared with the CPU run's (fp32 within
+# 1e-5; bf16: losses within 1e-3, parameters within 5e-2). AdamW's eps is 1e-4 here: a gradient that is round-off on both sides
+# (a key bias's) would otherwise be normalised to a full-size step of either sign.
+# Run by CTest with the emulator's environment (tests/emu/CMakeLists.txt).
+set -u
+ntpc=$1 py=$2
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+here=$(dirname "$0")
+fail=0
+"$py" tools/make_tokens.py "$tmp/docs.bin" --text README.md docs/*.md >/dev/null || { echo "[FAIL] make_tokens"; exit 1; }
+common="--data $tmp/docs.bin --steps 3 --init-std 0.02 --eps 1e-4 --shuffle --seed 5 -q"
+
+# train NAME ARGS...: the run's step lines into NAME.log, its parameters into NAME.st
+train() {
+  name=$1
+  shift
+  if ! "$ntpc" train "$@" $common --save-params "$tmp/$name.st" >"$tmp/$name.out" 2>&1; then
+    echo "[FAIL] $name: ntpc train exited $?"
+    cat "$tmp/$name.out"
+    fail=1
+    return 1
+  fi
+  grep '^step' "$tmp/$name.out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/$name.log"
+  sed -n '/^step/p;/^backend/p' "$tmp/$name.out"
+}
+
+# same REF NAME LOSS_TOL PARAM_TOL: NAME's losses and parameters against REF's
+same() {
+  if awk -v tol="$3" 'NR == FNR { a[FNR] = $4; n = FNR; next }
+      { d = a[FNR] - $4; if (d < 0) d = -d; if (d > tol * a[FNR]) bad = 1; m = FNR }
+      END { exit bad || m != n || n != 3 }' "$tmp/$1.log" "$tmp/$2.log"; then
+    echo "$2: losses equal $1's within $3"
+  else
+    echo "[FAIL] $2: the losses differ from $1's"
+    paste "$tmp/$1.log" "$tmp/$2.log"
+    fail=1
+  fi
+  printf '%s: ' "$2"
+  "$py" "$here/compare_params.py" "$tmp/$1.st" "$tmp/$2.st" "$4" || fail=1
+}
+
+gpt="examples/byte_gpt.ntp -D B=2 -D S=16 -D D=64 -D H=8"
+train cpu $gpt &&
+  train cuda1 $gpt --backend cuda && same cpu cuda1 1e-5 1e-5
+train cuda7 $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback && same cpu cuda7 1e-5 1e-5
+train nccl8 $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda && same cpu nccl8 1e-5 1e-5
+bf16="tests/emu/models/train_bf16.ntp"
+train bf16_cpu $bf16 &&
+  train bf16_cuda7 $bf16 --plan tests/plans/train_bf16_w7.ntp --backend cuda --loopback && same bf16_cpu bf16_cuda7 1e-3 5e-2
+grep -q 'backend cuda nccl: 8 ranks' "$tmp/nccl8.out" || { echo "[FAIL] the NCCL run did not say it ran 8 ranks through NCCL"; fail=1; }
+[ $fail = 0 ] && echo "train.sh (emulated GPU): all checks passed"
+exit $fail
