@@ -113,5 +113,18 @@ if [ -s "$tmp/abi.log" ] && cmp -s "$tmp/abi.log" "$tmp/cli.log"; then ok; else
 check loss-lib 0 "$ntpc" examples/byte_gpt.ntp $small -o "$tmp/m.so"
 if [ -s "$tmp/m.so" ]; then ok; else bad "no model library was written"; fi
 
+# ntpc plan --train: a training step's costs; the training program compiles under the plan
+check plan-fwd 0 "$ntpc" plan examples/byte_gpt.ntp --world 8 --gpu h200 -o "$tmp/pf.ntp" --svg "$tmp/pf.svg"
+fwd=$(sed -n 's/^predicted step time (forward): \([0-9.]*\) us.*/\1/p' "$tmp/out")
+check plan-train 0 "$ntpc" plan examples/byte_gpt.ntp --world 8 --gpu h200 --train -o "$tmp/pt.ntp" --svg "$tmp/pt.svg"
+expect_text plan-train "compiler check: the training program (forward, backward, gradient sync) compiles for 8 ranks"
+expect_text plan-train "training state"
+trn=$(sed -n 's/^predicted step time (training: forward, backward, gradient sync): \([0-9.]*\) us.*/\1/p' "$tmp/out")
+if [ -n "$fwd" ] && [ -n "$trn" ] && awk "BEGIN { exit !($trn > 2.5 * $fwd) }"; then ok; else
+  bad "plan --train: a training step of $trn us against a forward of $fwd us (expected more than 2.5 times)"; fi
+check plan-train-noloss 1 "$ntpc" plan examples/gpt2.ntp --world 2 --train -o "$tmp/pn.ntp" --svg "$tmp/pn.svg"
+expect_text plan-train-noloss "training needs a scalar loss output"
+if [ -e "$tmp/pn.ntp" ]; then bad "plan --train wrote a plan for a model without a loss"; else ok; fi
+
 echo "train.sh: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -203,7 +203,7 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     return false;
   }
   double t0 = pl_now_ms();
-  plan_tables *T = pl_tables_build(pm, rq->prof, N, node, nodes_of, st, ns, pins, diags);
+  plan_tables *T = pl_tables_build(pm, rq->prof, N, node, nodes_of, st, ns, pins, rq->train, diags);
   free(pins);
   free(st);
   free(node);

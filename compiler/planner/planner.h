@@ -140,6 +140,8 @@ typedef struct plan_request {
   int32_t nfailed;
   const struct sh_placement *fixed; /* [module layers], or NULL: every layer not is_auto is pinned to its
                                  placement here (the autoplan pass); NULL: pins from the active plan */
+  bool train;                 /* cost a training step: forward + backward, the gradients' sync over the
+                                 replicas, optimizer state and saved activations (docs/planner.md) */
 } plan_request;
 
 /* One layer of a solved plan. */
@@ -153,6 +155,8 @@ typedef struct plan_layer_out {
   double act_bytes;           /* activation working set on its most-loaded rank */
   double reduce_bytes;        /* bytes each rank of its largest group sends in its reductions */
   double redist_bytes;        /* bytes received by the most-loaded rank in the redistribution */
+  double sync_s;              /* training: its parameters' gradient sync over the groups (in comm_s) */
+  double train_bytes;         /* training: gradients, fp32 masters and moments, saved activations */
 } plan_layer_out;
 
 /* A plan for one set of ranks. */
@@ -163,6 +167,9 @@ typedef struct plan_solution {
   int32_t nlayers;
   plan_layer_out *layers;     /* [nlayers] (chain order) */
   double step_s, compute_s, comm_s;
+  bool train;                 /* a training step's costs (plan_request.train) */
+  double sync_s, train_bytes; /* training: the gradient sync in comm_s; the state in mem_peak (busiest
+                                 rank of each layer, summed) */
   double const_s;             /* model-level work outside every layer */
   double *rank_params;        /* [world]: parameter + input bytes per rank */
   double *rank_act;           /* [world]: predicted activation peak per rank */

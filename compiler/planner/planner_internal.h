@@ -113,6 +113,8 @@ struct plan_tables {
   int32_t *pin;   /* [n]: the one state a layer may take, or -1 */
   uint8_t *legal; /* [n*S] */
   double *tcomp, *tcomm, *pmax, *amax, *rbytes, *ubytes; /* [n*S] */
+  bool train;     /* plan_request.train: the costs of a training step (train_costs) */
+  double *pbytes, *tsync; /* [n*S]: parameter bytes alone (pmax adds a training step's state), gradient sync time */
   const double **trans, **tbytes;                        /* [n] */
   const float **ftrans;                                  /* [n] */
   trans_entry *cache;
@@ -178,9 +180,10 @@ double pl_group_reduce(const plan_tables *T, const chain_layer *c, const plan_pl
                            double *bytes);
 void pl_group_starts(const plan_place *pl, int32_t *gs);
 bool pl_layers_alike(const chain_layer *a, const chain_layer *b);
+/* train: a training step's costs (forward, backward, gradient sync, optimizer state) */
 plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
                                  int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
-                                 diag_sink *diags);
+                                 bool train, diag_sink *diags);
 void pl_add_reads(const plan_tables *T, home h, int32_t state, double *per_rank);
 void pl_add_reads_plan(const plan_tables *T, const int32_t *choice, double *per_rank);
 double pl_move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_t s_lo, int32_t s_hi, double *bytes,

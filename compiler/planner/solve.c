@@ -422,6 +422,7 @@ void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, pla
   out->act_reserve = plan_peak(T, choice);
   out->mem_cap = mem_cap;
   out->states = S;
+  out->sync_s = out->train_bytes = 0;
   if (!out->phys) {
     out->phys = malloc((size_t)W * sizeof *out->phys);
     for (int32_t r = 0; out->phys && r < W; r++) out->phys[r] = r;
@@ -443,7 +444,11 @@ void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, pla
     lo->compute_s = T->tcomp[k];
     lo->comm_s = T->tcomm[k];
     lo->redist_s = i ? T->trans[i][(size_t)choice[i - 1] * S + s] : 0;
-    lo->param_bytes = T->pmax[k];
+    lo->param_bytes = T->pbytes[k];
+    lo->train_bytes = T->pmax[k] - T->pbytes[k];
+    lo->sync_s = T->tsync[k];
+    out->sync_s += lo->sync_s;
+    out->train_bytes += lo->train_bytes;
     lo->act_bytes = T->amax[k];
     lo->reduce_bytes = T->rbytes[k];
     lo->redist_bytes = T->ubytes[k] + (i ? T->tbytes[i][(size_t)choice[i - 1] * S + s] : 0);
@@ -502,6 +507,8 @@ void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, pla
     out->rank_act[r] = act;
     if (out->rank_params[r] + act > out->mem_peak) out->mem_peak = out->rank_params[r] + act;
   }
+  out->train = T->train;
+  out->mem_peak += out->train_bytes;
   out->const_s = T->const_time;
   out->compute_s += T->const_time;
   out->step_s = step;
@@ -573,7 +580,7 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
     return false;
   }
   double t0 = pl_now_ms();
-  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, diags);
+  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, pins, rq->train, diags);
   free(pins);
   free(st);
   if (!T) return false;
@@ -594,7 +601,7 @@ static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_r
     pl_add_state(&st, &ns, &cs, &a);
     if (k < W) pl_add_state(&st, &ns, &cs, &b);
   }
-  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, diags);
+  plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->train, diags);
   free(st);
   return T;
 }

@@ -345,6 +345,39 @@ void pl_unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, dou
   free(prm);
 }
 
+/* A training step's costs of layer i at state s, from its forward's (u, changed in place); the
+ * gradient sync's time is returned. The backward runs about twice the forward's kernels (each
+ * GEMM's dgrad and wgrad; the elementwise and norm backward read twice what their forward
+ * reads) and sends what the forward's collectives send once more (each has a conjugate: the
+ * row-parallel all-reduce becomes the column-parallel input gradient's). Every parameter's
+ * gradient is summed over the groups that hold it (replicas at different degrees, over the
+ * common refinement of their slices: a ring all-reduce among the groups of what the busiest
+ * rank holds). Beside its parameters a rank keeps their gradients (storage dtype), fp32 master
+ * weights (bf16 and fp16 parameters) and two fp32 AdamW moments (optimizer state sharded like
+ * the parameters), and the
+ * layer's activations from its forward until its backward: additive over the layers, where the
+ * forward's working set is a peak. */
+static double train_costs(const plan_tables *T, int32_t i, int32_t s, unary_out *u) {
+  const chain_layer *c = &T->pm->L[i];
+  const plan_place *pl = &T->st[s];
+  u->comp *= 3;
+  u->comm *= 2;
+  double sync = 0;
+  if (pl->ngroups > 1 && u->pmax > 0) {
+    int32_t gs[NTP_MAX_GROUPS + 1];
+    pl_group_starts(pl, gs);
+    plan_level lv = PLAN_INTRA;
+    for (int g = 1; g < pl->ngroups; g++)
+      if (T->node[gs[g]] != T->node[gs[0]]) lv = PLAN_INTER;
+    sync = plan_allreduce_time(T->prof, lv, pl->ngroups, u->pmax);
+  }
+  u->comm += sync;
+  /* per element: its gradient, two fp32 moments and, below fp32, an fp32 master */
+  double eb = (double)dtype_bytes(c->wdt), state = eb + (eb >= 4 ? 8.0 : 12.0);
+  u->pmax = u->pmax * (1.0 + state / eb) + u->amax;
+  return sync;
+}
+
 static bool legal_state(const plan_tables *T, int32_t i, int32_t s, bool pinned) {
   const chain_layer *c = &T->pm->L[i];
   const plan_place *pl = &T->st[s];
@@ -465,6 +498,7 @@ static void trans_build(plan_tables *T, int32_t hi) {
         t += pl_move_eval(T, mv, hi - 1, s0, s1, &mb, NULL);
         by += mb;
       }
+      if (T->train) t *= 2; /* the backward sends the gradients of the moved values back */
       te.time[(size_t)s0 * S + s1] = t;
       te.ftime[(size_t)s0 * S + s1] = (float)t;
       te.bytes[(size_t)s0 * S + s1] = by;
@@ -493,6 +527,8 @@ void plan_tables_free(plan_tables *t) {
   free(t->tcomm);
   free(t->pmax);
   free(t->amax);
+  free(t->pbytes);
+  free(t->tsync);
   free(t->rbytes);
   free(t->ubytes);
   free(t->trans);
@@ -550,10 +586,11 @@ static char *unary_key(const plan_tables *T, int32_t i, size_t *len) {
  * node: [W] node of each rank (NULL: rank / nodes_of). */
 plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
                                  int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
-                                 diag_sink *diags) {
+                                 bool train, diag_sink *diags) {
   plan_tables *T = calloc(1, sizeof *T);
   int32_t n = pm->n;
   if (!T) goto oom;
+  T->train = train;
   T->pm = pm;
   T->prof = prof;
   T->W = W;
@@ -569,13 +606,15 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
   T->amax = calloc(ns, sizeof(double));
   T->rbytes = calloc(ns, sizeof(double));
   T->ubytes = calloc(ns, sizeof(double));
+  T->pbytes = calloc(ns, sizeof(double));
+  T->tsync = calloc(ns, sizeof(double));
   T->trans = calloc((size_t)n, sizeof *T->trans);
   T->tbytes = calloc((size_t)n, sizeof *T->tbytes);
   T->ftrans = calloc((size_t)n, sizeof *T->ftrans);
   T->ptime = calloc(ns, sizeof(float));
   T->punits = calloc(ns, sizeof(int64_t));
   if (!T->node || !T->st || !T->pin || !T->legal || !T->tcomp || !T->tcomm || !T->pmax || !T->amax || !T->rbytes ||
-      !T->ubytes || !T->trans || !T->tbytes || !T->ftrans || !T->ptime || !T->punits)
+      !T->ubytes || !T->pbytes || !T->tsync || !T->trans || !T->tbytes || !T->ftrans || !T->ptime || !T->punits)
     goto oom;
   for (int32_t r = 0; r < W; r++) T->node[r] = node ? node[r] : r / (nodes_of > 0 ? nodes_of : 8);
   memcpy(T->st, states, (size_t)S * sizeof *states);
@@ -605,6 +644,8 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
         T->amax[k] = T->amax[kj];
         T->rbytes[k] = T->rbytes[kj];
         T->ubytes[k] = T->ubytes[kj];
+        T->pbytes[k] = T->pbytes[kj];
+        T->tsync[k] = T->tsync[kj];
         any |= T->legal[k];
         continue;
       }
@@ -614,6 +655,8 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
       any = true;
       unary_out u;
       pl_unary_eval(T, i, s, &u, NULL);
+      T->pbytes[k] = u.pmax;
+      if (T->train) T->tsync[k] = train_costs(T, i, s, &u);
       T->tcomp[k] = u.comp;
       T->tcomm[k] = u.comm;
       T->pmax[k] = u.pmax;
@@ -650,7 +693,7 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
   /* what no layer's state changes: ops on values no layer placed */
   home def = {.kind = H_DEFAULT};
   double fa = 0;
-  T->const_time = fops_at(T, def, 0, &fa);
+  T->const_time = fops_at(T, def, 0, &fa) * (T->train ? 3 : 1);
   double *prm = calloc((size_t)W, sizeof *prm);
   if (prm) {
     pl_add_reads(T, def, 0, prm);

@@ -200,7 +200,7 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
     if (rows[k].count < 6) rows[k].idx[rows[k].count] = idx;
     rows[k].count++;
   }
-  char b1[32], b2[32], t1[32], t2[32];
+  char b1[32], b2[32], b3[32], t1[32], t2[32];
   fprintf(out, "%-24s %5s %-10s %-30s %11s %11s %11s %10s %10s %10s %10s\n", "layer", "count", "kind", "placement",
           "params/GPU", "activ./GPU", "moved/GPU", "compute", "comm", "redist", "per layer");
   for (int k = 0; k < nr; k++) {
@@ -228,12 +228,23 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
   for (int32_t r = 0; r < s->world; r++)
     if (s->rank_params[r] > maxp) maxp = s->rank_params[r];
   for (int32_t i = 0; i < n; i++) sent += s->layers[i].reduce_bytes + s->layers[i].redist_bytes;
-  fprintf(out, "\npredicted step time (forward): %s = compute %s + communication %s", fmt_time(s->step_s, t1, sizeof t1),
+  fprintf(out, "\npredicted step time (%s): %s = compute %s + communication %s",
+          s->train ? "training: forward, backward, gradient sync" : "forward", fmt_time(s->step_s, t1, sizeof t1),
           fmt_time(s->compute_s, t2, sizeof t2), fmt_time(s->comm_s, b1, sizeof b1));
   fprintf(out, "; %.0f tokens/s (%lld tokens per step)\n", (double)pm->tokens / s->step_s, (long long)pm->tokens);
-  fprintf(out, "memory per GPU: parameters %s + activations %s = %s of %s (%s; busiest rank)\n",
-          pl_fmt_bytes(maxp, b1, sizeof b1), pl_fmt_bytes(s->rank_act[0], b2, sizeof b2), pl_fmt_bytes(s->mem_peak, t1, sizeof t1),
-          pl_fmt_bytes(s->mem_cap, t2, sizeof t2), prof->device);
+  if (s->train) {
+    fprintf(out, "memory per GPU: parameters %s + activations %s + training state %s = %s of %s (%s; busiest rank)\n",
+            pl_fmt_bytes(maxp, b1, sizeof b1), pl_fmt_bytes(s->rank_act[0], b2, sizeof b2),
+            pl_fmt_bytes(s->train_bytes, t1, sizeof t1), pl_fmt_bytes(s->mem_peak, t2, sizeof t2),
+            pl_fmt_bytes(s->mem_cap, b3, sizeof b3), prof->device);
+    fprintf(out, "training state: each layer's gradients, fp32 master weights and AdamW moments (sharded like the "
+                 "parameters) and its saved activations; gradient sync over the replicas %s of the step\n",
+            fmt_time(s->sync_s, t1, sizeof t1));
+  } else {
+    fprintf(out, "memory per GPU: parameters %s + activations %s = %s of %s (%s; busiest rank)\n",
+            pl_fmt_bytes(maxp, b1, sizeof b1), pl_fmt_bytes(s->rank_act[0], b2, sizeof b2),
+            pl_fmt_bytes(s->mem_peak, t1, sizeof t1), pl_fmt_bytes(s->mem_cap, t2, sizeof t2), prof->device);
+  }
   fprintf(out, "communication per step: %s moved by the busiest GPU of each layer, summed\n", pl_fmt_bytes(sent, b1, sizeof b1));
   if (s->quantum > 0) {
     fprintf(out, "memory binds: DP over memory in units of %s; ", pl_fmt_bytes(s->quantum, b1, sizeof b1));

@@ -36,6 +36,8 @@ static const char plan_usage[] =
     "  --mem-cap GIB      memory per GPU in GiB (default: the profile's capacity)\n"
     "  --nodes-of N       GPUs per node: links inside a node are intra-node (default 8)\n"
     "  --fail R1,R2,...   re-plan for the GPUs that survive these physical ranks\n"
+    "  --train            plan a training step: forward + backward, the gradients' sync over the\n"
+    "                     replicas, gradients, fp32 masters and AdamW moments, saved activations\n"
     "  --name PLAN        name of the written plan (default MODEL_wW_GPU, + _failR1_R2)\n"
     "  -o FILE            the plan file (default PLAN.ntp in the current directory)\n"
     "  --svg FILE         the picture (default PLAN.svg in the current directory)\n"
@@ -84,11 +86,12 @@ typedef struct plan_opts {
   int ndefines;
   long world, nodes_of, quanta;
   double mem_cap_gib;
+  bool train; /* plan a training step (plan_request.train) */
 } plan_opts;
 
 /* A session with the model compiled (and, when plan_file is set, that plan active). */
 static ntpc_session *compile_model(const plan_opts *o, const char *plan_file, const char *plan_name, int32_t world,
-                                   int *rc) {
+                                   bool grad, int *rc) {
   ntpc_session *s = ntpc_session_new();
   if (!s) {
     fprintf(stderr, "ntpc plan: error: out of memory\n");
@@ -105,6 +108,7 @@ static ntpc_session *compile_model(const plan_opts *o, const char *plan_file, co
   if (plan_file) ntpc_add_plan_file(s, plan_file);
   if (plan_name) ntpc_select_plan(s, plan_name);
   ntpc_set_world(s, world);
+  ntpc_want_grad(s, grad);
   ntpc_status st = ntpc_compile_file(s, o->file);
   if (st != NTPC_OK) {
     ntpc_print_diags(s, stderr, cli_color(o->color));
@@ -151,15 +155,25 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
     return 3;
   }
   plan_solution_placements(pm, sol, pls);
-  size_t seen = ntpc_diag_count(s);
-  sh_program *p = shard_lower(m, sol->world, pls, ntpc_diag_sink(s));
+  /* training: the program that trains (the forward, its sharded backward and the gradients'
+   * sync), from the module with its gradient pass; its layers are the forward's */
+  int grc = 0;
+  ntpc_session *gs = o->train ? compile_model(o, NULL, NULL, 0, true, &grc) : NULL;
+  if (o->train && !gs) {
+    free(pls);
+    return grc ? grc : 3;
+  }
+  ntpc_session *cs = gs ? gs : s; /* the session whose module is compiled here */
+  size_t seen = ntpc_diag_count(cs);
+  sh_program *p = shard_lower(gs ? ntpc_module(gs) : m, sol->world, pls, ntpc_diag_sink(cs));
   free(pls);
   if (p) sh_plan_memory(p);
   if (!p || !sh_verify(p, err, sizeof err) || !sh_check_memory(p, err, sizeof err)) {
-    ntpc_print_diags_from(s, seen, stderr, cli_color(o->color));
+    ntpc_print_diags_from(cs, seen, stderr, cli_color(o->color));
     fprintf(stderr, "ntpc plan: internal error: the compiler rejects the plan chosen for it%s%s (not written)\n",
             p ? ": " : "", p ? err : "");
     sh_program_free(p);
+    ntpc_session_free(gs);
     return 3;
   }
   double prm = 0, act = 0, recv = 0;
@@ -176,11 +190,19 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
   for (int32_t r = 0; r < sol->world; r++)
     if (sol->rank_params[r] > pprm) pprm = sol->rank_params[r];
   char b1[32], b2[32], b3[32], b4[32], b5[32];
-  printf("compiler check: the plan compiles for %d ranks; busiest GPU: parameters %s (predicted %s), activation "
-         "arena %s (reserved %s), received %s per step\n",
-         p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
-         gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
+  if (gs)
+    printf("compiler check: the training program (forward, backward, gradient sync) compiles for %d ranks; busiest "
+           "GPU: parameters %s (predicted %s), activation and gradient arena %s (predicted %s with the saved "
+           "activations and the optimizer's state), received %s per step\n",
+           p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
+           gib(sol->rank_act[0] + sol->train_bytes, b4, sizeof b4), gib(recv, b5, sizeof b5));
+  else
+    printf("compiler check: the plan compiles for %d ranks; busiest GPU: parameters %s (predicted %s), activation "
+           "arena %s (reserved %s), received %s per step\n",
+           p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
+           gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
   sh_program_free(p);
+  ntpc_session_free(gs);
   if (shortfall > 0) {
     fprintf(stderr, "ntpc plan: internal error: the compiler's memory plan needs %s more than the cap on rank %d: the "
             "planner's activation bound failed (not written)\n", gib(shortfall, b1, sizeof b1), short_rank);
@@ -279,6 +301,7 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
     } else if ((v = cli_option_value(argc, argv, &i, "--nodes-of", &missing))) {
       if (!parse_long(v, 1, 1 << 16, &o.nodes_of)) return usage_fail("--nodes-of expects GPUs per node, got '%s'", v);
     } else if ((v = cli_option_value(argc, argv, &i, "--fail", &missing))) o.fail = v;
+    else if (strcmp(a, "--train") == 0) o.train = true;
     else if ((v = cli_option_value(argc, argv, &i, "--name", &missing))) o.name = v;
     else if ((v = cli_option_value(argc, argv, &i, "--svg", &missing))) o.svg = v;
     else if ((v = cli_option_value(argc, argv, &i, "--quanta", &missing))) {
@@ -373,8 +396,9 @@ static int plan_healthy(plan_job *j) {
   printf("plan %s: model %s on %d x %s (%s per GPU, %ld GPUs per node)\n\n", name, m->name, W, prof.device,
          gib(sol.mem_cap, b1, sizeof b1), o.nodes_of);
   plan_write_report(stdout, pm, &sol, &prof);
-  header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted forward step %.3f ms, %.0f tokens/s",
-                m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), sol.step_s * 1e3, tokens / sol.step_s);
+  header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted %s step %.3f ms, %.0f tokens/s",
+                m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), o.train ? "training" : "forward",
+                sol.step_s * 1e3, tokens / sol.step_s);
   title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
   rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile);
   if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
@@ -463,8 +487,9 @@ static int plan_after_failure(plan_job *j) {
     for (int32_t r = 0; r < sv->world; r++) len += (size_t)sprintf(map + len, "%s%d", r ? " " : "", sv->phys[r]);
   }
   header = strf("written by ntpc plan: %s on the %d survivors of %d x %s (failed: %s)\nrank r of this plan is "
-                "physical GPU: %s\npredicted forward step %.3f ms, %.0f tokens/s (healthy: %.3f ms)",
-                m->name, sv->world, W, prof.device, o.fail, map ? map : "?", sv->step_s * 1e3, tokens / sv->step_s,
+                "physical GPU: %s\npredicted %s step %.3f ms, %.0f tokens/s (healthy: %.3f ms)",
+                m->name, sv->world, W, prof.device, o.fail, map ? map : "?", o.train ? "training" : "forward",
+                sv->step_s * 1e3, tokens / sv->step_s,
                 h->feasible ? h->step_s * 1e3 : 0);
   free(map);
   title = strf("%s: %s on %d survivors of %d x %s", name, m->name, sv->world, W, prof.device);
@@ -487,8 +512,16 @@ int ntpc_plan_command(int argc, char **argv) {
 
   /* the model */
   rc = 0;
-  ntpc_session *s = compile_model(&o, o.plan_file, o.plan_name, -1, &rc);
+  ntpc_session *s = compile_model(&o, o.plan_file, o.plan_name, -1, false, &rc);
   if (!s) return rc;
+  if (o.train) { /* a model that cannot train (no loss) is said before any planning */
+    ntpc_session *g = compile_model(&o, NULL, NULL, -1, true, &rc);
+    if (!g) {
+      ntpc_session_free(s);
+      return rc;
+    }
+    ntpc_session_free(g);
+  }
   const ir_module *m = ntpc_module(s);
   const ir_plan *inplan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
   int32_t W = (int32_t)o.world;
@@ -562,7 +595,8 @@ int ntpc_plan_command(int argc, char **argv) {
   }
 
   plan_request rq = {.world = W, .prof = &prof, .mem_cap = o.mem_cap_gib * 1073741824.0, .nodes_of = (int32_t)o.nodes_of,
-                     .quanta = (int32_t)o.quanta, .failed = nfailed ? failed : NULL, .nfailed = nfailed};
+                     .quanta = (int32_t)o.quanta, .failed = nfailed ? failed : NULL, .nfailed = nfailed,
+                     .train = o.train};
   double tokens = plan_model_tokens(pm);
   plan_job job = {s, &o, pm, m, rq, &prof, name, pfile, sfile, seen, W, tokens};
   rc = nfailed ? plan_after_failure(&job) : plan_healthy(&job);
