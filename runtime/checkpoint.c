@@ -87,7 +87,7 @@ done:
   return rc;
 }
 
-int ntp_checkpoint_save(const char *dir, const ntp_trainer *t, const ntp_tokens *data, char *err, size_t cap) {
+int ntp_checkpoint_save(const char *dir, ntp_trainer *t, const ntp_tokens *data, char *err, size_t cap) {
   if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
     snprintf(err, cap, "cannot create checkpoint folder '%s': %s", dir, strerror(errno));
     return -1;

@@ -212,6 +212,11 @@ oom:
 }
 
 /* Every slice of global value v, on every rank, from the global tensor g. */
+float *ntp_sim_tensor(ntp_sim *st, int32_t t) {
+  if (st->p->tensors[t].persistent) st->filled[t] = true;
+  return tensor_data(st->p, st->rm, t);
+}
+
 int ntp_sim_set(ntp_sim *st, int32_t v, const ntp_host_tensor *g, char *err, size_t cap) {
   const ntp_program *p = st->p;
   ntp_box full = box_full(&p->global.values[v].shape);

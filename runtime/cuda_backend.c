@@ -224,6 +224,47 @@ static const char comm_src[] =
     "  u += 0x7fffu + ((u >> 16) & 1u); ((u16 *)dst)[i] = (u16)(u >> 16);\n"
     "}\n";
 
+/* ---- the optimizer's kernels (ntp_cuda_sumsq, ntp_cuda_adamw): AdamW on a parameter slice in
+ * place, as train.c does on the host, and the sum of squares of a gradient over the elements a
+ * mask marks (the global norm counts each element once, on its first holder) ---- */
+static const char opt_src[] =
+    "typedef long long i64; typedef unsigned short u16; typedef unsigned int u32;\n"
+    NTP_CUDA_F16_CONVERSIONS
+    "__device__ float ldv(const unsigned char *p, int dt, i64 i) {\n"
+    "  if (dt == 0) return __uint_as_float(((u32)((const u16 *)p)[i]) << 16);\n"
+    "  if (dt == 1) return f16_to_f32(((const u16 *)p)[i]);\n"
+    "  return ((const float *)p)[i];\n"
+    "}\n"
+    "__device__ void stv(unsigned char *p, int dt, i64 i, float f) {\n"
+    "  if (dt == 2) { ((float *)p)[i] = f; return; }\n"
+    "  if (dt == 1) { ((u16 *)p)[i] = f32_to_f16(f); return; }\n"
+    "  u32 u = __float_as_uint(f);\n"
+    "  if ((u & 0x7fffffffu) > 0x7f800000u) { ((u16 *)p)[i] = (u16)((u >> 16) | 0x40u); return; }\n"
+    "  u += 0x7fffu + ((u >> 16) & 1u); ((u16 *)p)[i] = (u16)(u >> 16);\n"
+    "}\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) ntp_sumsq(const unsigned char *g, int dt, const unsigned char *mask, i64 n, float *partial) {\n"
+    "  __shared__ float sh[256];\n"
+    "  float s = 0.0f;\n"
+    "  for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256)\n"
+    "    if (mask[i]) { float x = ldv(g, dt, i); s += x * x; }\n"
+    "  sh[threadIdx.x] = s;\n"
+    "  __syncthreads();\n"
+    "  for (int w = 128; w > 0; w >>= 1) { if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w]; __syncthreads(); }\n"
+    "  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];\n"
+    "}\n"
+    "struct adamw_h { float lr, b1, b2, c1, c2, eps, wd, scale; };\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) ntp_adamw(unsigned char *p, int dt, const unsigned char *g, int gdt, float *w, float *m, float *v, i64 n, adamw_h h) {\n"
+    "  i64 i = (i64)blockIdx.x * 256 + threadIdx.x; if (i >= n) return;\n"
+    "  float ge = g ? ldv(g, gdt, i) * h.scale : 0.0f;\n"
+    "  float mm = h.b1 * m[i] + (1.0f - h.b1) * ge, vv = h.b2 * v[i] + (1.0f - h.b2) * ge * ge;\n"
+    "  m[i] = mm; v[i] = vv;\n"
+    "  float x = w[i];\n"
+    "  x -= h.lr * ((mm / h.c1) / (sqrtf(vv / h.c2) + h.eps) + h.wd * x);\n"
+    "  w[i] = x;\n"
+    "  stv(p, dt, i, x);\n"
+    "}\n";
+enum { OPT_PARTIALS = 1024 }; /* blocks of ntp_sumsq */
+
 typedef struct gemm_shape {
   int64_t n, cols, k, batch; /* column-major D is n x cols, over k, in batch strided batches */
   int32_t trans, dtype, epilogue, bias_dtype;
@@ -259,6 +300,13 @@ struct ntp_cuda {
   cudaKernel_t **kern;    /* per rank, per kernel */
   cudaLibrary_t comm_lib;
   cudaKernel_t k_copy, k_acc, k_store;
+  cudaLibrary_t opt_lib; /* the optimizer's kernels, loaded at the first use */
+  cudaKernel_t k_sumsq, k_adamw;
+  int arch;
+  float **partials;      /* per rank: ntp_sumsq's block sums */
+  void **bufs;           /* ntp_cuda_alloc's, freed with c */
+  int *buf_dev;
+  size_t nbufs, cap_bufs;
   float *scratch;         /* loopback reductions */
   gemm *gemms;            /* per step (GEMM steps only) */
   bool *filled;
@@ -893,7 +941,7 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
       if (need[r] > c->staging_bytes[r]) c->staging_bytes[r] = need[r];
     free(need);
   }
-  int arch = compute_capability(c->dev[c->rank_lo], err, cap);
+  int arch = c->arch = compute_capability(c->dev[c->rank_lo], err, cap);
   if (arch < 0 || compile_ranks(c, arch, cubins, first, err, cap) != 0) goto fail;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventCreate(&c->ev0));
@@ -1317,6 +1365,133 @@ int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err,
   return 0;
 }
 
+/* ---- the optimizer on the GPUs ------------------------------------------------------------- */
+
+int ntp_cuda_alloc(ntp_cuda *c, int rank, size_t bytes, void **dev, char *err, size_t cap) {
+  *dev = NULL;
+  if (!local_rank(c, rank)) {
+    snprintf(err, cap, "rank %d does not run in this process", rank);
+    return -1;
+  }
+  void **nb = realloc(c->bufs, (c->nbufs + 1) * sizeof *nb);
+  int *nd = realloc(c->buf_dev, (c->nbufs + 1) * sizeof *nd);
+  if (nb) c->bufs = nb;
+  if (nd) c->buf_dev = nd;
+  if (!nb || !nd) {
+    snprintf(err, cap, "out of host memory");
+    return -1;
+  }
+  CU(cu.cudaSetDevice(c->dev[rank]));
+  CU(cu.cudaMalloc(dev, bytes ? bytes : 1));
+  CU(cu.cudaMemsetAsync(*dev, 0, bytes ? bytes : 1, c->stream[rank]));
+  c->bufs[c->nbufs] = *dev;
+  c->buf_dev[c->nbufs++] = c->dev[rank];
+  return 0;
+fail:
+  return -1;
+}
+
+int ntp_cuda_put(ntp_cuda *c, int rank, void *dev, const void *host, size_t bytes, char *err, size_t cap) {
+  CU(cu.cudaSetDevice(c->dev[rank]));
+  CU(cu.cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+  return 0;
+fail:
+  return -1;
+}
+
+int ntp_cuda_get(ntp_cuda *c, int rank, void *host, const void *dev, size_t bytes, char *err, size_t cap) {
+  CU(cu.cudaSetDevice(c->dev[rank]));
+  CU(cu.cudaStreamSynchronize(c->stream[rank]));
+  CU(cu.cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+  return 0;
+fail:
+  return -1;
+}
+
+static int opt_ready(ntp_cuda *c, char *err, size_t cap) {
+  if (c->opt_lib) return 0;
+  c->partials = calloc((size_t)c->p->world, sizeof *c->partials);
+  if (!c->partials) {
+    snprintf(err, cap, "out of host memory");
+    return -1;
+  }
+  for (int r = c->rank_lo; r < c->rank_hi; r++)
+    if (ntp_cuda_alloc(c, r, OPT_PARTIALS * sizeof(float), (void **)&c->partials[r], err, cap) != 0) return -1;
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  if (load_library(opt_src, "ntp_optimizer.cu", c->arch, &c->opt_lib, err, cap) != 0) return -1;
+  CU(cu.cudaLibraryGetKernel(&c->k_sumsq, c->opt_lib, "ntp_sumsq"));
+  CU(cu.cudaLibraryGetKernel(&c->k_adamw, c->opt_lib, "ntp_adamw"));
+  return 0;
+fail:
+  return -1;
+}
+
+int ntp_cuda_sumsq(ntp_cuda *c, int32_t t, const unsigned char *mask, double *out, char *err, size_t cap) {
+  *out = 0;
+  if (opt_ready(c, err, cap) != 0) return -1;
+  const ntp_tensor *s = &c->p->tensors[t];
+  int r = s->rank, dt = (int)s->dtype;
+  long long n = (long long)box_volume(&s->box);
+  if (n == 0) return 0;
+  int blocks = (int)((n + 255) / 256 < OPT_PARTIALS ? (n + 255) / 256 : OPT_PARTIALS);
+  const unsigned char *g = dev_ptr(c, t);
+  float *part = c->partials[r], host[OPT_PARTIALS];
+  void *args[] = {&g, &dt, &mask, &n, &part};
+  CU(cu.cudaSetDevice(c->dev[r]));
+  CU(cu.cudaLaunchKernel((const void *)c->k_sumsq, (dim3){(unsigned)blocks, 1, 1}, (dim3){256, 1, 1}, args, 0,
+                         c->stream[r]));
+  if (ntp_cuda_get(c, r, host, part, (size_t)blocks * sizeof(float), err, cap) != 0) return -1;
+  for (int b = 0; b < blocks; b++) *out += host[b];
+  return 0;
+fail:
+  return -1;
+}
+
+int ntp_cuda_adamw(ntp_cuda *c, int32_t param, int32_t grad, float *master, float *m, float *v,
+                   const ntp_cuda_adamw_args *h, char *err, size_t cap) {
+  if (opt_ready(c, err, cap) != 0) return -1;
+  const ntp_tensor *s = &c->p->tensors[param];
+  int r = s->rank, dt = (int)s->dtype, gdt = grad >= 0 ? (int)c->p->tensors[grad].dtype : 2;
+  long long n = (long long)box_volume(&s->box);
+  unsigned char *pp = dev_ptr(c, param);
+  const unsigned char *gp = grad >= 0 ? dev_ptr(c, grad) : NULL;
+  struct { float lr, b1, b2, c1, c2, eps, wd, scale; } hh = {h->lr, h->beta1, h->beta2, h->c1, h->c2, h->eps, h->wd, h->scale};
+  void *args[] = {&pp, &dt, &gp, &gdt, &master, &m, &v, &n, &hh};
+  CU(cu.cudaSetDevice(c->dev[r]));
+  return launch(c->k_adamw, n, args, c->stream[r], err, cap);
+fail:
+  return -1;
+}
+
+int ntp_cuda_tensor_get(ntp_cuda *c, int32_t t, float *host, char *err, size_t cap) {
+  const ntp_tensor *s = &c->p->tensors[t];
+  int64_t n = box_volume(&s->box);
+  size_t es = dtype_bytes(s->dtype);
+  unsigned char *buf = malloc((size_t)n * es + 1);
+  if (!buf) {
+    snprintf(err, cap, "out of host memory");
+    return -1;
+  }
+  if (ntp_cuda_get(c, s->rank, buf, dev_ptr(c, t), (size_t)n * es, err, cap) != 0) {
+    free(buf);
+    return -1;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t b16;
+    if (es == 4) memcpy(&host[i], buf + 4 * i, 4);
+    else {
+      memcpy(&b16, buf + 2 * i, 2);
+      host[i] = s->dtype == NTP_BF16 ? ntp_bf16_bits_to_float(b16) : ntp_f16_bits_to_float(b16);
+    }
+  }
+  free(buf);
+  return 0;
+}
+
+int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, size_t cap) {
+  return upload(c, t, host, err, cap);
+}
+
 void ntp_cuda_free(ntp_cuda *c) {
   if (!c) return;
   if (c->graph) cu.cudaGraphExecDestroy(c->graph); /* before the modules its kernels live in */
@@ -1345,6 +1520,14 @@ void ntp_cuda_free(ntp_cuda *c) {
     if (owner && c->lt && c->lt[r]) cu.cublasLtDestroy(c->lt[r]);
     if (owner && c->stream && c->stream[r]) cu.cudaStreamDestroy(c->stream[r]);
   }
+  for (size_t b = 0; b < c->nbufs; b++) {
+    cu.cudaSetDevice(c->buf_dev[b]);
+    cu.cudaFree(c->bufs[b]);
+  }
+  free(c->bufs);
+  free(c->buf_dev);
+  free(c->partials); /* its buffers are among bufs */
+  if (c->opt_lib) cu.cudaLibraryUnload(c->opt_lib);
   if (c->comm_lib) cu.cudaLibraryUnload(c->comm_lib);
   if (c->scratch) cu.cudaFree(c->scratch);
   if (c->ev0) cu.cudaEventDestroy(c->ev0);
@@ -1414,6 +1597,35 @@ int ntp_cuda_output_device(ntp_cuda *c, size_t o, void *data, int dev, char *err
 }
 int ntp_cuda_output_host(ntp_cuda *c, size_t o, ntp_host_tensor *h, char *err, size_t cap) {
   (void)c, (void)o, (void)h;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_alloc(ntp_cuda *c, int rank, size_t bytes, void **dev, char *err, size_t cap) {
+  (void)c, (void)rank, (void)bytes, (void)dev;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_put(ntp_cuda *c, int rank, void *dev, const void *host, size_t bytes, char *err, size_t cap) {
+  (void)c, (void)rank, (void)dev, (void)host, (void)bytes;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_get(ntp_cuda *c, int rank, void *host, const void *dev, size_t bytes, char *err, size_t cap) {
+  (void)c, (void)rank, (void)dev, (void)host, (void)bytes;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_sumsq(ntp_cuda *c, int32_t t, const unsigned char *mask, double *out, char *err, size_t cap) {
+  (void)c, (void)t, (void)mask, (void)out;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_adamw(ntp_cuda *c, int32_t param, int32_t grad, float *master, float *m, float *v,
+                   const ntp_cuda_adamw_args *h, char *err, size_t cap) {
+  (void)c, (void)param, (void)grad, (void)master, (void)m, (void)v, (void)h;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_tensor_get(ntp_cuda *c, int32_t t, float *host, char *err, size_t cap) {
+  (void)c, (void)t, (void)host;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, size_t cap) {
+  (void)c, (void)t, (void)host;
   return ntp_cuda_available(err, cap);
 }
 void ntp_cuda_free(ntp_cuda *c) { (void)c; }

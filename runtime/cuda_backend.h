@@ -38,6 +38,29 @@ int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes,
 int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev);
 void ntp_cuda_free(ntp_cuda *c);
 
+/* ---- the optimizer on the GPUs (train.c keeps its state beside each rank's slices) ---- */
+/* `bytes` of zeroed device memory on `rank`'s GPU, freed with c. */
+int ntp_cuda_alloc(ntp_cuda *c, int rank, size_t bytes, void **dev, char *err, size_t cap);
+/* host -> device and device -> host copies on rank's GPU (get waits for the rank's stream) */
+int ntp_cuda_put(ntp_cuda *c, int rank, void *dev, const void *host, size_t bytes, char *err, size_t cap);
+int ntp_cuda_get(ntp_cuda *c, int rank, void *host, const void *dev, size_t bytes, char *err, size_t cap);
+/* tensor t of the program (on its rank's GPU) as fp32 on the host, and set from fp32 (rounded
+ * to its dtype; a persistent slice so set is not initialised any more) */
+int ntp_cuda_tensor_get(ntp_cuda *c, int32_t t, float *host, char *err, size_t cap);
+int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, size_t cap);
+/* the sum of t[e]^2 over the elements whose mask byte (device memory, box_volume bytes) is set */
+int ntp_cuda_sumsq(ntp_cuda *c, int32_t t, const unsigned char *mask, double *out, char *err, size_t cap);
+/* One AdamW step of parameter slice `param` (a persistent tensor) from its gradient `grad`
+ * (-1: none, a zero gradient) in place: fp32 master, moments m and v (device memory of the
+ * slice's size on its GPU), the slice rounded from the master. Enqueued on the rank's stream. */
+typedef struct ntp_cuda_adamw_args {
+  float lr, beta1, beta2, c1, c2, eps; /* c1, c2: the bias corrections 1 - beta^k */
+  float wd;                            /* this parameter's decoupled weight decay (0: none) */
+  float scale;                         /* the gradients' clipping factor */
+} ntp_cuda_adamw_args;
+int ntp_cuda_adamw(ntp_cuda *c, int32_t param, int32_t grad, float *master, float *m, float *v,
+                   const ntp_cuda_adamw_args *h, char *err, size_t cap);
+
 /* The NVRTC JIT with its disk cache: key = hash of (source, options, NVRTC version, arch),
  * in $NTP_CACHE_DIR (default ~/.cache/ntp), written to a temporary file and renamed into
  * place; NTP_NO_CACHE=1 bypasses it. *hit tells whether the cache served the CUBIN. */

@@ -44,8 +44,14 @@ typedef struct ntp_trainer ntp_trainer;
 int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                     ntp_trainer **out, char *err, size_t cap);
 /* The same with every rank on the CUDA backend (cuda_backend.h; p must carry every rank's
- * CUDA, as for ntp_cuda_create): the forward, backward and gradient sync run on the GPUs (or
- * the emulated GPU), the loss and the gradients come back to the host for the update. */
+ * CUDA, as for ntp_cuda_create): the forward, backward, gradient sync and AdamW run on the GPUs
+ * (or the emulated GPU); only the loss comes back to the host each step.
+ *
+ * A sharded trainer (the simulation or CUDA) keeps the optimizer's state sharded like the
+ * parameters: each rank holds the fp32 master and moments of its own slices and updates them in
+ * place from the gradient the backward summed there; the global norm counts every element once
+ * (on its first holder). The global copies (ntp_trainer_params, checkpoints, dumps) are gathered
+ * from the slices when asked for. */
 struct ntp_cuda_options;
 int ntp_trainer_new_cuda(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                          const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap);
@@ -57,12 +63,12 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
 /* A training initialisation instead of the default one: every parameter of 2 or more dims
  * (matrices, tables) uniform with standard deviation `std` (deterministic in seed, name and
  * index, as the default), every vector at its centre (gains 1, biases 0). */
-void ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed);
+int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap);
 /* The steps taken so far (a resumed trainer counts from its checkpoint's). */
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t);
 /* Every parameter's fp32 master and AdamW moments as one safetensors file (NAME, adamw.m.NAME,
  * adamw.v.NAME; global layout), written whole or not at all. */
-int ntp_trainer_save_state(const ntp_trainer *t, const char *path, char *err, size_t cap);
+int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t cap);
 /* The same read back (the masters, the moments, the step count): the run continues exactly. */
 int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t steps_taken, char *err, size_t cap);
 
@@ -79,8 +85,9 @@ int ntp_trainer_set_param(ntp_trainer *t, int32_t value, const ntp_host_tensor *
 /* The last step's run: its outputs (the loss, then the gradients "grad.NAME"), and with keep its
  * inputs and the parameters it ran with. */
 const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t);
-/* The current parameters (the masters rounded to the module's dtype), in the module's order. */
-size_t ntp_trainer_params(const ntp_trainer *t, const ntp_host_tensor **params);
+/* The current parameters (the masters rounded to the module's dtype), in the module's order; a
+ * sharded run gathers them from its ranks' slices first (0 if that fails). */
+size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params);
 void ntp_trainer_free(ntp_trainer *t);
 
 /* ---- token files (tokens.c): llm.c's format ------------------------------------------ */
@@ -111,7 +118,7 @@ int ntp_tokens_save(const char *path, const uint16_t *ids, int64_t n, char *err,
  * replaced atomically after the state file is complete, so a crash during a save leaves the
  * last good checkpoint in force; the previous state file is kept, older ones removed. DIR is
  * created when missing. Parameters are in the global layout: a run resumes under any plan. */
-int ntp_checkpoint_save(const char *dir, const ntp_trainer *t, const ntp_tokens *data, char *err, size_t cap);
+int ntp_checkpoint_save(const char *dir, ntp_trainer *t, const ntp_tokens *data, char *err, size_t cap);
 /* Restores the trainer and the data position from DIR's index; the state file must match its
  * recorded size and checksum. */
 int ntp_checkpoint_load(const char *dir, ntp_trainer *t, ntp_tokens *data, char *err, size_t cap);

@@ -61,6 +61,11 @@ int ntp_sim_set(ntp_sim *s, int32_t value, const ntp_host_tensor *global, char *
 int ntp_sim_load(ntp_sim *s, const ntp_safetensors *f, char *err, size_t errlen);
 /* Runs the step list; inputs and params neither set nor loaded get the default initialisation. */
 int ntp_sim_forward(ntp_sim *s, uint64_t seed, ntp_cpu_result *res, char *err, size_t errlen);
+/* Tensor t of the program in its rank's memory (fp32 values, rounded to t's dtype; int32 in the
+ * same 4-byte slots), valid until ntp_sim_free: what a step left there, or, for a persistent
+ * slice, where the caller may write its values (the slice is then not initialised by a forward).
+ * The optimizer's access to the ranks' parameter slices and gradients (train.c). */
+float *ntp_sim_tensor(ntp_sim *s, int32_t t);
 void ntp_sim_free(ntp_sim *s);
 
 /* Storage bit patterns of values already rounded to bf16 / fp16 (exact both ways). */

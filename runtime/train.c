@@ -37,7 +37,26 @@ typedef struct tparam {
   float *master, *m, *v;
   int64_t n;
   bool decay;
+  int64_t *unheld, nunheld; /* a sharded run: elements no rank holds (rows of a table no op reads), updated
+                               here with a zero gradient as the reference updates them */
 } tparam;
+
+/* A parameter slice on a rank with its share of the optimizer's state, in a sharded run (the
+ * simulation or the CUDA backend): the fp32 master, the moments and the slice itself are
+ * updated in place where they live (the simulated rank's memory, or the rank's GPU), from the
+ * gradient the backward summed there; the global copies in tparam are gathered from the slices
+ * when asked for (parameters, checkpoints, dumps). Replicas of an element update it alike: their
+ * gradients are the same sums. */
+typedef struct tslice {
+  int32_t param;          /* index into t->p */
+  int32_t tensor, grad;   /* the rank's slice, its summed gradient (-1: the parameter does not reach the loss) */
+  int32_t rank;
+  ntp_box box;            /* in the parameter's coordinates */
+  int64_t n;
+  float *master, *m, *v;  /* host (simulation) or device (cuda) memory */
+  unsigned char *own;     /* the elements the global norm counts here: those no earlier slice holds */
+  unsigned char *own_dev; /* cuda: the same on the rank's GPU */
+} tslice;
 
 struct ntp_trainer {
   const ntp_module *mod;
@@ -52,6 +71,9 @@ struct ntp_trainer {
   const ntp_host_tensor **given; /* [n_values] */
   ntp_host_tensor *cur;          /* [np]: the cur tensors, contiguous (ntp_trainer_params) */
   ntp_cpu_result last;
+  tslice *sl;                    /* sharded runs: every rank's parameter slices */
+  size_t nsl;
+  bool stale;                    /* the slices moved on since the global copies were gathered */
 };
 
 static double now_s(void) {
@@ -67,11 +89,21 @@ static ntp_round_mode mode_of(ntp_dtype dt) {
 void ntp_trainer_free(ntp_trainer *t) {
   if (!t) return;
   for (size_t i = 0; i < t->np; i++) {
+    free(t->p[i].unheld);
     free(t->p[i].master);
     free(t->p[i].m);
     free(t->p[i].v);
     free(t->p[i].cur.f);
   }
+  for (size_t i = 0; i < t->nsl; i++) {
+    if (!t->cuda) { /* device state is freed with the backend */
+      free(t->sl[i].master);
+      free(t->sl[i].m);
+      free(t->sl[i].v);
+    }
+    free(t->sl[i].own);
+  }
+  free(t->sl);
   free(t->p);
   free(t->cur);
   free(t->given);
@@ -79,6 +111,199 @@ void ntp_trainer_free(ntp_trainer *t) {
   ntp_sim_free(t->sim);
   ntp_cuda_free(t->cuda);
   free(t);
+}
+
+
+/* Copies box b of a tensor of global shape gs between the global array and a row-major local one;
+ * to the global array, only the elements `only` marks (NULL: all). */
+static void box_copy(float *global, const ntp_shape *gs, const ntp_box *b, float *local, bool to_local,
+                     const unsigned char *only) {
+  int nd = b->ndim;
+  int64_t n = box_volume(b), idx[NTP_MAX_RANK] = {0};
+  for (int64_t e = 0; e < n; e++) {
+    int64_t gi = 0;
+    for (int d = 0; d < nd; d++) gi = gi * gs->dim[d] + b->lo[d] + idx[d];
+    if (to_local) local[e] = global[gi];
+    else if (!only || only[e]) global[gi] = local[e];
+    for (int d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < b->hi[d] - b->lo[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* The slices of a sharded run: every persistent slice of a parameter, the gradient piece of
+ * the same box on the same rank, the elements it counts in the norm, its state allocated. */
+static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size_t cap) {
+  const ntp_module *m = t->mod;
+  int32_t *pidx = malloc((m->n_values + 1) * sizeof *pidx);
+  unsigned char **claimed = calloc(t->np + 1, sizeof *claimed);
+  t->sl = calloc(prog->n_tensors + 1, sizeof *t->sl);
+  int rc = -1;
+  if (!pidx || !claimed || !t->sl) goto oom;
+  for (size_t v = 0; v < m->n_values; v++) pidx[v] = -1;
+  for (size_t i = 0; i < t->np; i++) pidx[t->p[i].value] = (int32_t)i;
+  for (size_t ti = 0; ti < prog->n_tensors; ti++) {
+    const ntp_tensor *ts = &prog->tensors[ti];
+    if (!ts->persistent || ts->init_value < 0 || pidx[ts->init_value] < 0) continue;
+    int32_t pi = pidx[ts->init_value];
+    const tparam *p = &t->p[pi];
+    tslice *s = &t->sl[t->nsl++];
+    *s = (tslice){.param = pi, .tensor = (int32_t)ti, .grad = -1, .rank = ts->rank, .box = ts->init_box,
+                  .n = box_volume(&ts->init_box)};
+    if (p->grad_output >= 0) {
+      int32_t gv = m->outputs[p->grad_output].value;
+      for (size_t k = 0; k < prog->npieces[gv] && s->grad < 0; k++) {
+        const ntp_tensor *gt = &prog->tensors[prog->pieces[gv][k]];
+        if (gt->rank == ts->rank && box_eq(&gt->box, &ts->init_box)) s->grad = prog->pieces[gv][k];
+      }
+      if (s->grad < 0) {
+        snprintf(err, cap, "internal: the slice of '%s' on rank %d has no gradient beside it", p->cur.name, ts->rank);
+        goto done;
+      }
+    }
+    if (!claimed[pi] && !(claimed[pi] = calloc((size_t)(p->n ? p->n : 1), 1))) goto oom;
+    if (!(s->own = malloc((size_t)(s->n ? s->n : 1)))) goto oom;
+    int nd = s->box.ndim;
+    int64_t idx[NTP_MAX_RANK] = {0};
+    for (int64_t e = 0; e < s->n; e++) {
+      int64_t gi = 0;
+      for (int d = 0; d < nd; d++) gi = gi * p->cur.shape.dim[d] + s->box.lo[d] + idx[d];
+      s->own[e] = !claimed[pi][gi];
+      claimed[pi][gi] = 1;
+      for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
+        idx[d] = 0;
+      }
+    }
+    size_t bytes = (size_t)(s->n ? s->n : 1) * sizeof(float);
+    if (t->cuda) {
+      if (ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->master, err, cap) != 0 ||
+          ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->m, err, cap) != 0 ||
+          ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->v, err, cap) != 0 ||
+          ntp_cuda_alloc(t->cuda, s->rank, (size_t)(s->n ? s->n : 1), (void **)&s->own_dev, err, cap) != 0 ||
+          ntp_cuda_put(t->cuda, s->rank, s->own_dev, s->own, (size_t)s->n, err, cap) != 0)
+        goto done;
+    } else if (!(s->master = malloc(bytes)) || !(s->m = malloc(bytes)) || !(s->v = malloc(bytes))) {
+      goto oom;
+    }
+  }
+  for (size_t i = 0; i < t->np; i++) { /* what no slice holds stays with the global copies */
+    tparam *p = &t->p[i];
+    for (int64_t e = 0; e < p->n; e++) p->nunheld += !claimed[i] || !claimed[i][e];
+    if (p->nunheld && !(p->unheld = malloc((size_t)p->nunheld * sizeof *p->unheld))) goto oom;
+    p->nunheld = 0;
+    for (int64_t e = 0; e < p->n; e++)
+      if (!claimed[i] || !claimed[i][e]) p->unheld[p->nunheld++] = e;
+  }
+  rc = 0;
+  goto done;
+oom:
+  snprintf(err, cap, "out of memory for the optimizer's slices");
+done:
+  for (size_t i = 0; claimed && i < t->np; i++) free(claimed[i]);
+  free(claimed);
+  free(pidx);
+  return rc;
+}
+
+/* The global masters and moments into every slice, and the slices' parameters rounded from them. */
+static int scatter_state(ntp_trainer *t, char *err, size_t cap) {
+  float *tmp = NULL;
+  size_t tcap = 0;
+  for (size_t i = 0; i < t->nsl; i++) {
+    tslice *s = &t->sl[i];
+    tparam *p = &t->p[s->param];
+    float *src[3] = {p->master, p->m, p->v}, *dst[3] = {s->master, s->m, s->v};
+    if ((size_t)s->n + 1 > tcap) {
+      free(tmp);
+      tcap = (size_t)s->n + 1;
+      if (!(tmp = malloc(tcap * sizeof *tmp))) {
+        snprintf(err, cap, "out of memory");
+        return -1;
+      }
+    }
+    for (int k = 0; k < 3; k++) {
+      box_copy(src[k], &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], true, NULL);
+      if (t->cuda && ntp_cuda_put(t->cuda, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) goto fail;
+    }
+    if (t->cuda) { /* tmp holds the master: the slice is it rounded */
+      box_copy(p->master, &p->cur.shape, &s->box, tmp, true, NULL);
+      if (ntp_cuda_tensor_put(t->cuda, s->tensor, tmp, err, cap) != 0) goto fail;
+    } else {
+      float *pd = ntp_sim_tensor(t->sim, s->tensor);
+      memcpy(pd, s->master, (size_t)s->n * sizeof *pd);
+      ntp_round_buf(pd, (size_t)s->n, mode_of(p->cur.dtype));
+    }
+  }
+  free(tmp);
+  t->stale = false;
+  return 0;
+fail:
+  free(tmp);
+  return -1;
+}
+
+/* The slices' state into the global copies (each element from the slice the norm counts it in). */
+static int gather_state(ntp_trainer *t, char *err, size_t cap) {
+  if (!t->stale) return 0;
+  float *tmp = NULL;
+  size_t tcap = 0;
+  for (size_t i = 0; i < t->nsl; i++) {
+    tslice *s = &t->sl[i];
+    tparam *p = &t->p[s->param];
+    float *dst[3] = {p->master, p->m, p->v}, *src[3] = {s->master, s->m, s->v};
+    if ((size_t)s->n + 1 > tcap) {
+      free(tmp);
+      tcap = (size_t)s->n + 1;
+      if (!(tmp = malloc(tcap * sizeof *tmp))) {
+        snprintf(err, cap, "out of memory");
+        return -1;
+      }
+    }
+    for (int k = 0; k < 3; k++) {
+      if (t->cuda && ntp_cuda_get(t->cuda, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) {
+        free(tmp);
+        return -1;
+      }
+      box_copy(dst[k], &p->cur.shape, &s->box, t->cuda ? tmp : src[k], false, s->own);
+    }
+  }
+  /* every other holder of an element holds the same master: replicas sum the same gradients in
+   * the same order, so they stay equal bit for bit (checked: a divergence is a defect) */
+  for (size_t i = 0; i < t->nsl; i++) {
+    tslice *s = &t->sl[i];
+    tparam *p = &t->p[s->param];
+    float *mine = s->master;
+    if (t->cuda && ntp_cuda_get(t->cuda, s->rank, (mine = tmp), s->master, (size_t)s->n * sizeof(float), err, cap) != 0) {
+      free(tmp);
+      return -1;
+    }
+    float *there = malloc((size_t)(s->n ? s->n : 1) * sizeof *there);
+    if (!there) {
+      free(tmp);
+      snprintf(err, cap, "out of memory");
+      return -1;
+    }
+    box_copy(p->master, &p->cur.shape, &s->box, there, true, NULL);
+    int64_t bad = -1;
+    for (int64_t e = 0; e < s->n && bad < 0; e++)
+      if (memcmp(&there[e], &mine[e], sizeof(float)) != 0) bad = e;
+    free(there);
+    if (bad >= 0) {
+      snprintf(err, cap, "internal: the replicas of '%s' diverged (rank %d, element %lld of its slice)", p->cur.name,
+               s->rank, (long long)bad);
+      free(tmp);
+      return -1;
+    }
+  }
+  free(tmp);
+  for (size_t i = 0; i < t->np; i++) {
+    memcpy(t->p[i].cur.f, t->p[i].master, (size_t)t->p[i].n * sizeof(float));
+    ntp_round_buf(t->p[i].cur.f, (size_t)t->p[i].n, mode_of(t->p[i].cur.dtype));
+  }
+  t->stale = false;
+  return 0;
 }
 
 int ntp_trainer_new(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
@@ -152,6 +377,10 @@ int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t s
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(val->dtype));
   }
   for (size_t i = 0; i < t->np; i++) t->cur[i] = t->p[i].cur;
+  if ((t->sim || t->cuda) && (build_slices(t, prog, err, cap) != 0 || scatter_state(t, err, cap) != 0)) {
+    ntp_trainer_free(t);
+    return -1;
+  }
   *out = t;
   return 0;
 oom:
@@ -192,23 +421,111 @@ oom:
   return -1;
 }
 
-/* The run's given values: the caller's inputs, and every parameter as the program runs with it. */
-static void fill_given(ntp_trainer *t, const ntp_host_tensor *const *given) {
+/* The run's given values: the caller's inputs, and every parameter as the program runs with it
+ * (with_params; a sharded run's parameters are in place on its ranks already). */
+static void fill_given(ntp_trainer *t, const ntp_host_tensor *const *given, bool with_params) {
   for (size_t v = 0; v < t->mod->n_values; v++) t->given[v] = given ? given[v] : NULL;
-  for (size_t i = 0; i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
+  for (size_t i = 0; with_params && i < t->np; i++) t->given[t->p[i].value] = &t->p[i].cur;
+}
+
+/* The step on the slices: forward and backward (the loss into *loss), the global norm over
+ * every element once, AdamW on each slice where it lives. */
+static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, double lr, int64_t k, char *err,
+                        size_t cap) {
+  if (keep || !t->cuda) {
+    if (ranks_run(t, keep, err, cap) != 0) return -1;
+    *loss = t->last.outputs[t->loss_output].f[0];
+  } else { /* the loss alone comes back to the host */
+    for (size_t v = 0; v < t->mod->n_values; v++)
+      if (t->given[v] && ntp_cuda_set(t->cuda, (int32_t)v, t->given[v], err, cap) != 0) return -1;
+    ntp_host_tensor h;
+    if (ntp_cuda_run(t->cuda, t->seed, NULL, err, cap) != 0 ||
+        ntp_cuda_output_host(t->cuda, (size_t)t->loss_output, &h, err, cap) != 0)
+      return -1;
+    *loss = h.f[0];
+    free(h.f);
+  }
+  if (!isfinite(*loss)) return 0;
+  double sq = 0;
+  for (size_t i = 0; i < t->nsl; i++) {
+    const tslice *s = &t->sl[i];
+    if (s->grad < 0) continue;
+    if (t->cuda) {
+      double x;
+      if (ntp_cuda_sumsq(t->cuda, s->grad, s->own_dev, &x, err, cap) != 0) return -1;
+      sq += x;
+      continue;
+    }
+    const float *g = ntp_sim_tensor(t->sim, s->grad);
+    for (int64_t e = 0; e < s->n; e++)
+      if (s->own[e]) sq += (double)g[e] * g[e];
+  }
+  *norm = sqrt(sq);
+  double scale = t->o.clip > 0 && *norm > t->o.clip ? t->o.clip / *norm : 1.0;
+  double b1 = t->o.beta1, b2 = t->o.beta2, c1 = 1.0 - pow(b1, (double)k), c2 = 1.0 - pow(b2, (double)k);
+  for (size_t i = 0; i < t->nsl; i++) {
+    tslice *s = &t->sl[i];
+    const tparam *p = &t->p[s->param];
+    double wd = p->decay ? t->o.weight_decay : 0.0;
+    if (t->cuda) {
+      ntp_cuda_adamw_args a = {(float)lr, (float)b1, (float)b2, (float)c1, (float)c2, (float)t->o.eps, (float)wd,
+                               (float)scale};
+      if (ntp_cuda_adamw(t->cuda, s->tensor, s->grad, s->master, s->m, s->v, &a, err, cap) != 0) return -1;
+      continue;
+    }
+    const float *g = s->grad >= 0 ? ntp_sim_tensor(t->sim, s->grad) : NULL;
+    float *pd = ntp_sim_tensor(t->sim, s->tensor);
+    for (int64_t e = 0; e < s->n; e++) { /* the reference's arithmetic (ntp_trainer_step) */
+      double ge = g ? (double)g[e] * scale : 0.0;
+      double mm = b1 * s->m[e] + (1.0 - b1) * ge, vv = b2 * s->v[e] + (1.0 - b2) * ge * ge;
+      s->m[e] = (float)mm;
+      s->v[e] = (float)vv;
+      double w = s->master[e];
+      w -= lr * ((mm / c1) / (sqrt(vv / c2) + t->o.eps) + wd * w);
+      s->master[e] = (float)w;
+      pd[e] = s->master[e];
+    }
+    ntp_round_buf(pd, (size_t)s->n, mode_of(p->cur.dtype));
+  }
+  for (size_t i = 0; i < t->np; i++) { /* the elements no rank holds: a zero gradient, the decay */
+    tparam *p = &t->p[i];
+    double wd = p->decay ? t->o.weight_decay : 0.0;
+    for (int64_t j = 0; j < p->nunheld; j++) {
+      int64_t e = p->unheld[j];
+      double mm = b1 * p->m[e], vv = b2 * p->v[e];
+      p->m[e] = (float)mm;
+      p->v[e] = (float)vv;
+      double w = p->master[e];
+      w -= lr * ((mm / c1) / (sqrt(vv / c2) + t->o.eps) + wd * w);
+      p->master[e] = (float)w;
+      p->cur.f[e] = p->master[e];
+    }
+    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype)); /* idempotent where already rounded */
+  }
+  t->stale = true;
+  return 0;
 }
 
 int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
                      size_t cap) {
   const ntp_module *m = t->mod;
   double t0 = now_s();
-  fill_given(t, given);
   ntp_cpu_result_free(&t->last);
   if (t->sim || t->cuda) {
-    if (ranks_run(t, keep, err, cap) != 0) return -1;
-  } else if (ntp_cpu_run_given(m, t->seed, keep, NULL, t->given, &t->last, err, cap) != 0) {
-    return -1;
+    if (keep && gather_state(t, err, cap) != 0) return -1; /* the dump's parameters: as the step runs with them */
+    fill_given(t, given, keep);
+    double loss = NAN, norm = 0, lr = ntp_adamw_lr(&t->o, t->step);
+    if (sharded_step(t, keep, &loss, &norm, lr, t->step + 1, err, cap) != 0) return -1;
+    if (!isfinite(loss)) {
+      snprintf(err, cap, "the loss is %g at step %lld", loss, (long long)t->step + 1);
+      return -1;
+    }
+    int64_t k = ++t->step;
+    *st = (ntp_train_stats){.step = k, .loss = loss, .grad_norm = norm, .lr = lr, .seconds = now_s() - t0};
+    return 0;
   }
+  fill_given(t, given, true);
+  if (ntp_cpu_run_given(m, t->seed, keep, NULL, t->given, &t->last, err, cap) != 0) return -1;
   const ntp_cpu_result *r = &t->last;
   double loss = r->outputs[t->loss_output].f[0];
   if (!isfinite(loss)) {
@@ -250,8 +567,12 @@ const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t) { return &t->last; 
 
 void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o) { t->o = *o; }
 
-void ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed) {
+/* A sharded run's slices take the global copies after these changed them. */
+static int rescatter(ntp_trainer *t, char *err, size_t cap) { return t->sim || t->cuda ? scatter_state(t, err, cap) : 0; }
+
+int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap) {
   const ntp_module *m = t->mod;
+  if (gather_state(t, err, cap) != 0) return -1;
   for (size_t i = 0; i < t->np; i++) {
     tparam *p = &t->p[i];
     const ntp_op *op = &m->ops[m->values[p->value].def];
@@ -262,11 +583,12 @@ void ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed) {
     memcpy(p->cur.f, p->master, (size_t)p->n * sizeof *p->cur.f);
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
   }
+  return rescatter(t, err, cap);
 }
 
 int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap) {
   const ntp_module *m = t->mod;
-  fill_given(t, given);
+  fill_given(t, given, !t->sim && !t->cuda);
   if (!t->sim && !t->cuda) return ntp_cpu_run_given(m, t->seed, 0, NULL, t->given, res, err, cap);
   ntp_cpu_result keep = t->last; /* ranks_run fills t->last: keep the last step's */
   t->last = (ntp_cpu_result){0};
@@ -277,6 +599,7 @@ int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cp
 }
 
 int ntp_trainer_set_param(ntp_trainer *t, int32_t value, const ntp_host_tensor *g, char *err, size_t cap) {
+  if (gather_state(t, err, cap) != 0) return -1;
   for (size_t i = 0; i < t->np; i++) {
     tparam *p = &t->p[i];
     if (p->value != value) continue;
@@ -287,20 +610,22 @@ int ntp_trainer_set_param(ntp_trainer *t, int32_t value, const ntp_host_tensor *
     memcpy(p->master, g->f, (size_t)p->n * sizeof *p->master);
     memcpy(p->cur.f, g->f, (size_t)p->n * sizeof *p->cur.f);
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
-    return 0;
+    return rescatter(t, err, cap);
   }
   snprintf(err, cap, "value %d is not a parameter", value);
   return -1;
 }
 
-size_t ntp_trainer_params(const ntp_trainer *t, const ntp_host_tensor **params) {
+size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params) {
+  char err[256];
   *params = t->cur; /* the same buffers as p[i].cur: set once, updated in place */
-  return t->np;
+  return gather_state(t, err, sizeof err) == 0 ? t->np : 0;
 }
 
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
 
-int ntp_trainer_save_state(const ntp_trainer *t, const char *path, char *err, size_t cap) {
+int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t cap) {
+  if (gather_state(t, err, cap) != 0) return -1;
   ntp_host_tensor *ts = calloc(3 * t->np + 1, sizeof *ts);
   char **names = calloc(3 * t->np + 1, sizeof *names);
   int rc = -1;
@@ -345,5 +670,5 @@ int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t ste
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
   }
   t->step = steps_taken;
-  return 0;
+  return rescatter(t, err, cap);
 }

@@ -353,8 +353,7 @@ void pl_unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, dou
  * gradient is summed over the groups that hold it (replicas at different degrees, over the
  * common refinement of their slices: a ring all-reduce among the groups of what the busiest
  * rank holds). Beside its parameters a rank keeps their gradients (storage dtype), fp32 master
- * weights (bf16 and fp16 parameters) and two fp32 AdamW moments (optimizer state sharded like
- * the parameters), and the
+ * weights and two fp32 AdamW moments (optimizer state sharded like the parameters), and the
  * layer's activations from its forward until its backward: additive over the layers, where the
  * forward's working set is a peak. */
 static double train_costs(const plan_tables *T, int32_t i, int32_t s, unary_out *u) {
@@ -372,8 +371,9 @@ static double train_costs(const plan_tables *T, int32_t i, int32_t s, unary_out 
     sync = plan_allreduce_time(T->prof, lv, pl->ngroups, u->pmax);
   }
   u->comm += sync;
-  /* per element: its gradient, two fp32 moments and, below fp32, an fp32 master */
-  double eb = (double)dtype_bytes(c->wdt), state = eb + (eb >= 4 ? 8.0 : 12.0);
+  /* per element: its gradient, an fp32 master and two fp32 moments (train.c keeps a master for
+   * fp32 parameters too) */
+  double eb = (double)dtype_bytes(c->wdt), state = eb + 12.0;
   u->pmax = u->pmax * (1.0 + state / eb) + u->amax;
   return sync;
 }

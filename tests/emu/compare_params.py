@@ -1,7 +1,8 @@
-"""compare_params.py A.safetensors B.safetensors TOL — every tensor of B against the same tensor of A
-(the reference): max |a - b| / max(max |a|, 1e-2) per tensor, the worst printed; exit 1 above TOL.
-The floor: a tensor still near zero after a few steps (a bias that started at 0 and moves with
-round-off, as the key bias does: softmax does not see it) is compared at the parameters' scale."""
+"""compare_params.py A.safetensors B.safetensors TOL [FLOOR] — every tensor of B against the same
+tensor of A (the reference): max |a - b| / max(max |a|, FLOOR) per tensor, the worst printed; exit 1
+above TOL. The floor (default 1e-2): a tensor still near zero after a few steps (a bias that started
+at 0 and moves with round-off, as the key bias does: softmax does not see it) is compared at the
+parameters' scale."""
 import json
 import struct
 import sys
@@ -34,6 +35,7 @@ def read(path):
 
 def main():
     ref, got, tol = read(sys.argv[1]), read(sys.argv[2]), float(sys.argv[3])
+    floor = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-2
     if sorted(ref) != sorted(got):
         print("compare_params: the files hold different tensors")
         return 1
@@ -43,7 +45,7 @@ def main():
         if a.shape != b.shape:
             print(f"compare_params: {name}: shape {b.shape}, expected {a.shape}")
             return 1
-        e = float(np.max(np.abs(a - b))) / max(float(np.max(np.abs(a))), 1e-2) if a.size else 0.0
+        e = float(np.max(np.abs(a - b))) / max(float(np.max(np.abs(a))), floor) if a.size else 0.0
         if e > worst or not np.isfinite(e):
             worst, wname = e, name
     ok = worst <= tol

@@ -41,8 +41,8 @@ static const char train_usage[] =
     "                     rank simulated; the same losses as unsharded, within fp32 rounding\n"
     "  --plan-name NAME   the plan to use (from --plan, or the model's own file)\n"
     "  --world W          ranks (default: the plan's world)\n"
-    "  --backend NAME     cpu (default) or cuda: every rank's forward, backward and gradient sync on\n"
-    "                     the GPUs (NVRTC kernels, cuBLASLt, NCCL), the update on the host\n"
+    "  --backend NAME     cpu (default) or cuda: every rank's forward, backward, gradient sync and\n"
+    "                     AdamW on the GPUs (NVRTC kernels, cuBLASLt, NCCL)\n"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
     "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
@@ -262,7 +262,7 @@ static int train(const train_opts *o, ntpc_session *s) {
   if ((o->cuda ? ntp_trainer_new_cuda(prog, &aw, o->seed, params, &co, &tr, err, sizeof err)
                : ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err)) != 0)
     goto fail;
-  if (o->init_std > 0) ntp_trainer_init_std(tr, o->init_std, o->seed);
+  if (o->init_std > 0 && ntp_trainer_init_std(tr, o->init_std, o->seed, err, sizeof err) != 0) goto fail;
   if (o->resume) {
     if (ntp_checkpoint_load(o->resume, tr, data, err, sizeof err) != 0) goto fail;
     printf("resumed from %s at step %lld\n", o->resume, (long long)ntp_trainer_steps_taken(tr));
@@ -288,12 +288,12 @@ static int train(const train_opts *o, ntpc_session *s) {
          m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)bi.rows, (long long)bi.len, o->data,
          (long long)ntp_tokens_count(data));
   if (o->cuda)
-    printf("backend cuda%s: %d rank%s (each rank's forward and backward on its GPU, the gradients summed over their "
-           "holders; the update on the host)\n", co.loopback && prog->world > 1 ? " loopback" : prog->world > 1 ? " nccl" : "",
+    printf("backend cuda%s: %d rank%s (each rank's forward, backward and AdamW on its GPU, the gradients summed over "
+           "their holders)\n", co.loopback && prog->world > 1 ? " loopback" : prog->world > 1 ? " nccl" : "",
            co.rank_hi, co.rank_hi == 1 ? "" : "s");
   else if (o->sharded)
-    printf("sharded: %d ranks simulated on the cpu backend (each rank's forward and backward, the gradients summed "
-           "over their holders)\n", prog->world);
+    printf("sharded: %d ranks simulated on the cpu backend (each rank's forward, backward and AdamW on its slices, the "
+           "gradients summed over their holders)\n", prog->world);
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
          (long long)aw.warmup, aw.lr * aw.min_lr_frac, aw.beta1, aw.beta2, aw.eps, aw.weight_decay, aw.clip);
   double first = NAN, last = NAN, total_s = 0;
