@@ -353,7 +353,8 @@ static void dump_place(ntpc_session *s, FILE *out) {
     for (int g = 0; g < pl->ngroups; g++) fprintf(out, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);
     fputs(") batch (", out);
     for (int g = 0; g < pl->ngroups; g++) fprintf(out, "%s%lld", g ? ", " : "", (long long)pl->share[g]);
-    fprintf(out, ")%s%s\n", pl->seq_parallel ? ", sequence parallel" : "", pl->is_auto ? ", tp auto" : "");
+    fprintf(out, ")%s%s%s\n", pl->seq_parallel ? ", sequence parallel" : "", pl->recompute ? ", recompute" : "",
+            pl->is_auto ? ", tp auto" : "");
   }
   if (s->autoplan_notes) fputs(s->autoplan_notes, out);
 }

@@ -112,7 +112,7 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %token KW_MODEL "'model'" KW_PLAN "'plan'" KW_FOR "'for'" KW_DIM "'dim'" KW_DTYPE "'dtype'"
 %token KW_MESH "'mesh'" KW_INPUT "'input'" KW_PARAM "'param'" KW_OUTPUT "'output'"
 %token KW_REPEAT "'repeat'" KW_AS "'as'" KW_WORLD "'world'" KW_TP "'tp'" KW_AUTO "'auto'"
-%token KW_DIAGONAL "'diagonal'" KW_SEQPAR "'sequence_parallel'" KW_BATCH "'batch'"
+%token KW_DIAGONAL "'diagonal'" KW_SEQPAR "'sequence_parallel'" KW_RECOMPUTE "'recompute'" KW_BATCH "'batch'"
 %token AT_TP "'@tp'" ARROW "'->'"
 %token <str> IDENT "name" PATH "dotted name"
 %token <ival> INT "integer"
@@ -342,6 +342,7 @@ options:
       $$ = $1 ? $1 : $3;
       if ($1 && $3) {
         if ($3->seq_parallel) $$->seq_parallel = true;
+        if ($3->recompute) $$->recompute = true;
         if ($3->batch) { $$->batch = $3->batch; $$->batch_loc = $3->batch_loc; }
       }
     }
@@ -349,6 +350,7 @@ options:
 
 option:
     KW_SEQPAR                     { $$ = NEW(ast_pstmt); $$->seq_parallel = true; }
+  | KW_RECOMPUTE                  { $$ = NEW(ast_pstmt); $$->recompute = true; }
   | KW_BATCH '(' exprs ')'        { $$ = NEW(ast_pstmt); $$->batch = $3; $$->batch_loc = @$; }
   ;
 

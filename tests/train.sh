@@ -113,6 +113,26 @@ if [ -s "$tmp/abi.log" ] && cmp -s "$tmp/abi.log" "$tmp/cli.log"; then ok; else
 check loss-lib 0 "$ntpc" examples/byte_gpt.ntp $small -o "$tmp/m.so"
 if [ -s "$tmp/m.so" ]; then ok; else bad "no model library was written"; fi
 
+# recompute: the same losses and parameters bit for bit as without it, a lower activation peak
+rca="--data $tmp/docs.bin --steps 3 --shuffle --seed 3 $small"
+check rc-off 0 "$ntpc" train examples/byte_gpt.ntp $rca --plan examples/plans/byte_gpt_7.ntp --save-params "$tmp/rc0.st"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/rc0.log"
+check rc-on 0 "$ntpc" train examples/byte_gpt.ntp $rca --plan tests/plans/byte_gpt_7_recompute.ntp --save-params "$tmp/rc1.st"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/rc1.log"
+if cmp -s "$tmp/rc0.st" "$tmp/rc1.st" && cmp -s "$tmp/rc0.log" "$tmp/rc1.log"; then ok; else bad "recompute changed the training"; fi
+peak() { sed -n '/^totals per step/,/all ranks/p' "$tmp/out" | awk '$1 == "0" { print $6, $7 }'; }
+check rc-report-off 0 "$ntpc" report examples/byte_gpt.ntp $small --train --plan examples/plans/byte_gpt_7.ntp
+p0=$(peak)
+check rc-report-on 0 "$ntpc" report examples/byte_gpt.ntp $small --train --plan tests/plans/byte_gpt_7_recompute.ntp
+expect_text rc-report-on "recompute: 4 layers (blk.0.attn, blk.0.mlp, blk.1.attn, blk.1.mlp) run their forward again"
+p1=$(peak)
+tobytes() { echo "$1" | awk '{ u = $2; v = $1; if (u == "KiB") v *= 1024; else if (u == "MiB") v *= 1048576; print v }'; }
+if [ -n "$p0" ] && [ -n "$p1" ] && awk "BEGIN { exit !($(tobytes "$p1") < $(tobytes "$p0")) }"; then ok; else
+  bad "recompute: rank 0's activation peak $p1, without it $p0 (expected lower)"; fi
+check rc-run 0 "$ntpc" run examples/byte_gpt.ntp --train $small --plan tests/plans/byte_gpt_7_recompute.ntp
+n_ok=$(grep -c 'vs unsharded: .* ok$' "$tmp/out")
+if [ "$n_ok" -eq 37 ]; then ok; else bad "ntpc run --train with recompute: $n_ok of 37 outputs ok"; fi
+
 # ntpc plan --train: a training step's costs; the training program compiles under the plan
 check plan-fwd 0 "$ntpc" plan examples/byte_gpt.ntp --world 8 --gpu h200 -o "$tmp/pf.ntp" --svg "$tmp/pf.svg"
 fwd=$(sed -n 's/^predicted step time (forward): \([0-9.]*\) us.*/\1/p' "$tmp/out")

@@ -206,6 +206,7 @@ typedef struct ast_pstmt {
   ntp_loc pattern_loc;
   ast_tp *tp;
   bool seq_parallel;
+  bool recompute; /* training: the layer's forward runs again in its backward */
   ast_expr *batch; /* list */
   ntp_loc batch_loc;
 } ast_pstmt;

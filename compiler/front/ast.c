@@ -130,6 +130,7 @@ void ast_print(const ast_file *f, FILE *out) {
           print_expr_inline(d, out);
         }
         if (st->seq_parallel) fputs(", sequence_parallel", out);
+        if (st->recompute) fputs(", recompute", out);
         if (st->batch) {
           fputs(", batch", out);
           for (const ast_expr *d = st->batch; d; d = d->next) {

@@ -112,6 +112,7 @@ typedef struct ir_rule {
   const char *pattern;
   ir_tp tp;
   bool seq_parallel;
+  bool recompute; /* training: the layer's activations are recomputed in its backward */
   int32_t nbatch;
   int64_t batch[NTP_MAX_GROUPS];
   ntp_loc loc;

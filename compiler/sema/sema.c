@@ -655,7 +655,7 @@ static void lower_plan(sema *s, const ast_plan *p, bool active) {
       if (eval_bounded(s, st->world, "the world size", NTP_MAX_WORLD, &w)) plan.world = w;
       continue;
     }
-    ir_rule r = {.pattern = st->pattern, .seq_parallel = st->seq_parallel, .loc = st->loc};
+    ir_rule r = {.pattern = st->pattern, .seq_parallel = st->seq_parallel, .recompute = st->recompute, .loc = st->loc};
     if (!sema_lower_tp(s, st->tp, &r.tp)) continue;
     if (st->batch) {
       ir_tp b;

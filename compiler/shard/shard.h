@@ -55,6 +55,7 @@ typedef struct sh_placement {
   bool shares_given;                       /* by a plan's 'batch (...)' */
   int64_t row_start[NTP_MAX_GROUPS + 1];   /* set by the sharder: group g takes batch rows [row_start[g], row_start[g+1]) */
   bool seq_parallel;
+  bool recompute;                          /* training: its forward steps run again before its backward */
   bool is_auto;                            /* 'tp auto': the planner's to choose (the autoplan pass) */
   int32_t rule; /* plan rule that set it, -1 = inline @tp or the default */
   const char *tp_file;                     /* where its degree was written (messages) */

@@ -16,7 +16,13 @@
  *    parameter held anywhere, over the common refinement of their boxes (one reduction step:
  *    replicas at different degrees hold different ranges of the same weight). Those sums are the
  *    pieces of the module's grad.NAME outputs.
- * The loss is seeded on the one rank whose piece of it the output reads. */
+ * The loss is seeded on the one rank whose piece of it the output reads.
+ *
+ * Recomputation (`recompute` in a plan rule): just before its backward, a layer's forward steps
+ * (computes and transfers) run again on clones of its tensors, and its backward reads the
+ * clones: the forward's activations of the layer are then dead after its forward (the memory
+ * plan frees them), at the cost of the layer's forward once more. The clones compute the same
+ * ops on the same operands: the gradients are bit for bit those without recomputation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +36,8 @@ typedef struct bwd {
   size_t nt; /* tensors of the forward program */
   int32_t *grad;
   bool *needs;
+  int32_t *remap;   /* [nt]: the clone a recomputed layer's backward reads instead, or -1 */
+  bool *recomputed; /* [layers] */
   int32_t rank, layer;
   ntp_loc loc;
 } bwd;
@@ -39,7 +47,48 @@ static sh_tensor *T(bwd *B, int32_t t) { return &B->p->tensors[t]; }
 static int32_t b_emit(void *ctx, ir_opcode code, const int32_t *args, int32_t nargs, ntp_shape shape, ntp_dtype dt,
                       const ntp_op_attr *attr) {
   bwd *B = ctx;
-  return shard_backward_compute(B->L, B->rank, code, args, nargs, attr, box_full(&shape), dt, B->layer, B->loc);
+  int32_t a[NTP_MAX_ARGS];
+  for (int i = 0; i < nargs; i++) /* a recomputed layer's activations: their clones */
+    a[i] = args[i] >= 0 && (size_t)args[i] < B->nt && B->remap[args[i]] >= 0 ? B->remap[args[i]] : args[i];
+  return shard_backward_compute(B->L, B->rank, code, a, nargs, attr, box_full(&shape), dt, B->layer, B->loc);
+}
+
+static int32_t cloned(const bwd *B, int32_t t) { return (size_t)t < B->nt && B->remap[t] >= 0 ? B->remap[t] : t; }
+
+/* Layer l's forward steps up to `last` once more, in order, on clones of the tensors they make. */
+static void recompute_layer(bwd *B, int32_t l, size_t last) {
+  for (size_t s = 0; s <= last; s++) {
+    sh_step st = B->p->steps[s]; /* a copy: the step table grows */
+    if (st.layer != l) continue;
+    if (st.kind == SH_COMPUTE) {
+      if (st.op.code == IR_PARAM || st.op.code == IR_INPUT) continue; /* persistent slices stay */
+      int32_t args[NTP_MAX_ARGS];
+      for (int a = 0; a < st.op.nargs; a++) args[a] = cloned(B, st.op.args[a]);
+      const sh_tensor *r = T(B, st.op.result);
+      ntp_box box = r->box;
+      ntp_dtype dt = r->dtype;
+      int32_t c = shard_backward_compute(B->L, st.rank, st.op.code, args, st.op.nargs, &st.op.attr, box, dt, l, st.loc);
+      B->remap[st.op.result] = c;
+      continue;
+    }
+    sh_xfer *xf = malloc((st.nxfers + 1) * sizeof *xf);
+    if (!xf) ntp_out_of_memory();
+    const sh_xfer *orig = B->p->steps[s].xfers;
+    for (size_t i = 0; i < st.nxfers; i++) {
+      int32_t d = orig[i].dst;
+      if ((size_t)d < B->nt && B->remap[d] < 0) { /* the destination's clone, made once */
+        const sh_tensor *o = T(B, d);
+        sh_tensor t = {.rank = o->rank, .global = -1, .box = o->box, .dtype = o->dtype, .init_value = -1, .def = -1,
+                       .last_use = -1};
+        VEC_PUSH(B->p->tensors, B->p->n_tensors, B->p->cap_tensors, t);
+        B->remap[d] = (int32_t)B->p->n_tensors - 1;
+      }
+      xf[i] = (sh_xfer){.src = cloned(B, orig[i].src), .dst = cloned(B, d), .box = orig[i].box};
+    }
+    const char *why = arena_printf(&B->p->pool, "recompute: %s", st.why ? st.why : sh_comm_name(st.comm));
+    shard_backward_comm(B->L, st.comm, xf, st.nxfers, why);
+    free(xf);
+  }
 }
 static ntp_shape b_shape(void *ctx, int32_t t) { return box_shape(&T(ctx, t)->box); }
 static ntp_dtype b_dtype(void *ctx, int32_t t) { return T(ctx, t)->dtype; }
@@ -207,9 +256,12 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
   size_t nsteps = p->n_steps;
   B.grad = malloc((B.nt + 1) * sizeof *B.grad);
   B.needs = calloc(B.nt + 1, 1);
-  if (!B.grad || !B.needs) ntp_out_of_memory();
+  B.remap = malloc((B.nt + 1) * sizeof *B.remap);
+  B.recomputed = calloc(m->n_layers + 1, sizeof *B.recomputed);
+  if (!B.grad || !B.needs || !B.remap || !B.recomputed) ntp_out_of_memory();
   for (size_t t = 0; t < B.nt; t++) {
     B.grad[t] = -1;
+    B.remap[t] = -1;
     B.needs[t] = is_param_slice(&B, &p->tensors[t]);
   }
   for (size_t s = 0; s < nsteps; s++) { /* which tensors depend on a parameter */
@@ -232,6 +284,12 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
     grad_emitter E = {&B, b_emit, b_shape, b_dtype, b_needs, b_add};
     for (size_t s = nsteps; s-- > 0 && ok;) {
       const sh_step *st = &p->steps[s];
+      int32_t l = st->layer;
+      if (l >= 0 && p->placements[l].recompute && !B.recomputed[l]) { /* its last forward step: run it again */
+        B.recomputed[l] = true;
+        recompute_layer(&B, l, s);
+        st = &p->steps[s];
+      }
       if (st->kind == SH_COMM) {
         comm_backward(&B, st, s);
         continue;
@@ -264,5 +322,7 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
   free(xf);
   free(B.grad);
   free(B.needs);
+  free(B.remap);
+  free(B.recomputed);
   return ok;
 }

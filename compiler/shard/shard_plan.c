@@ -58,6 +58,7 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
       tp = rule->tp;
       file = plan->file;
       pl->seq_parallel = rule->seq_parallel;
+      pl->recompute = rule->recompute;
     }
     /* With one rank every layer runs whole; inline annotations are defaults for larger worlds. */
     if (W == 1 && !rule) tp = (ir_tp){.kind = TP_NONE};

@@ -34,6 +34,7 @@ static void print_placement(const sh_program *p, size_t l, FILE *out) {
   for (int g = 0; g < pl->ngroups; g++)
     fprintf(out, " [%lld:%lld)", (long long)pl->row_start[g], (long long)pl->row_start[g + 1]);
   if (pl->seq_parallel) fputs(", sequence parallel", out);
+  if (pl->recompute) fputs(", recompute", out);
   fputc('\n', out);
 }
 
@@ -341,6 +342,24 @@ void sh_print_report(const sh_program *p, FILE *out) {
     tsent += mm->bytes_sent;
   }
   fprintf(out, "  all ranks: %s sent\n", human(tsent, a, 32));
+  if (m->n_forward_ops) { /* recomputation: which layers, and the transfers it repeats */
+    int nrc = 0;
+    int64_t rbytes = 0;
+    for (size_t l = 0; l + 1 < nl; l++) nrc += p->placements[l].recompute;
+    for (size_t s = 0; s < p->n_steps; s++) {
+      const sh_step *st = &p->steps[s];
+      if (st->kind == SH_COMM && st->why && !strncmp(st->why, "recompute:", 10))
+        for (int i = 0; i < st->nranks; i++) rbytes += st->bytes_out[i];
+    }
+    if (nrc) {
+      fprintf(out, "recompute: %d layer%s (", nrc, nrc == 1 ? "" : "s");
+      for (size_t l = 0, k = 0; l + 1 < nl; l++)
+        if (p->placements[l].recompute) fprintf(out, "%s%s", k++ ? ", " : "", m->layers[l].name);
+      fprintf(out, ") run their forward again before their backward: their activations are freed after the forward "
+                   "(in the peaks above), their kernels run twice and their transfers send %s more (in the totals)\n",
+              human(rbytes, a, 32));
+    }
+  }
   for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
   if (m->n_forward_ops) print_grad_sync(p, out);
 done:

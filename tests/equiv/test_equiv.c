@@ -76,6 +76,7 @@ static void put_tp(text *t, rng *r, int W, int maxgroup, int S, bool *sp_ok) {
     for (int i = 0; i < ng; i++) put(t, "%s%d", i ? ", " : "", uni(r, 1, 5));
     put(t, ")");
   }
+  if (train_mode && chance(r, 20)) put(t, ", recompute"); /* the backward on recomputed activations */
 }
 
 /* ---- transformer stacks ------------------------------------------------------------ */
