@@ -171,6 +171,21 @@ int ntp_cpu_cross_entropy(const float *logits, const int32_t *targets, int64_t r
 void ntp_cpu_cross_entropy_grad(const float *logits, const int32_t *targets, float g, float *dlogits, int64_t rows,
                                 int64_t v, int64_t ignore);
 
+/* ---- the vocabulary-parallel loss (cpu_loss.c; the ops' definitions: ntp_types.h) ---- */
+/* per row of a slice of v logits from vocabulary row lo: max, sum exp(l - max), the target's
+ * logit if held (else 0), held (1 or 0) */
+void ntp_cpu_ce_stats(const float *logits, const int32_t *targets, float *stats, int64_t rows, int64_t v, int64_t lo,
+                      int64_t ignore);
+/* part = (sum over rows not ignored of logsumexp - target logit, their count), from t ranks'
+ * stats per row; the sum is NaN when a counted row's target is held by no rank */
+void ntp_cpu_ce_rows(const float *stats, const int32_t *targets, float *part, int64_t rows, int64_t t, int64_t ignore);
+float ntp_cpu_ce_mean(const float *parts, int64_t blocks);
+void ntp_cpu_ce_stats_grad(const float *logits, const int32_t *targets, const float *dstats, float *dlogits,
+                           int64_t rows, int64_t v, int64_t lo, int64_t ignore);
+void ntp_cpu_ce_rows_grad(const float *stats, const int32_t *targets, const float *dpart, float *dstats, int64_t rows,
+                          int64_t t, int64_t ignore);
+void ntp_cpu_ce_mean_grad(const float *parts, float dloss, float *dparts, int64_t blocks);
+
 #ifdef __cplusplus
 }
 #endif

@@ -258,6 +258,19 @@ int ntp_exec_op(const ntp_op *op, ntp_host_tensor *o, const ntp_host_tensor *con
   case IR_CROSS_ENTROPY_GRAD:
     ntp_cpu_cross_entropy_grad(a->f, b->i, args[2]->f[0], o->f, n / last, last, op->attr.ce.ignore);
     break;
+  case IR_CE_STATS:
+    ntp_cpu_ce_stats(a->f, b->i, o->f, shape_numel(&b->shape), a->shape.dim[a->shape.ndim - 1], op->attr.ce.lo, op->attr.ce.ignore);
+    break;
+  case IR_CE_ROWS: ntp_cpu_ce_rows(a->f, b->i, o->f, a->shape.dim[0], a->shape.dim[1] / 4, op->attr.ce.ignore); break;
+  case IR_CE_MEAN: o->f[0] = ntp_cpu_ce_mean(a->f, a->shape.dim[0]); break;
+  case IR_CE_STATS_GRAD:
+    ntp_cpu_ce_stats_grad(a->f, b->i, args[2]->f, o->f, shape_numel(&b->shape), a->shape.dim[a->shape.ndim - 1], op->attr.ce.lo,
+                          op->attr.ce.ignore);
+    break;
+  case IR_CE_ROWS_GRAD:
+    ntp_cpu_ce_rows_grad(a->f, b->i, args[2]->f, o->f, a->shape.dim[0], a->shape.dim[1] / 4, op->attr.ce.ignore);
+    break;
+  case IR_CE_MEAN_GRAD: ntp_cpu_ce_mean_grad(a->f, b->f[0], o->f, a->shape.dim[0]); break;
   case IR_SUM_TO:
     ntp_cpu_sum_to(a->f, a->shape.dim, a->shape.ndim, o->f, o->shape.dim, o->shape.ndim);
     break;

@@ -135,6 +135,17 @@ bool grad_rule(const grad_emitter *E, const ir_op *op, int32_t g) {
     add(E, x[0], emit(E, IR_CROSS_ENTROPY_GRAD, args, 3, xs, dt, &op->attr));
     return true;
   }
+  /* the vocabulary-parallel loss (sharded programs only): each piece's gradient from the one after */
+  case IR_CE_STATS: case IR_CE_ROWS: {
+    int32_t args[3] = {x[0], x[1], g};
+    add(E, x[0], emit(E, op->code == IR_CE_STATS ? IR_CE_STATS_GRAD : IR_CE_ROWS_GRAD, args, 3, xs, dt, &op->attr));
+    return true;
+  }
+  case IR_CE_MEAN: {
+    int32_t args[2] = {x[0], g};
+    add(E, x[0], emit(E, IR_CE_MEAN_GRAD, args, 2, xs, dt, NULL));
+    return true;
+  }
   default: break;
   }
   return false;

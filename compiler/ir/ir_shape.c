@@ -228,6 +228,44 @@ bool ir_infer(const ir_module *m, const ir_op *op, ntp_shape *shape, ntp_dtype *
     return true;
   }
 
+  /* the vocabulary-parallel loss: [R, 4] stats per rank, [R, 4t] a row block's, [1, 2] its part */
+  case IR_CE_STATS: case IR_CE_STATS_GRAD:
+    if (!dtype_is_float(a->dtype) || b->dtype != NTP_I32 || b->shape.ndim != a->shape.ndim - 1 ||
+        !same_lead(&a->shape, &b->shape))
+      return ir_fail(err, cap, "'%s' needs logits [..., V] and targets [...]", ir_op_name(op->code));
+    if (op->code == IR_CE_STATS_GRAD) {
+      const ir_value *g = &m->values[op->args[2]];
+      if (g->shape.ndim != 2 || g->shape.dim[0] != shape_numel(&b->shape) || g->shape.dim[1] != 4)
+        return ir_fail(err, cap, "ce_stats_grad needs the stats' gradient [R, 4]");
+      *shape = a->shape;
+      *dt = a->dtype;
+      return true;
+    }
+    *shape = (ntp_shape){2, {shape_numel(&b->shape), 4}};
+    *dt = NTP_FP32;
+    return true;
+  case IR_CE_ROWS: case IR_CE_ROWS_GRAD:
+    if (a->shape.ndim != 2 || a->dtype != NTP_FP32 || a->shape.dim[1] % 4 || a->shape.dim[1] == 0 ||
+        b->dtype != NTP_I32 || a->shape.dim[0] != shape_numel(&b->shape))
+      return ir_fail(err, cap, "'%s' needs stats [R, 4t] and R targets", ir_op_name(op->code));
+    if (op->code == IR_CE_ROWS_GRAD) {
+      const ir_value *g = &m->values[op->args[2]];
+      if (g->shape.ndim != 2 || g->shape.dim[0] != 1 || g->shape.dim[1] != 2)
+        return ir_fail(err, cap, "ce_rows_grad needs the part's gradient [1, 2]");
+      *shape = a->shape;
+    } else {
+      *shape = (ntp_shape){2, {1, 2}};
+    }
+    *dt = NTP_FP32;
+    return true;
+  case IR_CE_MEAN: case IR_CE_MEAN_GRAD:
+    if (a->shape.ndim != 2 || a->shape.dim[1] != 2 || a->dtype != NTP_FP32)
+      return ir_fail(err, cap, "'%s' needs parts [blocks, 2]", ir_op_name(op->code));
+    if (op->code == IR_CE_MEAN_GRAD && b->shape.ndim != 0) return ir_fail(err, cap, "ce_mean_grad needs a scalar gradient");
+    *shape = op->code == IR_CE_MEAN ? (ntp_shape){0} : a->shape;
+    *dt = NTP_FP32;
+    return true;
+
   case IR_OP_COUNT:
     break;
   }

@@ -436,6 +436,15 @@ static size_t where(lower *L, int32_t v, rank_box *out) {
   return box_default_split(s, L->W, out);
 }
 
+size_t shard_homes(lower *L, int32_t v, rank_box *out) { return L->nhome[v] ? where(L, v, out) : 0; }
+
+int32_t shard_new_temp(lower *L, int32_t rank, ntp_box box, ntp_dtype dt) { return new_tensor(L, rank, -1, box, dt, NULL); }
+
+int32_t shard_temp_box(lower *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs, const ir_op *attrs,
+                       ntp_box box, ntp_dtype dt) {
+  return compute(L, rank, code, args, nargs, attrs, -1, box, dt, NULL);
+}
+
 static void follow(lower *L, const ir_op *op) {
   int32_t r = op->result;
   ntp_shape rs = vshape(L, r);
@@ -755,6 +764,8 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
     L.why = arena_printf(&p->pool, "%s: redistribution", op->layer >= 0 ? m->layers[op->layer].name : "model level");
     if (op->code == IR_MATMUL && L.use_layouts && (L.lay[op->args[0]].mesh >= 0 || L.lay[op->args[1]].mesh >= 0))
       layout_matmul(&L, op);
+    else if (op->code == IR_CROSS_ENTROPY && shard_lower_loss(&L, op))
+      ; /* vocabulary-parallel */
     else if (op->code != IR_INPUT && op->code != IR_PARAM && op->code != IR_CONST && op->code != IR_SLICE)
       follow(&L, op);
     i++;

@@ -22,4 +22,15 @@ void shard_backward_comm(shard_lowering *L, sh_comm_kind kind, sh_xfer *xf, size
 /* Tensor t holds a piece of global value v (an output the runtime assembles). */
 void shard_backward_piece(shard_lowering *L, int32_t v, int32_t t);
 
+/* ---- the vocabulary-parallel loss (shard_loss.c) and what it uses of the lowering ---- */
+/* cross_entropy `op` without gathering its logits, when their pieces split the vocabulary; false
+ * (nothing emitted) when they do not tile it, or do not split it. */
+bool shard_lower_loss(shard_lowering *L, const ir_op *op);
+/* Where value v's pieces are (rank, box): out has room for 4 W + 4. */
+size_t shard_homes(shard_lowering *L, int32_t v, rank_box *out);
+/* An empty temporary with box `box` (a transfer's destination), and op `code` into one. */
+int32_t shard_new_temp(shard_lowering *L, int32_t rank, ntp_box box, ntp_dtype dt);
+int32_t shard_temp_box(shard_lowering *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs,
+                       const ir_op *attrs, ntp_box box, ntp_dtype dt);
+
 #endif

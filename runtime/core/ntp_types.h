@@ -85,7 +85,17 @@ const char *shape_str(const ntp_shape *s, char *buf, size_t cap);
   X(ATTENTION_GRAD, "attention_grad", 4) /* (q, k, v, dy) -> dq, dk or dv (attn.which) */       \
   X(SCATTER_ADD, "scatter_add", 2)   /* (index i32 [...], dy [..., D]) -> table [V, D] */        \
   X(PAD, "pad", 1)                   /* x placed at [start, start+len) of the result's axis */   \
-  X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) /* (logits, targets, dloss []) -> dlogits */
+  X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) /* (logits, targets, dloss []) -> dlogits */ \
+  /* ---- the vocabulary-parallel loss (compiler/shard/shard_loss.c): what the sharder makes of    \
+   * cross_entropy when the logits' vocabulary is split over ranks; never in a global module ---- */ \
+  X(CE_STATS, "ce_stats", 2)     /* (logits [..., Vk] of vocabulary [ce.lo, ce.lo + Vk), targets) ->  \
+                                    fp32 [R, 4] per row: max, sum exp(l - max), target logit or 0, held */ \
+  X(CE_ROWS, "ce_rows", 2)       /* (stats of a row block's t ranks [R, 4t], targets) -> fp32 [1, 2]:  \
+                                    sum over counted rows of logsumexp - target logit, rows counted */ \
+  X(CE_MEAN, "ce_mean", 1)       /* ([blocks, 2]) -> fp32 []: the sums over the counts */              \
+  X(CE_STATS_GRAD, "ce_stats_grad", 3) /* (logits, targets, dstats) -> dlogits */                      \
+  X(CE_ROWS_GRAD, "ce_rows_grad", 3)   /* (stats, targets, dpart [1, 2]) -> dstats */                  \
+  X(CE_MEAN_GRAD, "ce_mean_grad", 2)   /* (parts, dloss []) -> dparts */
 
 typedef enum {
 #define X(e, s, n) IR_##e,
@@ -111,7 +121,8 @@ typedef union ntp_op_attr {
   struct { int32_t axis; int64_t start, len; } slice;
   struct { double value; } cst;
   struct { float center, scale; int32_t int_range; } init; /* param / input: center + scale * U[-1, 1) */
-  struct { int64_t ignore; } ce;                          /* cross_entropy: targets equal to it are skipped */
+  struct { int64_t ignore, lo; } ce;                      /* cross_entropy: targets equal to it are skipped;
+                                                            ce_stats(_grad): the first vocabulary row held */
   struct { int32_t of; } grad;                            /* act_grad: the forward op (ir_opcode) */
   uint64_t raw[4];                                        /* all of the above: equality and hashing */
 } ntp_op_attr;

@@ -1,0 +1,125 @@
+/* shard_loss.c — cross-entropy without gathering the logits (Megatron's vocabulary-parallel
+ * cross-entropy, for any groups, shares and uneven splits).
+ *
+ * The logits come from a column-parallel head: each rank of a group holds the group's rows for
+ * a range of the vocabulary. The rows split into blocks whose pieces tile the vocabulary (one
+ * block per group; replicas holding the same rows give one block, the first that tiles). Then:
+ *   1. each rank of a block: ce_stats of its piece — per row the max, the sum of exponentials
+ *      relative to it, and the target's logit where its range holds the target ([R, 4]);
+ *   2. the block's stats gathered to its first rank ([R, 4t]: 16 bytes per row and rank, where
+ *      the logits are 4 V bytes per row), and ce_rows there: the block's sum over its counted
+ *      rows of logsumexp - target logit, and their count ([1, 2]);
+ *   3. the blocks' parts gathered to one rank, and ce_mean: the loss.
+ * The backward is the program's own (shard_grad.c), rule by rule: ce_mean's spreads the loss's
+ * gradient over the count, ce_rows' gives each rank's sum its share of the softmax, ce_stats'
+ * turns that into (softmax - onehot) on the rank's own logits. No logit ever moves.
+ * When the pieces do not tile the vocabulary, or do not split it, the op is left to `follow`
+ * (the logits gathered where the loss is computed). */
+#include <stdlib.h>
+
+#include "shard_internal.h"
+#include "shard_lower.h"
+
+typedef struct loss_block {
+  ntp_box rows;     /* the logits' box without its last dim */
+  int32_t *pieces;  /* indexes into the home list, in vocabulary order */
+  int t;
+} loss_block;
+
+static ntp_box row_box(const ntp_box *b) {
+  ntp_box r = *b;
+  r.ndim = b->ndim - 1;
+  return r;
+}
+
+/* A chain of pieces with row box `rows` covering [0, V) of the vocabulary, lowest ranges first;
+ * the number of pieces, or 0 when none tiles it. */
+static int tile(const rank_box *rb, size_t n, const ntp_box *rows, int64_t V, int32_t *out) {
+  int d = rows->ndim, t = 0;
+  for (int64_t at = 0; at < V;) {
+    size_t k = 0;
+    for (; k < n; k++) {
+      ntp_box r = row_box(&rb[k].box);
+      if (box_eq(&r, rows) && rb[k].box.lo[d] == at && rb[k].box.hi[d] > at) break;
+    }
+    if (k == n) return 0;
+    out[t++] = (int32_t)k;
+    at = rb[k].box.hi[d];
+  }
+  return t;
+}
+
+bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
+  const ir_module *m = shard_module(L);
+  int32_t lg = op->args[0], tg = op->args[1];
+  ntp_shape ls = m->values[lg].shape;
+  int nd = ls.ndim;
+  int64_t V = nd ? ls.dim[nd - 1] : 0, total = 1;
+  for (int d = 0; d + 1 < nd; d++) total *= ls.dim[d];
+  if (nd < 2 || V < 2) return false;
+  size_t cap = 4 * (size_t)shard_lowering_program(L)->world + 4;
+  rank_box *rb = malloc(cap * sizeof *rb);
+  loss_block *bl = calloc(cap, sizeof *bl);
+  int32_t *chains = malloc(cap * cap * sizeof *chains);
+  if (!rb || !bl || !chains) ntp_out_of_memory();
+  size_t n = shard_homes(L, lg, rb), nb = 0;
+  int64_t covered = 0;
+  bool split = false;
+  for (size_t i = 0; i < n; i++) { /* blocks in the order of their first piece, disjoint rows */
+    ntp_box rows = row_box(&rb[i].box);
+    bool taken = false;
+    for (size_t j = 0; j < nb && !taken; j++) {
+      ntp_box x;
+      taken = box_intersect(&bl[j].rows, &rows, &x) && box_volume(&x) > 0;
+    }
+    if (taken) continue;
+    int32_t *c = chains + nb * cap;
+    int t = tile(rb, n, &rows, V, c);
+    if (!t) continue;
+    bl[nb++] = (loss_block){.rows = rows, .pieces = c, .t = t};
+    covered += box_volume(&rows);
+    split |= t > 1;
+  }
+  bool ok = split && covered == total;
+  if (ok) {
+    sh_program *p = shard_lowering_program(L);
+    int32_t home = rb[bl[0].pieces[0]].rank;
+    int32_t *parts = malloc((nb + 1) * sizeof *parts);
+    sh_xfer *xf = malloc((cap + nb + 1) * sizeof *xf);
+    if (!parts || !xf) ntp_out_of_memory();
+    for (size_t j = 0; j < nb; j++) {
+      const loss_block *b = &bl[j];
+      int64_t R = box_volume(&b->rows);
+      int32_t first = rb[b->pieces[0]].rank;
+      ntp_box gbox = {2, {0, 0}, {R, 4 * (int64_t)b->t}};
+      int32_t G = shard_new_temp(L, first, gbox, NTP_FP32);
+      for (int k = 0; k < b->t; k++) {
+        const rank_box *pc = &rb[b->pieces[k]];
+        ir_op st = *op;
+        st.attr.ce.lo = pc->box.lo[nd - 1];
+        int32_t args[2] = {shard_ensure(L, lg, pc->rank, pc->box), shard_ensure(L, tg, pc->rank, b->rows)};
+        ntp_box sbox = {2, {0, 4 * (int64_t)k}, {R, 4 * (int64_t)k + 4}};
+        int32_t stats = shard_temp_box(L, pc->rank, IR_CE_STATS, args, 2, &st, sbox, NTP_FP32);
+        xf[k] = (sh_xfer){.src = stats, .dst = G, .box = sbox};
+      }
+      shard_backward_comm(L, COMM_SEND_RECV, xf, (size_t)b->t,
+                          "loss: the vocabulary shards' row statistics to the block's first rank");
+      int32_t args[2] = {G, shard_ensure(L, tg, first, b->rows)};
+      ntp_box pbox = {2, {(int64_t)j, 0}, {(int64_t)j + 1, 2}};
+      parts[j] = shard_temp_box(L, first, IR_CE_ROWS, args, 2, op, pbox, NTP_FP32);
+    }
+    ntp_box all = {2, {0, 0}, {(int64_t)nb, 2}};
+    int32_t P = shard_new_temp(L, home, all, NTP_FP32);
+    for (size_t j = 0; j < nb; j++) xf[j] = (sh_xfer){.src = parts[j], .dst = P, .box = p->tensors[parts[j]].box};
+    shard_backward_comm(L, COMM_SEND_RECV, xf, nb, "loss: the row blocks' sums to one rank");
+    ntp_shape scalar = {0};
+    int32_t loss = shard_compute(L, home, IR_CE_MEAN, &P, 1, op, op->result, box_full(&scalar), NTP_FP32);
+    shard_add_home(L, op->result, loss);
+    free(parts);
+    free(xf);
+  }
+  free(rb);
+  free(bl);
+  free(chains);
+  return ok;
+}
