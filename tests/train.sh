@@ -157,6 +157,17 @@ expect_text plan-train "training state"
 trn=$(sed -n 's/^predicted step time (training: forward, backward, gradient sync): \([0-9.]*\) us.*/\1/p' "$tmp/out")
 if [ -n "$fwd" ] && [ -n "$trn" ] && awk "BEGIN { exit !($trn > 2.5 * $fwd) }"; then ok; else
   bad "plan --train: a training step of $trn us against a forward of $fwd us (expected more than 2.5 times)"; fi
+# where memory binds, the training plan recomputes layers; the plan trains as the model does unsharded
+check plan-rc 0 "$ntpc" plan examples/byte_gpt.ntp -D B=8 -D S=64 --world 4 --gpu h100 --train --mem-cap 0.004 -o "$tmp/prc.ntp" --svg "$tmp/prc.svg"
+expect_text plan-rc "memory binds"
+if grep -q 'recompute;' "$tmp/prc.ntp"; then ok; else bad "plan --train under a tight cap recomputes no layer"; cat "$tmp/prc.ntp"; fi
+pa="--data $tmp/docs.bin --steps 2 --seed 4 -D B=8 -D S=64"
+check plan-rc-ref 0 "$ntpc" train examples/byte_gpt.ntp $pa
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/prc0.log"
+check plan-rc-train 0 "$ntpc" train examples/byte_gpt.ntp $pa --plan "$tmp/prc.ntp"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/prc1.log"
+if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/prc0.log" "$tmp/prc1.log"; then ok; else
+  bad "the planned training's losses differ from the unsharded ones"; paste "$tmp/prc0.log" "$tmp/prc1.log"; fi
 check plan-train-noloss 1 "$ntpc" plan examples/gpt2.ntp --world 2 --train -o "$tmp/pn.ntp" --svg "$tmp/pn.svg"
 expect_text plan-train-noloss "training needs a scalar loss output"
 if [ -e "$tmp/pn.ntp" ]; then bad "plan --train wrote a plan for a model without a loss"; else ok; fi

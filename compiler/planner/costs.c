@@ -155,6 +155,10 @@ const char *pl_place_str_rows(const plan_place *pl, int64_t rows, char *buf, siz
     size_t len = strlen(buf);
     snprintf(buf + len, cap > len ? cap - len : 0, ", sequence_parallel");
   }
+  if (pl->rc) {
+    size_t len = strlen(buf);
+    snprintf(buf + len, cap > len ? cap - len : 0, ", recompute");
+  }
   return buf;
 }
 

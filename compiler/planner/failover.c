@@ -174,6 +174,7 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     pl_group_starts(&hp, gs);
     if (!degrade(gs, hp.ngroups, gone, 0, &pl)) continue;
     pl.sp = hp.sp;
+    pl.rc = hp.rc;
     int32_t idx = pl_add_state(&st, &ns, &cs, &pl);
     ok &= idx >= 0;
     pins[i] = -2 - idx; /* resolved below, after the sp copies */
@@ -189,6 +190,7 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
     if (pl_place_max(&b) > 1) ok &= pl_add_state(&st, &ns, &cs, &b) >= 0;
   }
   for (int32_t k = 0; ok && k < ns; k++) throughput_shares(pm, rq->prof, N, node, &st[k]);
+  if (ok && rq->train) ok = pl_add_recompute_states(&st, &ns, &cs);
   for (int32_t i = 0; ok && i < n; i++)
     if (pins[i] <= -2) pins[i] = -2 - pins[i];
   free(starts);

@@ -84,6 +84,7 @@ typedef struct plan_place {
   int32_t size[NTP_MAX_GROUPS];
   int64_t share[NTP_MAX_GROUPS]; /* batch shares; share[0] == 0: in proportion to the sizes */
   bool sp;
+  bool rc; /* training: the layer's activations recomputed in its backward ('recompute') */
 } plan_place;
 
 /* "tp 4", "tp (3, 3, 2)", with ", batch (...)" and ", sequence_parallel" as a plan writes them */

@@ -165,6 +165,7 @@ bool pl_dp_solve_ws(const plan_problem *pb, int32_t *choice, double *time, int64
 
 /* solve.c */
 int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place *pl);
+bool pl_add_recompute_states(plan_place **st, int32_t *n, int32_t *cap);
 double pl_cap_of(const plan_request *rq);
 bool pl_pins(const plan_model *pm, const ir_module *m, int32_t W, const sh_placement *fixed, plan_place *pin, bool *free_,
              diag_sink *diags);

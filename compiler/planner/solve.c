@@ -36,7 +36,7 @@ int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place
 /* The planner's state of a layer (plan_place) and the compiler's placement (sh_placement), the
  * two directions side by side: group sizes <-> group starts; shares 0 <-> not given. */
 static plan_place place_of(const sh_placement *f) {
-  plan_place p = {.ngroups = f->ngroups, .sp = f->seq_parallel};
+  plan_place p = {.ngroups = f->ngroups, .sp = f->seq_parallel, .rc = f->recompute};
   for (int g = 0; g < f->ngroups; g++) {
     p.size[g] = f->group_start[g + 1] - f->group_start[g];
     p.share[g] = f->shares_given ? f->share[g] : 0;
@@ -52,6 +52,21 @@ static void placement_of(const plan_place *pp, sh_placement *pl) {
   }
   pl->shares_given = pp->share[0] != 0;
   pl->seq_parallel = pp->sp;
+  pl->recompute = pp->rc;
+}
+
+/* Training: every state once more with its activations recomputed (as long as the states fit
+ * the search's 255). false when memory fails. */
+bool pl_add_recompute_states(plan_place **st, int32_t *n, int32_t *cap) {
+  int32_t base = *n;
+  if (2 * base > 255) return true;
+  for (int32_t k = 0; k < base; k++) {
+    if ((*st)[k].rc) continue;
+    plan_place r = (*st)[k];
+    r.rc = true;
+    if (pl_add_state(st, n, cap, &r) < 0) return false;
+  }
+  return true;
 }
 
 void plan_solution_placements(const plan_model *pm, const plan_solution *s, sh_placement *out) {
@@ -554,6 +569,7 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
     plan_place a = plan_place_balanced(W, k, false), b = plan_place_balanced(W, k, true);
     ok = pl_add_state(&st, &ns, &cs, &a) >= 0 && (k == W || pl_add_state(&st, &ns, &cs, &b) >= 0);
   }
+  if (ok && rq->train) ok = pl_add_recompute_states(&st, &ns, &cs);
   plan_place *pin = malloc((size_t)(n + 1) * sizeof *pin);
   bool *free_ = malloc((size_t)(n + 1) * sizeof *free_);
   if (ok && (!pin || !free_)) {
@@ -601,6 +617,7 @@ static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_r
     pl_add_state(&st, &ns, &cs, &a);
     if (k < W) pl_add_state(&st, &ns, &cs, &b);
   }
+  if (rq->train) pl_add_recompute_states(&st, &ns, &cs);
   plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->train, diags);
   free(st);
   return T;

@@ -355,12 +355,13 @@ void pl_unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, dou
  * rank holds). Beside its parameters a rank keeps their gradients (storage dtype), fp32 master
  * weights and two fp32 AdamW moments (optimizer state sharded like the parameters), and the
  * layer's activations from its forward until its backward: additive over the layers, where the
- * forward's working set is a peak. */
+ * forward's working set is a peak. A recomputed state ('recompute', pl->rc) keeps no activations
+ * and pays the forward's kernels and transfers once more. */
 static double train_costs(const plan_tables *T, int32_t i, int32_t s, unary_out *u) {
   const chain_layer *c = &T->pm->L[i];
   const plan_place *pl = &T->st[s];
-  u->comp *= 3;
-  u->comm *= 2;
+  u->comp *= pl->rc ? 4 : 3; /* recomputed: the forward once more */
+  u->comm *= pl->rc ? 3 : 2;
   double sync = 0;
   if (pl->ngroups > 1 && u->pmax > 0) {
     int32_t gs[NTP_MAX_GROUPS + 1];
@@ -374,7 +375,7 @@ static double train_costs(const plan_tables *T, int32_t i, int32_t s, unary_out 
   /* per element: its gradient, an fp32 master and two fp32 moments (train.c keeps a master for
    * fp32 parameters too) */
   double eb = (double)dtype_bytes(c->wdt), state = eb + 12.0;
-  u->pmax = u->pmax * (1.0 + state / eb) + u->amax;
+  u->pmax = u->pmax * (1.0 + state / eb) + (pl->rc ? 0.0 : u->amax); /* recomputed: nothing kept */
   return sync;
 }
 
@@ -498,7 +499,8 @@ static void trans_build(plan_tables *T, int32_t hi) {
         t += pl_move_eval(T, mv, hi - 1, s0, s1, &mb, NULL);
         by += mb;
       }
-      if (T->train) t *= 2; /* the backward sends the gradients of the moved values back */
+      if (T->train) t *= T->st[s1].rc ? 3 : 2; /* the backward sends the gradients back; a recomputed layer
+                                                  moves its inputs once more */
       te.time[(size_t)s0 * S + s1] = t;
       te.ftime[(size_t)s0 * S + s1] = (float)t;
       te.bytes[(size_t)s0 * S + s1] = by;
