@@ -1,13 +1,13 @@
 #!/bin/sh
 # train.sh NTPC PYTHON — `ntpc train --backend cuda` on the emulated GPU trains as the CPU does:
 # 3 AdamW steps of a small GPT (fp32) unsharded, at 7 ranks in groups (4, 3) on one GPU
-# (loopback) and at 8 ranks with every layer its own way through NCCL, and of a bf16 GPT at 7
-# ranks; each step's loss and the trained parameters are compared with the CPU run's (fp32 within
-# 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05, the parameters' scale:
-# bf16 activations make a gradient that is within their rounding step an element either way, by
-# up to lr a step). AdamW's eps is 1e-4 here: a gradient that is round-off on both sides (a key
-# bias's) would otherwise be normalised to a full-size step of either sign. The update runs on
-# the GPUs (ntp_cuda_adamw) and on the host in the CPU run.
+# (loopback, twice: the same bits) and at 8 ranks with every layer its own way through NCCL, and
+# of a bf16 GPT at 7 ranks; each step's loss and the trained parameters are compared with the CPU
+# run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
+# the parameters' scale: bf16 activations make a gradient that is within their rounding step move
+# an element either way, by up to lr a step). AdamW's eps is 1e-4 here: a gradient that is
+# round-off on both sides (a key bias's) would otherwise be normalised to a full-size step of
+# either sign. The update runs on the GPUs (ntp_cuda_adamw), on the host in the CPU run.
 # Run by CTest with the emulator's environment (tests/emu/CMakeLists.txt).
 set -u
 ntpc=$1 py=$2
@@ -50,6 +50,15 @@ gpt="examples/byte_gpt.ntp -D B=2 -D S=16 -D D=64 -D H=8"
 train cpu $gpt &&
   train cuda1 $gpt --backend cuda && same cpu cuda1 1e-5 1e-5
 train cuda7 $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback && same cpu cuda7 1e-5 1e-5
+# determinism: no kernel uses atomics, so a second run gives the same bits
+if train cuda7b $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback >/dev/null; then
+  if cmp -s "$tmp/cuda7.st" "$tmp/cuda7b.st" && cmp -s "$tmp/cuda7.log" "$tmp/cuda7b.log"; then
+    echo "cuda7: a second run gives the same losses and parameters, bit for bit"
+  else
+    echo "[FAIL] cuda7: two runs differ"
+    fail=1
+  fi
+fi
 train nccl8 $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda && same cpu nccl8 1e-5 1e-5
 bf16="tests/emu/models/train_bf16.ntp"
 train bf16_cpu $bf16 &&
