@@ -148,6 +148,18 @@ static void gen_cross_entropy(gen *g, int32_t s) {
   cg_out(g->m, "  }\n}\n");
 }
 
+/* A block's row of V logits at base: "mx", its maximum, and with sumexp "se", the sum of
+ * exp(l - mx) (a kernel with `sh`, `V` and `base` declared). */
+static void row_max_sumexp(gen *g, int32_t lg, bool sumexp) {
+  cg_out(g->m, "  float mx = %s;\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, ", NEG_INF);
+  cg_load(g, lg, "base + j");
+  cg_out(g->m, ");\n  mx = block_max(mx, sh);\n");
+  if (!sumexp) return;
+  cg_out(g->m, "  float se = 0.0f;\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) se += expf(");
+  cg_load(g, lg, "base + j");
+  cg_out(g->m, " - mx);\n  se = block_sum(se, sh);\n");
+}
+
 /* (softmax(l) - onehot(target)) * dloss / n for each row, n the rows counted by the loss */
 static void gen_cross_entropy_grad(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
@@ -167,11 +179,9 @@ static void gen_cross_entropy_grad(gen *g, int32_t s) {
   cg_out(g->m, "    for (i64 j = threadIdx.x; j < V; j += blockDim.x) T%d[base + j] = 0;\n    return;\n  }\n", y);
   cg_out(g->m, "  float scale = ");
   cg_load(g, dl, "0");
-  cg_out(g->m, " / cnt;\n  float mx = %s;\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, ", NEG_INF);
-  cg_load(g, lg, "base + j");
-  cg_out(g->m, ");\n  mx = block_max(mx, sh);\n  float se = 0.0f;\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) se += expf(");
-  cg_load(g, lg, "base + j");
-  cg_out(g->m, " - mx);\n  se = block_sum(se, sh);\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) {\n    float p = expf(");
+  cg_out(g->m, " / cnt;\n");
+  row_max_sumexp(g, lg, true);
+  cg_out(g->m, "  for (i64 j = threadIdx.x; j < V; j += blockDim.x) {\n    float p = expf(");
   cg_load(g, lg, "base + j");
   cg_out(g->m, " - mx) / se;\n  ");
   cg_store(g, y, "base + j", "(p - (j == t ? 1.0f : 0.0f)) * scale");
@@ -351,11 +361,8 @@ static void gen_ce_stats(gen *g, int32_t s) {
   cg_decl(g, tg);
   cg_decl(g, y);
   cg_out(g->m, "  __shared__ float sh[32];\n  i64 row = blockIdx.x;\n  const i64 V = %lldll, base = row * V;\n", V);
-  cg_out(g->m, "  float mx = %s;\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, ", NEG_INF);
-  cg_load(g, lg, "base + j");
-  cg_out(g->m, ");\n  mx = block_max(mx, sh);\n  float se = 0.0f;\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) se += expf(");
-  cg_load(g, lg, "base + j");
-  cg_out(g->m, " - mx);\n  se = block_sum(se, sh);\n  if (threadIdx.x == 0) {\n");
+  row_max_sumexp(g, lg, true);
+  cg_out(g->m, "  if (threadIdx.x == 0) {\n");
   cg_out(g->m, "    i64 t = T%d[row];\n    bool h = t != %lldll && t >= %lldll && t < %lldll + V;\n", tg, ign, lo, lo);
   cg_out(g->m, "    T%d[4 * row] = mx;\n    T%d[4 * row + 1] = se;\n    T%d[4 * row + 2] = h ? ", y, y, y);
   char at[64];
@@ -417,9 +424,8 @@ static void gen_ce_stats_grad(gen *g, int32_t s) {
   cg_decl(g, ds);
   cg_decl(g, y);
   cg_out(g->m, "  __shared__ float sh[32];\n  i64 row = blockIdx.x;\n  const i64 V = %lldll, base = row * V;\n", V);
-  cg_out(g->m, "  float mx = %s;\n  for (i64 j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, ", NEG_INF);
-  cg_load(g, lg, "base + j");
-  cg_out(g->m, ");\n  mx = block_max(mx, sh);\n  float dsum = T%d[4 * row + 1], dtl = T%d[4 * row + 2];\n", ds, ds);
+  row_max_sumexp(g, lg, false);
+  cg_out(g->m, "  float dsum = T%d[4 * row + 1], dtl = T%d[4 * row + 2];\n", ds, ds);
   cg_out(g->m, "  i64 t = T%d[row];\n  i64 at = t != %lldll && t >= %lldll && t < %lldll + V ? t - %lldll : -1;\n", tg,
          ign, lo, lo, lo);
   cg_out(g->m, "  for (i64 j = threadIdx.x; j < V; j += blockDim.x) {\n    float d = dsum * expf(");

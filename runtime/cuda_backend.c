@@ -190,19 +190,31 @@ typedef struct box_geom {
   int64_t len[NTP_MAX_RANK], sstr[NTP_MAX_RANK], dstr[NTP_MAX_RANK], soff, doff;
 } box_geom;
 
+/* What the runtime's own kernels share: storage loads as float and round-to-nearest-even
+ * stores, by dtype (0 bf16, 1 fp16, 2 fp32: ntp_dtype's numbers). */
+#define RUNTIME_KERNEL_PRELUDE                                                      \
+  "typedef long long i64; typedef unsigned short u16; typedef unsigned int u32;\n"  \
+  NTP_CUDA_F16_CONVERSIONS                                                          \
+  "__device__ float ldv(const unsigned char *p, int dt, i64 i) {\n"                \
+  "  if (dt == 0) return __uint_as_float(((u32)((const u16 *)p)[i]) << 16);\n"     \
+  "  if (dt == 1) return f16_to_f32(((const u16 *)p)[i]);\n"                       \
+  "  return ((const float *)p)[i];\n"                                               \
+  "}\n"                                                                            \
+  "__device__ void stv(unsigned char *p, int dt, i64 i, float f) {\n"              \
+  "  if (dt == 2) { ((float *)p)[i] = f; return; }\n"                               \
+  "  if (dt == 1) { ((u16 *)p)[i] = f32_to_f16(f); return; }\n"                     \
+  "  u32 u = __float_as_uint(f);\n"                                                 \
+  "  if ((u & 0x7fffffffu) > 0x7f800000u) { ((u16 *)p)[i] = (u16)((u >> 16) | 0x40u); return; }\n" \
+  "  u += 0x7fffu + ((u >> 16) & 1u); ((u16 *)p)[i] = (u16)(u >> 16);\n"            \
+  "}\n"
+
 static const char comm_src[] =
-    "typedef long long i64; typedef unsigned short u16; typedef unsigned int u32;\n"
+    RUNTIME_KERNEL_PRELUDE
     "struct box_geom { i64 n; int nd, esize; i64 len[6], sstr[6], dstr[6], soff, doff; };\n"
     "__device__ void offsets(const box_geom &g, i64 i, i64 *so, i64 *dd) {\n"
     "  i64 s = g.soff, d = g.doff;\n"
     "  for (int k = g.nd - 1; k >= 0; k--) { i64 c = i % g.len[k]; i /= g.len[k]; s += c * g.sstr[k]; d += c * g.dstr[k]; }\n"
     "  *so = s; *dd = d;\n"
-    "}\n"
-    NTP_CUDA_F16_CONVERSIONS
-    "__device__ float ldv(const unsigned char *p, int dt, i64 i) {\n"
-    "  if (dt == 0) return __uint_as_float(((u32)((const u16 *)p)[i]) << 16);\n"
-    "  if (dt == 1) return f16_to_f32(((const u16 *)p)[i]);\n"
-    "  return ((const float *)p)[i];\n"
     "}\n"
     "extern \"C\" __global__ void ntp_copy_box(const unsigned char *src, unsigned char *dst, box_geom g) {\n"
     "  i64 i = (i64)blockIdx.x * 256 + threadIdx.x; if (i >= g.n) return;\n"
@@ -216,32 +228,14 @@ static const char comm_src[] =
     "}\n"
     "extern \"C\" __global__ void ntp_store_acc(const float *acc, unsigned char *dst, int dt, i64 n) {\n"
     "  i64 i = (i64)blockIdx.x * 256 + threadIdx.x; if (i >= n) return;\n"
-    "  float f = acc[i];\n"
-    "  if (dt == 2) { ((float *)dst)[i] = f; return; }\n"
-    "  if (dt == 1) { ((u16 *)dst)[i] = f32_to_f16(f); return; }\n"
-    "  u32 u = __float_as_uint(f);\n"
-    "  if ((u & 0x7fffffffu) > 0x7f800000u) { ((u16 *)dst)[i] = (u16)((u >> 16) | 0x40u); return; }\n"
-    "  u += 0x7fffu + ((u >> 16) & 1u); ((u16 *)dst)[i] = (u16)(u >> 16);\n"
+    "  stv(dst, dt, i, acc[i]);\n"
     "}\n";
 
 /* ---- the optimizer's kernels (ntp_cuda_sumsq, ntp_cuda_adamw): AdamW on a parameter slice in
  * place, as train.c does on the host, and the sum of squares of a gradient over the elements a
  * mask marks (the global norm counts each element once, on its first holder) ---- */
 static const char opt_src[] =
-    "typedef long long i64; typedef unsigned short u16; typedef unsigned int u32;\n"
-    NTP_CUDA_F16_CONVERSIONS
-    "__device__ float ldv(const unsigned char *p, int dt, i64 i) {\n"
-    "  if (dt == 0) return __uint_as_float(((u32)((const u16 *)p)[i]) << 16);\n"
-    "  if (dt == 1) return f16_to_f32(((const u16 *)p)[i]);\n"
-    "  return ((const float *)p)[i];\n"
-    "}\n"
-    "__device__ void stv(unsigned char *p, int dt, i64 i, float f) {\n"
-    "  if (dt == 2) { ((float *)p)[i] = f; return; }\n"
-    "  if (dt == 1) { ((u16 *)p)[i] = f32_to_f16(f); return; }\n"
-    "  u32 u = __float_as_uint(f);\n"
-    "  if ((u & 0x7fffffffu) > 0x7f800000u) { ((u16 *)p)[i] = (u16)((u >> 16) | 0x40u); return; }\n"
-    "  u += 0x7fffu + ((u >> 16) & 1u); ((u16 *)p)[i] = (u16)(u >> 16);\n"
-    "}\n"
+    RUNTIME_KERNEL_PRELUDE
     "extern \"C\" __global__ void __launch_bounds__(256) ntp_sumsq(const unsigned char *g, int dt, const unsigned char *mask, i64 n, float *partial) {\n"
     "  __shared__ float sh[256];\n"
     "  float s = 0.0f;\n"
@@ -519,20 +513,12 @@ static bool symmetric_reduction(const ntp_program *p, const ntp_step *st) {
   return own == st->nranks;
 }
 
-/* A reduction that is not symmetric_reduction's, on separate GPUs: every remote box is sent
- * packed to its destination's rank; each destination is then the sum, in the step's order of
- * transfers, of its boxes, in an fp32 accumulator at the start of the rank's staging — the
- * loopback's arithmetic in the loopback's order, so both modes give the same bits. */
-static int reduce_by_exchange(ntp_cuda *c, const ntp_step *st, char *err, size_t cap) {
+/* Every transfer between two ranks of a step: its box packed into the sender's staging (from
+ * used[sender] on: at[i]) and sent; received into the receiver's staging (from used[receiver]
+ * on: recv_at[i]), in one group of NCCL calls. Transfers within a rank are the caller's. */
+static int exchange_remote(ntp_cuda *c, const ntp_step *st, size_t *used, size_t *at, size_t *recv_at, char *err,
+                           size_t cap) {
   const ntp_program *p = c->p;
-  size_t *used = calloc((size_t)p->world, sizeof *used), *at = calloc(st->nxfers + 1, sizeof *at);
-  size_t *recv_at = calloc(st->nxfers + 1, sizeof *recv_at);
-  if (!used || !at || !recv_at) goto fail;
-  for (size_t i = 0; i < st->nxfers; i++) { /* the accumulators: the largest destination of each rank */
-    const ntp_tensor *d = &p->tensors[st->xfers[i].dst];
-    size_t b = ((size_t)box_volume(&d->box) * sizeof(float) + 255) / 256 * 256;
-    if (b > used[d->rank]) used[d->rank] = b;
-  }
   for (size_t i = 0; i < st->nxfers; i++) {
     const ntp_xfer *x = &st->xfers[i];
     const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
@@ -540,11 +526,11 @@ static int reduce_by_exchange(ntp_cuda *c, const ntp_step *st, char *err, size_t
     int r = s->rank;
     at[i] = used[r];
     used[r] += ((size_t)box_volume(&x->box) * dtype_bytes(s->dtype) + 255) / 256 * 256;
-    CU(cu.cudaSetDevice(c->dev[r]));
+    CU(cu.cudaSetDevice(c->dev[r])); /* pack into the sender's staging */
     ntp_box packed = x->box;
     if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &packed, c->staging[r] + at[i], s->dtype, c->stream[r], err,
                  cap))
-      goto fail;
+      return -1;
   }
   NC(cu.ncclGroupStart());
   for (size_t i = 0; i < st->nxfers; i++) {
@@ -565,6 +551,26 @@ static int reduce_by_exchange(ntp_cuda *c, const ntp_step *st, char *err, size_t
     }
   }
   NC(cu.ncclGroupEnd());
+  return 0;
+fail:
+  return -1;
+}
+
+/* A reduction that is not symmetric_reduction's, on separate GPUs: every remote box is sent
+ * packed to its destination's rank; each destination is then the sum, in the step's order of
+ * transfers, of its boxes, in an fp32 accumulator at the start of the rank's staging — the
+ * loopback's arithmetic in the loopback's order, so both modes give the same bits. */
+static int reduce_by_exchange(ntp_cuda *c, const ntp_step *st, char *err, size_t cap) {
+  const ntp_program *p = c->p;
+  size_t *used = calloc((size_t)p->world, sizeof *used), *at = calloc(st->nxfers + 1, sizeof *at);
+  size_t *recv_at = calloc(st->nxfers + 1, sizeof *recv_at);
+  if (!used || !at || !recv_at) goto fail;
+  for (size_t i = 0; i < st->nxfers; i++) { /* the accumulators: the largest destination of each rank */
+    const ntp_tensor *d = &p->tensors[st->xfers[i].dst];
+    size_t b = ((size_t)box_volume(&d->box) * sizeof(float) + 255) / 256 * 256;
+    if (b > used[d->rank]) used[d->rank] = b;
+  }
+  if (exchange_remote(c, st, used, at, recv_at, err, cap) != 0) goto fail;
   for (size_t i = 0; i < st->nxfers; i++) {
     int32_t dst = st->xfers[i].dst;
     const ntp_tensor *d = &p->tensors[dst];
@@ -643,44 +649,13 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const ntp_step *st, char *err,
   for (size_t i = 0; i < st->nxfers; i++) {
     const ntp_xfer *x = &st->xfers[i];
     const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
-    size_t bytes = (size_t)box_volume(&x->box) * dtype_bytes(s->dtype);
-    if (s->rank == d->rank) {
-      if (!local_rank(c, s->rank)) continue;
-      CU(cu.cudaSetDevice(c->dev[s->rank]));
-      if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &d->box, dev_ptr(c, x->dst), s->dtype, c->stream[s->rank],
-                   err, cap))
-        goto fail;
-      continue;
-    }
-    if (!local_rank(c, s->rank)) continue; /* received here: its slot is taken below */
-    int r = s->rank;
-    at[i] = used[r];
-    used[r] += (bytes + 255) / 256 * 256;
-    CU(cu.cudaSetDevice(c->dev[r])); /* pack into the sender's staging */
-    ntp_box packed = x->box;
-    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &packed, c->staging[r] + at[i], s->dtype, c->stream[r], err,
-                 cap))
+    if (s->rank != d->rank || !local_rank(c, s->rank)) continue;
+    CU(cu.cudaSetDevice(c->dev[s->rank]));
+    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &d->box, dev_ptr(c, x->dst), s->dtype, c->stream[s->rank],
+                 err, cap))
       goto fail;
   }
-  NC(cu.ncclGroupStart());
-  for (size_t i = 0; i < st->nxfers; i++) {
-    const ntp_xfer *x = &st->xfers[i];
-    const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
-    if (s->rank == d->rank) continue;
-    size_t n = (size_t)box_volume(&x->box), bytes = n * dtype_bytes(s->dtype);
-    if (local_rank(c, s->rank)) {
-      CU(cu.cudaSetDevice(c->dev[s->rank]));
-      NC(cu.ncclSend(c->staging[s->rank] + at[i], n, nccl_type(s->dtype), d->rank, c->world[s->rank], c->stream[s->rank]));
-    }
-    if (local_rank(c, d->rank)) {
-      int r = d->rank;
-      recv_at[i] = used[r];
-      used[r] += (bytes + 255) / 256 * 256;
-      CU(cu.cudaSetDevice(c->dev[r]));
-      NC(cu.ncclRecv(c->staging[r] + recv_at[i], n, nccl_type(s->dtype), s->rank, c->world[r], c->stream[r]));
-    }
-  }
-  NC(cu.ncclGroupEnd());
+  if (exchange_remote(c, st, used, at, recv_at, err, cap) != 0) goto fail;
   for (size_t i = 0; i < st->nxfers; i++) {
     const ntp_xfer *x = &st->xfers[i];
     const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];

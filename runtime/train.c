@@ -207,22 +207,24 @@ done:
   return rc;
 }
 
+/* A host buffer of the largest slice's size (staging between the slices and the global copies). */
+static float *slice_buffer(const ntp_trainer *t, char *err, size_t cap) {
+  int64_t n = 1;
+  for (size_t i = 0; i < t->nsl; i++)
+    if (t->sl[i].n > n) n = t->sl[i].n;
+  float *b = malloc((size_t)n * sizeof *b);
+  if (!b) snprintf(err, cap, "out of memory");
+  return b;
+}
+
 /* The global masters and moments into every slice, and the slices' parameters rounded from them. */
 static int scatter_state(ntp_trainer *t, char *err, size_t cap) {
-  float *tmp = NULL;
-  size_t tcap = 0;
+  float *tmp = slice_buffer(t, err, cap);
+  if (!tmp) return -1;
   for (size_t i = 0; i < t->nsl; i++) {
     tslice *s = &t->sl[i];
     tparam *p = &t->p[s->param];
     float *src[3] = {p->master, p->m, p->v}, *dst[3] = {s->master, s->m, s->v};
-    if ((size_t)s->n + 1 > tcap) {
-      free(tmp);
-      tcap = (size_t)s->n + 1;
-      if (!(tmp = malloc(tcap * sizeof *tmp))) {
-        snprintf(err, cap, "out of memory");
-        return -1;
-      }
-    }
     for (int k = 0; k < 3; k++) {
       box_copy(src[k], &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], true, NULL);
       if (t->cuda && ntp_cuda_put(t->cuda, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) goto fail;
@@ -247,20 +249,12 @@ fail:
 /* The slices' state into the global copies (each element from the slice the norm counts it in). */
 static int gather_state(ntp_trainer *t, char *err, size_t cap) {
   if (!t->stale) return 0;
-  float *tmp = NULL;
-  size_t tcap = 0;
+  float *tmp = slice_buffer(t, err, cap);
+  if (!tmp) return -1;
   for (size_t i = 0; i < t->nsl; i++) {
     tslice *s = &t->sl[i];
     tparam *p = &t->p[s->param];
     float *dst[3] = {p->master, p->m, p->v}, *src[3] = {s->master, s->m, s->v};
-    if ((size_t)s->n + 1 > tcap) {
-      free(tmp);
-      tcap = (size_t)s->n + 1;
-      if (!(tmp = malloc(tcap * sizeof *tmp))) {
-        snprintf(err, cap, "out of memory");
-        return -1;
-      }
-    }
     for (int k = 0; k < 3; k++) {
       if (t->cuda && ntp_cuda_get(t->cuda, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) {
         free(tmp);
