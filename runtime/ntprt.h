@@ -82,6 +82,15 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
                              const ntp_box *box, float *out, char *err, size_t errlen);
 /* Writes tensors (global, in their storage dtype) to path, atomically (temp file + rename). */
 int ntp_safetensors_save(const char *path, const ntp_host_tensor *tensors, size_t n, char *err, size_t errlen);
+/* The same file written by parts, from several threads: the header of `n` fp32 tensors (names
+ * and shapes of tensors; their data is not read) and a data block of zeros, in a temporary file;
+ * put writes `count` elements of tensor `tensor` from row-major element `first` on (pwrite: any
+ * thread, disjoint parts); commit (ok) renames the file into place, or removes it. */
+typedef struct ntp_st_writer ntp_st_writer;
+int ntp_st_writer_open(const char *path, const ntp_host_tensor *tensors, size_t n, ntp_st_writer **out, char *err,
+                       size_t errlen);
+int ntp_st_writer_put(ntp_st_writer *w, size_t tensor, int64_t first, const float *vals, int64_t count);
+int ntp_st_writer_commit(ntp_st_writer *w, bool ok, char *err, size_t errlen);
 /* max_i |a_i - b_i| / max_i |b_i| (0 when b is all zero and a equals it) */
 double ntp_max_rel_error(const ntp_host_tensor *a, const ntp_host_tensor *ref);
 /* The same measured against at least `floor` (a gradient that vanishes is round-off on both

@@ -302,7 +302,9 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
   return 0;
 }
 
-int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, char *err, size_t cap) {
+/* The header of tensors ts (their names, dtypes and shapes; data offsets one after another),
+ * as a json object, with the data block's size. */
+static json_object *st_header(const ntp_host_tensor *ts, size_t n, uint64_t *data_bytes) {
   json_object *h = json_object_new_object();
   uint64_t off = 0;
   for (size_t i = 0; i < n; i++) {
@@ -321,17 +323,31 @@ int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, 
   json_object_object_add(meta, "format", json_object_new_string("pt"));
   json_object_object_add(meta, "producer", json_object_new_string("ntp"));
   json_object_object_add(h, "__metadata__", meta);
-  const char *text = json_object_to_json_string_ext(h, JSON_C_TO_STRING_PLAIN);
-  size_t len = strlen(text), padded = (len + 7) / 8 * 8; /* the data block starts 8-aligned */
+  *data_bytes = off;
+  return h;
+}
 
-  int rc = -1;
-  ntp_outfile out;
-  if (ntp_outfile_open(&out, path, NULL, err, cap) != 0) goto done;
-  FILE *f = out.f;
+/* The 8-byte length and the header text, padded with spaces so that the data starts 8-aligned;
+ * the data's offset in the file into *data_at. */
+static bool st_write_header(FILE *f, json_object *h, uint64_t *data_at) {
+  const char *text = json_object_to_json_string_ext(h, JSON_C_TO_STRING_PLAIN);
+  size_t len = strlen(text), padded = (len + 7) / 8 * 8;
   unsigned char hl[8];
   for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)padded >> (8 * i));
   bool ok = fwrite(hl, 1, 8, f) == 8 && fwrite(text, 1, len, f) == len;
   for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+  *data_at = 8 + padded;
+  return ok;
+}
+
+int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, char *err, size_t cap) {
+  uint64_t data_bytes, data_at;
+  json_object *h = st_header(ts, n, &data_bytes);
+  int rc = -1;
+  ntp_outfile out;
+  if (ntp_outfile_open(&out, path, NULL, err, cap) != 0) goto done;
+  FILE *f = out.f;
+  bool ok = st_write_header(f, h, &data_at);
   for (size_t i = 0; ok && i < n; i++) {
     int64_t cnt = shape_numel(&ts[i].shape);
     for (int64_t e = 0; ok && e < cnt; e++) {
@@ -351,4 +367,79 @@ int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, 
 done:
   json_object_put(h);
   return rc;
+}
+
+/* ---- a file written by parts (ntp_st_writer) ---------------------------------------------- */
+
+struct ntp_st_writer {
+  ntp_outfile out;
+  int fd;
+  uint64_t data_at;
+  uint64_t *off; /* per tensor: its data's offset in the data block */
+  size_t n;
+};
+
+int ntp_st_writer_open(const char *path, const ntp_host_tensor *ts, size_t n, ntp_st_writer **out, char *err,
+                       size_t cap) {
+  *out = NULL;
+  ntp_st_writer *w = calloc(1, sizeof *w);
+  uint64_t data_bytes;
+  json_object *h = w ? st_header(ts, n, &data_bytes) : NULL;
+  if (!w || !h || !(w->off = malloc((n + 1) * sizeof *w->off))) {
+    json_object_put(h);
+    if (w) free(w->off);
+    free(w);
+    snprintf(err, cap, "out of memory");
+    return -1;
+  }
+  uint64_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ts[i].dtype != NTP_FP32) {
+      json_object_put(h);
+      free(w->off);
+      free(w);
+      snprintf(err, cap, "'%s': a file by parts holds fp32 tensors", ts[i].name);
+      return -1;
+    }
+    w->off[i] = off;
+    off += (uint64_t)shape_numel(&ts[i].shape) * 4;
+  }
+  w->n = n;
+  int rc = ntp_outfile_open(&w->out, path, NULL, err, cap);
+  bool ok = rc == 0 && st_write_header(w->out.f, h, &w->data_at) && fflush(w->out.f) == 0;
+  json_object_put(h);
+  if (rc == 0) w->fd = fileno(w->out.f);
+  /* the data block at its size, zeros until written: the parts land at their offsets */
+  if (ok && ftruncate(w->fd, (off_t)(w->data_at + data_bytes)) != 0) ok = false;
+  if (!ok) {
+    if (rc == 0) ntp_outfile_commit(&w->out, false, err, cap);
+    if (rc == 0) snprintf(err, cap, "cannot write '%s': %s", path, strerror(errno));
+    free(w->off);
+    free(w);
+    return -1;
+  }
+  *out = w;
+  return 0;
+}
+
+int ntp_st_writer_put(ntp_st_writer *w, size_t tensor, int64_t first, const float *vals, int64_t count) {
+  if (tensor >= w->n || first < 0 || count < 0) return -1;
+  const char *p = (const char *)vals;
+  size_t left = (size_t)count * 4;
+  off_t at = (off_t)(w->data_at + w->off[tensor] + (uint64_t)first * 4);
+  while (left > 0) { /* little-endian fp32 as the host holds it (the writer above assumes the same) */
+    ssize_t k = pwrite(w->fd, p, left, at);
+    if (k <= 0) return -1;
+    p += k;
+    left -= (size_t)k;
+    at += k;
+  }
+  return 0;
+}
+
+int ntp_st_writer_commit(ntp_st_writer *w, bool ok, char *err, size_t cap) {
+  int rc = ntp_outfile_commit(&w->out, ok, err, cap);
+  free(w->off);
+  free(w);
+  return ok ? rc : -1;
 }

@@ -65,6 +65,21 @@ check ckpt-replan 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "
 grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/replan.log"
 if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/straight.log" "$tmp/replan.log"; then ok; else
   bad "resumed under another plan: other losses"; paste "$tmp/straight.log" "$tmp/replan.log"; fi
+# a sharded run's checkpoint (each rank writes the elements it owns of its slices; nothing is
+# gathered): resumed under the same plan, bitwise the straight sharded run; resumed unsharded,
+# the unsharded losses
+s7="--plan examples/plans/byte_gpt_7.ntp"
+check ckpt7-straight 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 $s7 --save-params "$tmp/s7.st"
+grep '^step *[4-6]/' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/s7.log"
+check ckpt7-save 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 3 $s7 --checkpoint "$tmp/ck7"
+check ckpt7-resume 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 $s7 --resume "$tmp/ck7" --save-params "$tmp/r7.st"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/r7.log"
+if cmp -s "$tmp/s7.log" "$tmp/r7.log" && cmp -s "$tmp/s7.st" "$tmp/r7.st"; then ok; else
+  bad "a sharded run resumed from its own checkpoint differs from the straight one"; paste "$tmp/s7.log" "$tmp/r7.log"; fi
+check ckpt7-unsharded 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/ck7"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/u7.log"
+if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/straight.log" "$tmp/u7.log"; then ok; else
+  bad "a sharded checkpoint resumed unsharded: other losses"; paste "$tmp/straight.log" "$tmp/u7.log"; fi
 printf 'X' | dd of="$tmp/ck/ckpt-3.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
 check ckpt-damaged 1 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/ck"
 expect_text ckpt-damaged "(a damaged checkpoint)"

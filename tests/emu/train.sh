@@ -1,7 +1,7 @@
 #!/bin/sh
 # train.sh NTPC PYTHON — `ntpc train --backend cuda` on the emulated GPU trains as the CPU does:
 # 3 AdamW steps of a small GPT (fp32) unsharded, at 7 ranks in groups (4, 3) on one GPU
-# (loopback, twice: the same bits) and at 8 ranks with every layer its own way through NCCL, and
+# (loopback, twice: the same bits; and checkpointed at step 2, resumed: the same bits) and at 8 ranks with every layer its own way through NCCL, and
 # of a bf16 GPT at 7 ranks; each step's loss and the trained parameters are compared with the CPU
 # run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
 # the parameters' scale: bf16 activations make a gradient that is within their rounding step move
@@ -58,6 +58,22 @@ if train cuda7b $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopb
     echo "[FAIL] cuda7: two runs differ"
     fail=1
   fi
+fi
+# a checkpoint of the GPUs' state (each rank's slices come down and are written in place) at step 2,
+# resumed to step 3 on the GPUs: the straight run's parameters, bit for bit (a constant learning
+# rate: the schedule's length is --steps)
+ckc="$(echo "$common" | sed 's/--steps 3//') --min-lr-frac 1"
+rsc=$(echo "$ckc" | sed 's/--init-std [0-9.]*//') # the checkpoint holds the parameters
+c7="$gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback"
+if "$ntpc" train $c7 $ckc --steps 3 --save-params "$tmp/straight.st" >"$tmp/ck.out" 2>&1 &&
+  "$ntpc" train $c7 $ckc --steps 2 --checkpoint "$tmp/ck" >>"$tmp/ck.out" 2>&1 &&
+  "$ntpc" train $c7 $rsc --steps 3 --resume "$tmp/ck" --save-params "$tmp/resumed.st" >>"$tmp/ck.out" 2>&1 &&
+  cmp -s "$tmp/straight.st" "$tmp/resumed.st"; then
+  echo "cuda7: saved at step 2 and resumed, the straight run's parameters bit for bit"
+else
+  echo "[FAIL] cuda7: the checkpointed run differs from the straight one"
+  cat "$tmp/ck.out"
+  fail=1
 fi
 train nccl8 $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda && same cpu nccl8 1e-5 1e-5
 bf16="tests/emu/models/train_bf16.ntp"
