@@ -136,6 +136,9 @@ n_stats=$(grep -c ' = ce_stats t' "$tmp/out")
 n_ce=$(grep -c ' = cross_entropy t' "$tmp/out")
 if [ "$n_stats" -eq 7 ] && [ "$n_ce" -eq 0 ] && grep -q ' = ce_mean t' "$tmp/out"; then ok; else
   bad "the sharded loss: $n_stats ce_stats steps (expected 7), $n_ce cross_entropy steps (expected 0)"; fi
+check vp-loss-dp 0 "$ntpc" examples/byte_gpt.ntp $small --train --plan tests/plans/byte_gpt_dp4.ntp --emit=sharded-ir
+if [ "$(grep -c ' = ce_stats t' "$tmp/out")" -eq 4 ] && ! grep -q ' = cross_entropy t' "$tmp/out"; then ok; else
+  bad "four data-parallel replicas: the loss is not computed where the rows are"; fi
 check vp-loss-whole 0 "$ntpc" examples/byte_gpt.ntp $small --train --world 1 --emit=sharded-ir
 if grep -q ' = cross_entropy t' "$tmp/out" && ! grep -q ce_stats "$tmp/out"; then ok; else bad "one rank: the loss is not cross_entropy"; fi
 

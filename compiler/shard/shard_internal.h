@@ -23,8 +23,8 @@ void shard_backward_comm(shard_lowering *L, sh_comm_kind kind, sh_xfer *xf, size
 void shard_backward_piece(shard_lowering *L, int32_t v, int32_t t);
 
 /* ---- the vocabulary-parallel loss (shard_loss.c) and what it uses of the lowering ---- */
-/* cross_entropy `op` without gathering its logits, when their pieces split the vocabulary; false
- * (nothing emitted) when they do not tile it, or do not split it. */
+/* cross_entropy `op` without gathering its logits, when they are spread over ranks; false
+ * (nothing emitted) when their pieces do not tile the vocabulary, or one rank holds them all. */
 bool shard_lower_loss(shard_lowering *L, const ir_op *op);
 /* Where value v's pieces are (rank, box): out has room for 4 W + 4. */
 size_t shard_homes(shard_lowering *L, int32_t v, rank_box *out);

@@ -13,8 +13,9 @@
  * The backward is the program's own (shard_grad.c), rule by rule: ce_mean's spreads the loss's
  * gradient over the count, ce_rows' gives each rank's sum its share of the softmax, ce_stats'
  * turns that into (softmax - onehot) on the rank's own logits. No logit ever moves.
- * When the pieces do not tile the vocabulary, or do not split it, the op is left to `follow`
- * (the logits gathered where the loss is computed). */
+ * Replicas that split the rows (data parallel, tp 1) make blocks of one rank each: only their
+ * parts move. When the pieces do not tile the vocabulary, or one rank holds all the logits, the op
+ * is left to `follow` (the logits gathered where the loss is computed). */
 #include <stdlib.h>
 
 #include "shard_internal.h"
@@ -80,7 +81,8 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
     covered += box_volume(&rows);
     split |= t > 1;
   }
-  bool ok = split && covered == total;
+  /* one block of one piece: the logits are whole on one rank, and `follow` computes the loss there */
+  bool ok = covered == total && (split || nb > 1);
   if (ok) {
     sh_program *p = shard_lowering_program(L);
     int32_t home = rb[bl[0].pieces[0]].rank;
