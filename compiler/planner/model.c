@@ -112,6 +112,16 @@ static void add_read(builder *B, home at, ntp_shape vs, ntp_shape rs, int8_t xf,
 static void follow_op(builder *B, const ir_op *op) {
   const ir_module *m = B->m;
   int32_t r = op->result;
+  if (op->code == IR_CROSS_ENTROPY && B->home_of[op->args[0]].kind == H_LAYER) {
+    /* vocabulary-parallel (compiler/shard/shard_loss.c): computed where the logits are, on each
+     * piece, and only a few floats per row move: priced as a pass over the logits, no move */
+    ntp_shape ls = m->values[op->args[0]].shape;
+    fop f = {.at = B->home_of[op->args[0]], .code = op->code, .rs = ls, .nargs = 1, .dt = m->values[op->args[0]].dtype};
+    f.as[0] = ls;
+    VEC_PUSH(B->pm->fops, B->pm->nfops, B->pm->cfops, f);
+    B->home_of[r] = (home){.kind = H_DEFAULT};
+    return;
+  }
   ntp_shape rs = m->values[r].shape;
   int32_t a = geom_followed_operand(m, op); /* the compiler's rule (geometry.h) */
   home at = {.kind = H_DEFAULT};
