@@ -89,6 +89,15 @@ const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t);
  * sharded run gathers them from its ranks' slices first (0 if that fails). */
 size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params);
 void ntp_trainer_free(ntp_trainer *t);
+/* After a failure: `t` (a new run of the same module under the survivors' plan) takes the
+ * parameters, masters, moments and step count of `from` (a sharded run) from its surviving ranks'
+ * memory: every element from a slice on a rank that did not fail (from_phys[r]: the physical GPU
+ * of from's rank r, to_phys of t's; NULL: the identity; dead: by physical GPU). *bytes_moved: what
+ * crosses between physical GPUs (fp32 master and moments and the parameter, per element).
+ * *missing > 0 (and nothing taken) when some elements' only copies were on failed ranks: the
+ * caller falls back on a checkpoint. */
+int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
+                           const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap);
 
 /* ---- token files (tokens.c): llm.c's format ------------------------------------------ */
 /* A header of 256 little-endian int32 (magic 20240520, version 1, token count, the rest 0),

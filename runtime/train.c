@@ -785,3 +785,92 @@ int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t ste
   t->step = steps_taken;
   return 0;
 }
+
+/* ---- after a failure: the state from the surviving ranks (ntp_trainer_take_state) ---------- */
+
+int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
+                           const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap) {
+  *bytes_moved = 0;
+  *missing = 0;
+  if (t->np != from->np) {
+    snprintf(err, cap, "internal: %zu parameters against %zu", t->np, from->np);
+    return -1;
+  }
+  float *tmp[3] = {NULL, NULL, NULL};
+  int32_t **src = calloc(from->np + 1, sizeof *src); /* per element: the physical rank it comes from; -1 host */
+  int rc = -1;
+  if (!src) goto oom;
+  for (int k = 0; k < 3; k++)
+    if (!(tmp[k] = slice_buffer(from, err, cap))) goto done;
+  for (size_t i = 0; i < from->np; i++) {
+    tparam *p = &from->p[i];
+    if (!(src[i] = malloc((size_t)(p->n ? p->n : 1) * sizeof **src))) goto oom;
+    for (int64_t e = 0; e < p->n; e++) src[i][e] = -2; /* not found yet */
+    for (int64_t j = 0; j < p->nunheld; j++) src[i][p->unheld[j]] = -1; /* the host's: valid as they are */
+  }
+  /* every element from the first slice on a surviving rank that holds it */
+  for (size_t k = 0; k < from->nsl; k++) {
+    const tslice *s = &from->sl[k];
+    int32_t phys = from_phys ? from_phys[s->rank] : s->rank;
+    if (dead[phys]) continue;
+    tparam *p = &from->p[s->param];
+    float *st[3] = {s->master, s->m, s->v}, *g[3] = {p->master, p->m, p->v};
+    for (int q = 0; q < 3; q++)
+      if (from->cuda && ntp_cuda_get(from->cuda, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0)
+        goto done;
+    int nd = s->box.ndim;
+    int64_t idx[NTP_MAX_RANK] = {0};
+    for (int64_t e = 0; e < s->n; e++) {
+      int64_t gi = 0;
+      for (int d = 0; d < nd; d++) gi = gi * p->cur.shape.dim[d] + s->box.lo[d] + idx[d];
+      for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
+        idx[d] = 0;
+      }
+      if (src[s->param][gi] != -2) continue;
+      src[s->param][gi] = phys;
+      for (int q = 0; q < 3; q++) g[q][gi] = (from->cuda ? tmp[q] : st[q])[e];
+    }
+  }
+  for (size_t i = 0; i < from->np; i++)
+    for (int64_t e = 0; e < from->p[i].n; e++) *missing += src[i][e] == -2;
+  if (*missing) { /* the only copy of some state was on a failed rank */
+    rc = 0;
+    goto done;
+  }
+  for (size_t i = 0; i < t->np; i++) { /* the new run's global copies, then its slices */
+    tparam *p = &t->p[i], *q = &from->p[i];
+    memcpy(p->master, q->master, (size_t)p->n * sizeof(float));
+    memcpy(p->m, q->m, (size_t)p->n * sizeof(float));
+    memcpy(p->v, q->v, (size_t)p->n * sizeof(float));
+    memcpy(p->cur.f, p->master, (size_t)p->n * sizeof(float));
+    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
+  }
+  for (size_t k = 0; k < t->nsl; k++) { /* what crosses between physical GPUs: masters, moments, the slice */
+    const tslice *s = &t->sl[k];
+    const tparam *p = &t->p[s->param];
+    int32_t to = to_phys ? to_phys[s->rank] : s->rank;
+    int nd = s->box.ndim;
+    int64_t idx[NTP_MAX_RANK] = {0};
+    for (int64_t e = 0; e < s->n; e++) {
+      int64_t gi = 0;
+      for (int d = 0; d < nd; d++) gi = gi * p->cur.shape.dim[d] + s->box.lo[d] + idx[d];
+      for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
+        idx[d] = 0;
+      }
+      if (src[s->param][gi] != to) *bytes_moved += 12 + (int64_t)dtype_bytes(p->cur.dtype);
+    }
+  }
+  t->step = from->step;
+  t->o = from->o;
+  rc = t->sim || t->cuda ? scatter_state(t, err, cap) : 0;
+  goto done;
+oom:
+  snprintf(err, cap, "out of memory");
+done:
+  for (size_t i = 0; src && i < from->np; i++) free(src[i]);
+  free(src);
+  for (int k = 0; k < 3; k++) free(tmp[k]);
+  return rc;
+}

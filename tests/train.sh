@@ -86,6 +86,36 @@ expect_text ckpt-damaged "(a damaged checkpoint)"
 check ckpt-none 1 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/nowhere"
 expect_text ckpt-none "no checkpoint index"
 
+# --fail-at: GPUs fail mid-run; the survivors re-plan, take the state from the surviving replicas
+# and go on with the same batches: the uninterrupted run's losses and parameters. Where a failed GPU
+# held the only copy, the run goes back to its checkpoint; without one, an error.
+# (AdamW's eps 1e-4: see tests/equiv/train_compare.h, a key bias's round-off gradient)
+fa="examples/byte_gpt.ntp --data $tmp/docs.bin $small --steps 6 --shuffle --seed 2 --eps 1e-4"
+check fail-ref 0 "$ntpc" train $fa --save-params "$tmp/fref.st"
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/fref.log"
+same_losses() { # each step's last loss (a run that went back to a checkpoint took some steps twice)
+  grep '^step *[0-9]*/' "$tmp/out" | awk '{ split($2, s, "/"); l[s[1]] = $4 } END { for (i = 1; i <= 6; i++) print "step", i, "loss", l[i] }' >"$tmp/f.log"
+  if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4 || $4 == "") bad = 1; n++ } END { exit bad || n != 6 }' "$tmp/fref.log" "$tmp/f.log"; then ok; else
+    bad "$1: the losses differ from the uninterrupted run's"; paste "$tmp/fref.log" "$tmp/f.log"; fi
+}
+check fail-replica 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_two4.ntp --fail-at 4:3 --save-params "$tmp/f1.st"
+expect_text fail-replica "step    4: GPU 3 failed; the planner re-plans for the 7 survivors:"
+expect_text fail-replica "(no checkpoint read)"
+same_losses fail-replica
+if "$py" tests/emu/compare_params.py "$tmp/fref.st" "$tmp/f1.st" 1e-5 >"$tmp/cmp" 2>&1; then ok; else
+  bad "after a failure the parameters differ from the uninterrupted run's: $(cat "$tmp/cmp")"; fi
+check fail-twice 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_two4.ntp --fail-at 3:3,5:6
+expect_text fail-twice "re-plans for the 6 survivors"
+same_losses fail-twice
+rm -rf "$tmp/fck"
+check fail-ckpt 0 "$ntpc" train $fa --plan examples/plans/byte_gpt_7.ntp --fail-at 4:3 --checkpoint "$tmp/fck" --checkpoint-every 2
+expect_text fail-ckpt "back to the checkpoint of step 2"
+same_losses fail-ckpt
+check fail-nockpt 1 "$ntpc" train $fa --plan examples/plans/byte_gpt_7.ntp --fail-at 4:3
+expect_text fail-nockpt "no checkpoint to fall back on"
+check fail-usage 2 "$ntpc" train $fa --fail-at 4:1
+expect_text fail-usage "--fail-at needs a sharded run"
+
 # --params: training goes on from saved parameters (the loss starts where it was)
 check resume 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 2 $small --params "$tmp/a.st"
 r1=$(sed -n 's/^step *1\/2  loss \([0-9.]*\).*/\1/p' "$tmp/out")

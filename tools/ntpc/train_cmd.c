@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "cuda_backend.h"
 #include "ntp_train.h"
 #include "ntpc.h"
 #include "session_program.h"
+#include "train_failover.h"
 
 static const char train_usage[] =
     "usage: ntpc train FILE --data TOKENS [options]\n"
@@ -51,6 +53,10 @@ static const char train_usage[] =
     "  --checkpoint DIR   save the training state there (masters, moments, step, data position) at\n"
     "                     the end and every --checkpoint-every N steps, atomically\n"
     "  --resume DIR       continue from DIR's checkpoint (to --steps in all; under any plan)\n"
+    "  --fail-at S:R,...  sharded: GPU (physical rank) R fails before step S; the survivors re-plan\n"
+    "                     (as ntpc plan --fail), take the parameters and optimizer state from the\n"
+    "                     surviving replicas (the --checkpoint when a failed GPU held the only copy)\n"
+    "                     and go on with the same batches\n"
     "  --dump DIR         write step 1's inputs, parameters, loss and every gradient (grad.NAME)\n"
     "                     as raw files + manifest.tsv (the format of 'ntpc run --dump')\n"
     "  --quiet, -q        no progress line\n"
@@ -69,6 +75,11 @@ typedef struct train_opts {
   const char *ckpt, *resume; /* checkpoint folders */
   long ckpt_every;
   ntp_adamw adamw;
+  const char *plan_file, *plan_name, *defines[256];
+  int ndefines;
+  long fail_step[64];    /* --fail-at: before step fail_step[i] (1-based), GPU fail_rank[i] fails */
+  int32_t fail_rank[64];
+  int nfail;
 } train_opts;
 
 static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntpc train", fmt, arg); }
@@ -103,16 +114,31 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
       const char *def = a[2] ? a + 2 : i + 1 < argc ? argv[++i] : NULL;
       if (!def) return usage("-D needs NAME=VALUE%s", "");
       if (ntpc_define_str(s, def) != NTPC_OK) return usage("%s", ntpc_last_error(s));
+      if (o->ndefines == 256) return usage("more than 256 -D overrides%s", "");
+      o->defines[o->ndefines++] = def;
     } else if ((v = cli_option_value(argc, argv, &i, "--data", &missing))) {
       o->data = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
       o->model = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) {
       ntpc_select_plan(s, v);
+      o->plan_name = v;
       o->sharded = true;
     } else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) {
       if (ntpc_add_plan_file(s, v) != NTPC_OK) return usage("%s", ntpc_last_error(s));
+      o->plan_file = v;
       o->sharded = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--fail-at", &missing))) {
+      for (const char *p = v; *p;) {
+        char *end;
+        long st = strtol(p, &end, 10), r = -1;
+        if (end != p && *end == ':') r = strtol(end + 1, &end, 10);
+        if (st < 1 || r < 0 || (*end && *end != ',') || o->nfail == 64)
+          return usage("--fail-at %s: expected STEP:RANK[,STEP:RANK...] (steps from 1, ranks from 0)", v);
+        o->fail_step[o->nfail] = st;
+        o->fail_rank[o->nfail++] = (int32_t)r;
+        p = *end ? end + 1 : end;
+      }
     } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       if (!number(v, 1, &d) || d != floor(d) || d > 4096) return usage("--world %s: expected 1 to 4096 ranks", v);
       o->world = (int32_t)d;
@@ -183,6 +209,8 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (o->resume && (o->params || o->init_std > 0)) return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
   if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
   if (o->loopback && !o->cuda) return usage("--loopback is a cuda-backend option (with --backend cuda)%s", "");
+  if (o->nfail && (!o->sharded || o->cuda))
+    return usage("--fail-at needs a sharded run on the cpu backend (--plan or --world; cuda: not yet)%s", "");
   return -1;
 }
 
@@ -236,6 +264,86 @@ static bool find_inputs(const ntp_module *m, batch_inputs *b, char *err, size_t 
   return true;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The training state after a failure (--fail-at): GPUs `now` fail before step `step` (1-based);
+ * the survivors' program (train_replan), a trainer on it that takes the state from the surviving
+ * replicas, or from the checkpoint when a failed GPU held the only copy (the run then goes back
+ * to the checkpoint's step). *tr, *prog and *phys are replaced (the old program stays in *keep
+ * until the end: the batch's tensors name its values). 0, or -1 with err. */
+typedef struct failover_run {
+  const train_opts *o;
+  int32_t world0;   /* the healthy world */
+  int32_t failed[64];
+  int32_t nfailed;
+  ntp_program *keep[64];
+  int nkeep;
+  bool fired[64]; /* per --fail-at entry: happened (a run that went back to a checkpoint does not fail twice) */
+} failover_run;
+
+static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
+                     int32_t **phys, const ntp_adamw *aw, ntp_tokens *data, char *err, size_t cap) {
+  const train_opts *o = fr->o;
+  for (int k = 0; k < nnow; k++) {
+    bool known = false;
+    for (int32_t j = 0; j < fr->nfailed; j++) known |= fr->failed[j] == now[k];
+    if (now[k] >= fr->world0 || known) {
+      snprintf(err, cap, "--fail-at %ld:%d: GPU %d is %s", step, now[k], now[k],
+               known ? "down already" : "not in the world");
+      return -1;
+    }
+    fr->failed[fr->nfailed++] = now[k];
+  }
+  if (fr->nfailed >= fr->world0) {
+    snprintf(err, cap, "--fail-at: no GPU survives");
+    return -1;
+  }
+  bool dead[4096] = {false};
+  for (int32_t j = 0; j < fr->nfailed; j++) dead[fr->failed[j]] = true;
+  printf("step %4ld: GPU", step);
+  for (int k = 0; k < nnow; k++) printf(" %d", now[k]);
+  printf(" failed; the planner re-plans for the %d survivors:\n", fr->world0 - fr->nfailed);
+  double t0 = now_s();
+  train_source src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines};
+  int32_t *nphys = NULL;
+  ntp_trainer *ntr = NULL;
+  ntp_program *np = train_replan(&src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap);
+  if (!np) return -1;
+  int64_t moved = 0, missing = 0;
+  if (ntp_trainer_new(np, aw, o->seed, NULL, &ntr, err, cap) != 0 ||
+      ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0)
+    goto fail;
+  if (missing) {
+    if (!o->ckpt) {
+      snprintf(err, cap, "the only copies of %lld elements of the training state were on the failed GPU%s, and there "
+               "is no checkpoint to fall back on (--checkpoint DIR)", (long long)missing, nnow > 1 ? "s" : "");
+      goto fail;
+    }
+    if (ntp_checkpoint_load(o->ckpt, ntr, data, err, cap) != 0) goto fail;
+    printf("  the only copies of %lld elements were on the failed GPU: back to the checkpoint of step %lld (%s)\n",
+           (long long)missing, (long long)ntp_trainer_steps_taken(ntr), o->ckpt);
+  } else {
+    printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
+           "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
+  }
+  ntp_trainer_free(*tr);
+  fr->keep[fr->nkeep++] = *prog;
+  free(*phys);
+  *tr = ntr;
+  *prog = np;
+  *phys = nphys;
+  return 0;
+fail:
+  ntp_trainer_free(ntr);
+  ntp_program_free(np);
+  free(nphys);
+  return -1;
+}
+
 static int train(const train_opts *o, ntpc_session *s) {
   char err[1024];
   int rc = 1;
@@ -243,8 +351,9 @@ static int train(const train_opts *o, ntpc_session *s) {
   ntp_tokens *data = NULL;
   ntp_safetensors *params = NULL;
   ntp_trainer *tr = NULL;
-  int32_t *tok = NULL, *tgt = NULL;
+  int32_t *tok = NULL, *tgt = NULL, *phys = NULL; /* phys: the physical GPU of each rank (NULL: the same) */
   const ntp_host_tensor **given = NULL;
+  failover_run fr = {.o = o};
   if (!prog) {
     fprintf(stderr, "ntpc train: internal error: %s\n", err);
     return 3;
@@ -299,6 +408,16 @@ static int train(const train_opts *o, ntpc_session *s) {
   double first = NAN, last = NAN, total_s = 0;
   long ran = 0; /* steps of this run (a resumed one starts where its checkpoint stopped) */
   for (long step = (long)ntp_trainer_steps_taken(tr); step < o->steps; step++, ran++) {
+    int32_t now[64];
+    int nnow = 0;
+    for (int k = 0; k < o->nfail; k++)
+      if (o->fail_step[k] == step + 1 && !fr.fired[k]) now[nnow++] = o->fail_rank[k], fr.fired[k] = true;
+    if (nnow) {
+      if (!fr.world0) fr.world0 = prog->world;
+      if (fail_over(&fr, step + 1, now, nnow, &prog, &tr, &phys, &aw, data, err, sizeof err) != 0) goto fail;
+      m = &prog->global;
+      step = (long)ntp_trainer_steps_taken(tr); /* the checkpoint's, when the run went back to it */
+    }
     if (ntp_tokens_next(data, bi.rows, bi.len, bi.vocab, tok, tgt, err, sizeof err) != 0) goto fail;
     ntp_train_stats st;
     bool dump = o->dump && step == 0;
@@ -344,6 +463,8 @@ done:
   ntp_safetensors_close(params);
   ntp_tokens_close(data);
   ntp_program_free(prog);
+  for (int k = 0; k < fr.nkeep; k++) ntp_program_free(fr.keep[k]);
+  free(phys);
   return rc;
 }
 
