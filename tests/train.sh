@@ -80,6 +80,14 @@ check ckpt7-unsharded 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resu
 grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/u7.log"
 if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/straight.log" "$tmp/u7.log"; then ok; else
   bad "a sharded checkpoint resumed unsharded: other losses"; paste "$tmp/straight.log" "$tmp/u7.log"; fi
+# killed during a save (NTP_FAILPOINT: the state file of step 4 written, the index not yet): the
+# checkpoint of step 2 stays in force, and the run resumed from it ends with the straight losses
+check ckpt-killed 137 env NTP_FAILPOINT=checkpoint:4 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --checkpoint "$tmp/ckk" --checkpoint-every 2
+check ckpt-after-kill 0 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/ckk" --save-params "$tmp/k.st"
+expect_text ckpt-after-kill "resumed from $tmp/ckk at step 2"
+grep '^step *[4-6]/' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/k.log"
+if cmp -s "$tmp/straight.log" "$tmp/k.log" && cmp -s "$tmp/straight.st" "$tmp/k.st"; then ok; else
+  bad "resumed after a kill in a save: not the straight run"; paste "$tmp/straight.log" "$tmp/k.log"; fi
 printf 'X' | dd of="$tmp/ck/ckpt-3.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
 check ckpt-damaged 1 "$ntpc" train examples/byte_gpt.ntp $ck --steps 6 --resume "$tmp/ck"
 expect_text ckpt-damaged "(a damaged checkpoint)"
