@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh — on a fresh Debian/Ubuntu machine: install what the build needs, configure,
-# build, and run the main job (GPT-2 compiled and run on the CPU reference backend).
+# build, and run the main job (tools/demo_elastic.sh: a small GPT trained on 8 simulated GPUs
+# under a non-uniform plan, one GPU failing mid-run, the survivors re-planned and training on).
 # Extra CMake arguments: NTP_CMAKE_ARGS="-DNTP_WERROR=ON" ./setup.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -30,6 +31,5 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo ${NTP_CMAKE_ARGS:-} >/dev/
 cmake --build build -j"$(nproc)"
 
 echo
-echo "== main job: GPT-2 (full width and vocabulary, 2 blocks, 32 tokens) on the CPU reference"
-echo "\$ build/ntpc run examples/gpt2.ntp --backend cpu -D B=1 -D S=32 -D L=2"
-build/ntpc run examples/gpt2.ntp --backend cpu -D B=1 -D S=32 -D L=2
+echo "== main job: training on 8 simulated GPUs, one of which fails mid-run (tools/demo_elastic.sh)"
+sh tools/demo_elastic.sh out

@@ -1,36 +1,58 @@
 #!/usr/bin/env python3
 """Plot the loss curve of `ntpc train` output as an SVG (standard library only).
 
-usage: plot_loss.py LOG.txt OUT.svg [--title TEXT] [--ref VALUE LABEL]
+usage: plot_loss.py LOG.txt OUT.svg [--title TEXT] [--label TEXT] [--ref VALUE LABEL]
+                    [--also LOG2.txt LABEL] [--mark STEP LABEL]
 
-LOG.txt is what `ntpc train` printed (its `step N/M  loss X ...` lines); the plot shows the loss
-per step and, with --ref, a horizontal line (for instance ln 256 = 5.545 for a byte-level model:
-the loss of a uniform guess)."""
+LOG.txt is what `ntpc train` printed (its `step N/M  loss X ...` lines; a step taken twice, after
+a run went back to a checkpoint, counts with its last loss); the plot shows the loss per step and,
+with --ref, a horizontal line (for instance ln 256 = 5.545 for a byte-level model: the loss of a
+uniform guess), with --also another run's curve (dashed, over the first), with --mark a vertical
+line at a step (a failure)."""
 import math
 import re
 import sys
+
+
+def read(log):
+    """the steps' losses of an `ntpc train` log, each step's last"""
+    last = {}
+    for m in re.finditer(r"^step +(\d+)/\d+ +loss ([0-9.]+)", open(log).read(), re.M):
+        last[int(m.group(1))] = float(m.group(2))
+    if not last:
+        sys.exit("plot_loss.py: no 'step N/M  loss X' lines in " + log)
+    return sorted(last.items())
 
 
 def main():
     a = sys.argv[1:]
     if len(a) < 2:
         sys.exit(__doc__)
-    log, out, title, refs = a[0], a[1], "ntpc train", []
+    log, out, title, label, refs, also, marks = a[0], a[1], "ntpc train", None, [], [], []
     i = 2
-    while i < len(a):
-        if a[i] == "--title":
-            title, i = a[i + 1], i + 2
-        elif a[i] == "--ref":
-            refs.append((float(a[i + 1]), a[i + 2]))
-            i += 3
-        else:
-            sys.exit(__doc__)
-    pts = [(int(m.group(1)), float(m.group(2)))
-           for m in re.finditer(r"^step +(\d+)/\d+ +loss ([0-9.]+)", open(log).read(), re.M)]
-    if not pts:
-        sys.exit("plot_loss.py: no 'step N/M  loss X' lines in " + log)
+    try:
+        while i < len(a):
+            if a[i] == "--title":
+                title, i = a[i + 1], i + 2
+            elif a[i] == "--label":
+                label, i = a[i + 1], i + 2
+            elif a[i] == "--ref":
+                refs.append((float(a[i + 1]), a[i + 2]))
+                i += 3
+            elif a[i] == "--also":
+                also.append((read(a[i + 1]), a[i + 2]))
+                i += 3
+            elif a[i] == "--mark":
+                marks.append((int(a[i + 1]), a[i + 2]))
+                i += 3
+            else:
+                sys.exit(__doc__)
+    except IndexError:
+        sys.exit(__doc__)
+    pts = read(log)
     W, H, L, R, T, B = 720, 420, 60, 20, 40, 50
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts] + [r[0] for r in refs]
+    xs = [p[0] for p in pts] + [p[0] for c, _ in also for p in c]
+    ys = [p[1] for p in pts] + [r[0] for r in refs] + [p[1] for c, _ in also for p in c]
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     y0, y1 = 0.0, min(max(ys), 3 * sorted(ys)[len(ys) // 2]) * 1.05  # clip the first steps' spike
     sx = lambda x: L + (x - x0) / (x1 - x0) * (W - L - R)
@@ -52,8 +74,20 @@ def main():
     for v, label in refs:
         o.append(f'<line x1="{L}" y1="{sy(v):.1f}" x2="{W - R}" y2="{sy(v):.1f}" stroke="#c33" stroke-dasharray="6,4"/>')
         o.append(f'<text x="{W - R - 4}" y="{sy(v) - 5:.1f}" text-anchor="end" fill="#c33">{label}</text>')
+    for st, text in marks:
+        o.append(f'<line x1="{sx(st):.1f}" y1="{T}" x2="{sx(st):.1f}" y2="{H - B}" stroke="#c60" stroke-width="1.5"/>')
+        o.append(f'<text x="{sx(st) + 4:.1f}" y="{T + 14}" fill="#c60">{text}</text>')
     path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
     o.append(f'<polyline fill="none" stroke="#1f5fbf" stroke-width="1.5" points="{path}"/>')
+    legend = [(label, "#1f5fbf", "")] if label else []
+    for c, text in also:
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in c)
+        o.append(f'<polyline fill="none" stroke="#2a2" stroke-width="1.5" stroke-dasharray="5,4" points="{path}"/>')
+        legend.append((text, "#2a2", ' stroke-dasharray="5,4"'))
+    for k, (text, color, dash) in enumerate(legend):
+        y = T + 16 + 16 * k
+        o.append(f'<line x1="{W - R - 210}" y1="{y - 4}" x2="{W - R - 185}" y2="{y - 4}" stroke="{color}" stroke-width="1.5"{dash}/>')
+        o.append(f'<text x="{W - R - 180}" y="{y}">{text}</text>')
     o.append(f'<rect x="{L}" y="{T}" width="{W - L - R}" height="{H - T - B}" fill="none" stroke="#888"/>')
     o.append("</svg>")
     with open(out, "w") as f:
