@@ -71,12 +71,12 @@ def main():
         o.append(f'<text x="{sx(x):.1f}" y="{H - B + 18}" text-anchor="middle">{int(round(x))}</text>')
     o.append(f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">step</text>')
     o.append(f'<text x="16" y="{H / 2}" transform="rotate(-90 16 {H / 2})" text-anchor="middle">loss</text>')
-    for v, label in refs:
+    for v, text in refs:
         o.append(f'<line x1="{L}" y1="{sy(v):.1f}" x2="{W - R}" y2="{sy(v):.1f}" stroke="#c33" stroke-dasharray="6,4"/>')
-        o.append(f'<text x="{W - R - 4}" y="{sy(v) - 5:.1f}" text-anchor="end" fill="#c33">{label}</text>')
+        o.append(f'<text x="{W - R - 4}" y="{sy(v) - 5:.1f}" text-anchor="end" fill="#c33">{text}</text>')
     for st, text in marks:
         o.append(f'<line x1="{sx(st):.1f}" y1="{T}" x2="{sx(st):.1f}" y2="{H - B}" stroke="#c60" stroke-width="1.5"/>')
-        o.append(f'<text x="{sx(st) + 4:.1f}" y="{T + 14}" fill="#c60">{text}</text>')
+        o.append(f'<text x="{sx(st) + 4:.1f}" y="{H - B - 8}" fill="#c60">{text}</text>') # low: the legend is on top
     path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
     o.append(f'<polyline fill="none" stroke="#1f5fbf" stroke-width="1.5" points="{path}"/>')
     legend = [(label, "#1f5fbf", "")] if label else []
