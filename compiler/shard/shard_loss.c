@@ -17,6 +17,7 @@
  * parts move. When the pieces do not tile the vocabulary, or one rank holds all the logits, the op
  * is left to `follow` (the logits gathered where the loss is computed). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "shard_internal.h"
 #include "shard_lower.h"
@@ -61,8 +62,8 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
   size_t cap = 4 * (size_t)shard_lowering_program(L)->world + 4;
   rank_box *rb = malloc(cap * sizeof *rb);
   loss_block *bl = calloc(cap, sizeof *bl);
-  int32_t *chains = malloc(cap * cap * sizeof *chains);
-  if (!rb || !bl || !chains) ntp_out_of_memory();
+  int32_t *chain = malloc(cap * sizeof *chain);
+  if (!rb || !bl || !chain) ntp_out_of_memory();
   size_t n = shard_homes(L, lg, rb), nb = 0;
   int64_t covered = 0;
   bool split = false;
@@ -74,9 +75,11 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
       taken = box_intersect(&bl[j].rows, &rows, &x) && box_volume(&x) > 0;
     }
     if (taken) continue;
-    int32_t *c = chains + nb * cap;
-    int t = tile(rb, n, &rows, V, c);
+    int t = tile(rb, n, &rows, V, chain);
     if (!t) continue;
+    int32_t *c = malloc((size_t)t * sizeof *c);
+    if (!c) ntp_out_of_memory();
+    memcpy(c, chain, (size_t)t * sizeof *c);
     bl[nb++] = (loss_block){.rows = rows, .pieces = c, .t = t};
     covered += box_volume(&rows);
     split |= t > 1;
@@ -120,8 +123,9 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
     free(parts);
     free(xf);
   }
+  for (size_t j = 0; j < nb; j++) free(bl[j].pieces);
   free(rb);
   free(bl);
-  free(chains);
+  free(chain);
   return ok;
 }
