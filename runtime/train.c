@@ -114,21 +114,36 @@ void ntp_trainer_free(ntp_trainer *t) {
 }
 
 
+/* Walks box b of a tensor of global shape gs in row-major order: box_walk_next gives the next
+ * element's index in the tensor. */
+typedef struct box_walk {
+  const ntp_box *b;
+  const ntp_shape *gs;
+  int64_t idx[NTP_MAX_RANK];
+} box_walk;
+
+static box_walk box_walk_start(const ntp_box *b, const ntp_shape *gs) { return (box_walk){.b = b, .gs = gs}; }
+
+static int64_t box_walk_next(box_walk *w) {
+  int nd = w->b->ndim;
+  int64_t gi = 0;
+  for (int d = 0; d < nd; d++) gi = gi * w->gs->dim[d] + w->b->lo[d] + w->idx[d];
+  for (int d = nd - 1; d >= 0; d--) {
+    if (++w->idx[d] < w->b->hi[d] - w->b->lo[d]) break;
+    w->idx[d] = 0;
+  }
+  return gi;
+}
+
 /* Copies box b of a tensor of global shape gs between the global array and a row-major local one;
  * to the global array, only the elements `only` marks (NULL: all). */
 static void box_copy(float *global, const ntp_shape *gs, const ntp_box *b, float *local, bool to_local,
                      const unsigned char *only) {
-  int nd = b->ndim;
-  int64_t n = box_volume(b), idx[NTP_MAX_RANK] = {0};
-  for (int64_t e = 0; e < n; e++) {
-    int64_t gi = 0;
-    for (int d = 0; d < nd; d++) gi = gi * gs->dim[d] + b->lo[d] + idx[d];
+  box_walk w = box_walk_start(b, gs);
+  for (int64_t e = 0, n = box_volume(b); e < n; e++) {
+    int64_t gi = box_walk_next(&w);
     if (to_local) local[e] = global[gi];
     else if (!only || only[e]) global[gi] = local[e];
-    for (int d = nd - 1; d >= 0; d--) {
-      if (++idx[d] < b->hi[d] - b->lo[d]) break;
-      idx[d] = 0;
-    }
   }
 }
 
@@ -164,17 +179,11 @@ static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size
     }
     if (!claimed[pi] && !(claimed[pi] = calloc((size_t)(p->n ? p->n : 1), 1))) goto oom;
     if (!(s->own = malloc((size_t)(s->n ? s->n : 1)))) goto oom;
-    int nd = s->box.ndim;
-    int64_t idx[NTP_MAX_RANK] = {0};
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
-      int64_t gi = 0;
-      for (int d = 0; d < nd; d++) gi = gi * p->cur.shape.dim[d] + s->box.lo[d] + idx[d];
+      int64_t gi = box_walk_next(&w);
       s->own[e] = !claimed[pi][gi];
       claimed[pi][gi] = 1;
-      for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
-        idx[d] = 0;
-      }
     }
     size_t bytes = (size_t)(s->n ? s->n : 1) * sizeof(float);
     if (t->cuda) {
@@ -621,20 +630,11 @@ int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
 /* The owned elements of slice s (its state in bufs: host memory) into the file, by runs of
  * elements contiguous in the global layout. */
 static bool write_owned(ntp_st_writer *w, const ntp_trainer *t, const tslice *s, float *const bufs[3]) {
-  const ntp_shape *gs = &t->p[s->param].cur.shape;
-  int nd = s->box.ndim;
-  int64_t idx[NTP_MAX_RANK] = {0}, run_e = 0, run_g = 0, len = 0;
+  box_walk bw = box_walk_start(&s->box, &t->p[s->param].cur.shape);
+  int64_t run_e = 0, run_g = 0, len = 0;
   bool ok = true;
   for (int64_t e = 0; e <= s->n && ok; e++) {
-    int64_t gi = -1;
-    if (e < s->n) {
-      gi = 0;
-      for (int d = 0; d < nd; d++) gi = gi * gs->dim[d] + s->box.lo[d] + idx[d];
-      for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
-        idx[d] = 0;
-      }
-    }
+    int64_t gi = e < s->n ? box_walk_next(&bw) : -1;
     if (e < s->n && s->own[e] && len > 0 && gi == run_g + len) {
       len++;
       continue;
@@ -818,15 +818,9 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     for (int q = 0; q < 3; q++)
       if (from->cuda && ntp_cuda_get(from->cuda, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0)
         goto done;
-    int nd = s->box.ndim;
-    int64_t idx[NTP_MAX_RANK] = {0};
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
-      int64_t gi = 0;
-      for (int d = 0; d < nd; d++) gi = gi * p->cur.shape.dim[d] + s->box.lo[d] + idx[d];
-      for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
-        idx[d] = 0;
-      }
+      int64_t gi = box_walk_next(&w);
       if (src[s->param][gi] != -2) continue;
       src[s->param][gi] = phys;
       for (int q = 0; q < 3; q++) g[q][gi] = (from->cuda ? tmp[q] : st[q])[e];
@@ -850,15 +844,9 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     const tslice *s = &t->sl[k];
     const tparam *p = &t->p[s->param];
     int32_t to = to_phys ? to_phys[s->rank] : s->rank;
-    int nd = s->box.ndim;
-    int64_t idx[NTP_MAX_RANK] = {0};
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
-      int64_t gi = 0;
-      for (int d = 0; d < nd; d++) gi = gi * p->cur.shape.dim[d] + s->box.lo[d] + idx[d];
-      for (int d = nd - 1; d >= 0; d--) {
-        if (++idx[d] < s->box.hi[d] - s->box.lo[d]) break;
-        idx[d] = 0;
-      }
+      int64_t gi = box_walk_next(&w);
       if (src[s->param][gi] != to) *bytes_moved += 12 + (int64_t)dtype_bytes(p->cur.dtype);
     }
   }
