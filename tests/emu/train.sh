@@ -1,7 +1,8 @@
 #!/bin/sh
 # train.sh NTPC PYTHON — `ntpc train --backend cuda` on the emulated GPU trains as the CPU does:
 # 3 AdamW steps of a small GPT (fp32) unsharded, at 7 ranks in groups (4, 3) on one GPU
-# (loopback, twice: the same bits; and checkpointed at step 2, resumed: the same bits) and at 8 ranks with every layer its own way through NCCL, and
+# (loopback, twice: the same bits; and checkpointed at step 2, resumed: the same bits), two
+# replicas of 4 losing a GPU before step 2 (--fail-at), at 8 ranks with every layer its own way through NCCL, and
 # of a bf16 GPT at 7 ranks; each step's loss and the trained parameters are compared with the CPU
 # run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
 # the parameters' scale: bf16 activations make a gradient that is within their rounding step move
@@ -27,7 +28,7 @@ train() {
     fail=1
     return 1
   fi
-  grep '^step' "$tmp/$name.out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/$name.log"
+  grep '^step *[0-9]*/' "$tmp/$name.out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/$name.log"
   sed -n '/^step/p;/^backend/p' "$tmp/$name.out"
 }
 
@@ -75,6 +76,11 @@ else
   cat "$tmp/ck.out"
   fail=1
 fi
+# a GPU fails before step 2 (--fail-at, all ranks on one GPU): the survivors' program on the
+# emulated GPU takes the state from the surviving replicas' device memory; the CPU run's losses
+# and parameters
+train fail7 $gpt --plan tests/plans/byte_gpt_two4.ntp --backend cuda --loopback --fail-at 2:3 && same cpu fail7 1e-5 1e-5
+grep -q '(no checkpoint read)' "$tmp/fail7.out" || { echo "[FAIL] fail7: no hand-over from the surviving replicas"; fail=1; }
 train nccl8 $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda && same cpu nccl8 1e-5 1e-5
 bf16="tests/emu/models/train_bf16.ntp"
 train bf16_cpu $bf16 &&

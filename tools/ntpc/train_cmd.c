@@ -53,7 +53,8 @@ static const char train_usage[] =
     "  --checkpoint DIR   save the training state there (masters, moments, step, data position) at\n"
     "                     the end and every --checkpoint-every N steps, atomically\n"
     "  --resume DIR       continue from DIR's checkpoint (to --steps in all; under any plan)\n"
-    "  --fail-at S:R,...  sharded: GPU (physical rank) R fails before step S; the survivors re-plan\n"
+    "  --fail-at S:R,...  sharded (cpu, or cuda --loopback): GPU (physical rank) R fails before step\n"
+    "                     S; the survivors re-plan\n"
     "                     (as ntpc plan --fail), take the parameters and optimizer state from the\n"
     "                     surviving replicas (the --checkpoint when a failed GPU held the only copy)\n"
     "                     and go on with the same batches\n"
@@ -209,8 +210,9 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (o->resume && (o->params || o->init_std > 0)) return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
   if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
   if (o->loopback && !o->cuda) return usage("--loopback is a cuda-backend option (with --backend cuda)%s", "");
-  if (o->nfail && (!o->sharded || o->cuda))
-    return usage("--fail-at needs a sharded run on the cpu backend (--plan or --world; cuda: not yet)%s", "");
+  if (o->nfail && (!o->sharded || (o->cuda && !o->loopback)))
+    return usage("--fail-at needs a sharded run (--plan or --world) on the cpu backend or, with cuda, --loopback (NCCL "
+                 "communicators are not aborted and shrunk yet)%s", "");
   return -1;
 }
 
@@ -308,13 +310,15 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
   for (int k = 0; k < nnow; k++) printf(" %d", now[k]);
   printf(" failed; the planner re-plans for the %d survivors:\n", fr->world0 - fr->nfailed);
   double t0 = now_s();
-  train_source src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines};
+  train_source src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines, o->cuda};
   int32_t *nphys = NULL;
   ntp_trainer *ntr = NULL;
   ntp_program *np = train_replan(&src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap);
   if (!np) return -1;
   int64_t moved = 0, missing = 0;
-  if (ntp_trainer_new(np, aw, o->seed, NULL, &ntr, err, cap) != 0 ||
+  ntp_cuda_options co = {.loopback = 1, .rank_hi = np->world}; /* the survivors, on the one GPU */
+  if ((o->cuda ? ntp_trainer_new_cuda(np, aw, o->seed, NULL, &co, &ntr, err, cap)
+               : ntp_trainer_new(np, aw, o->seed, NULL, &ntr, err, cap)) != 0 ||
       ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0)
     goto fail;
   if (missing) {

@@ -28,6 +28,7 @@ static ntpc_session *session(const train_source *src, bool grad, int32_t world, 
   if (plan_name) ntpc_select_plan(s, plan_name);
   ntpc_set_world(s, world);
   ntpc_want_grad(s, grad);
+  ntpc_want_cuda(s, grad && src->cuda);
   if (ntpc_compile_file(s, src->file) != NTPC_OK) {
     const ntpc_diag *d = ntpc_diag_count(s) ? ntpc_diag_at(s, 0) : NULL;
     snprintf(err, cap, "the survivors' plan does not compile: %s", d ? d->message : ntpc_last_error(s));

@@ -2,6 +2,7 @@
 #ifndef NTP_TRAIN_FAILOVER_H
 #define NTP_TRAIN_FAILOVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ntp_program.h"
@@ -11,6 +12,7 @@ typedef struct train_source {
   const char *file, *model, *plan_file, *plan_name;
   const char *const *defines;
   int ndefines;
+  bool cuda; /* the survivors' program carries every rank's CUDA */
 } train_source;
 
 /* The training program for the GPUs that survive `failed` (physical ranks of the healthy world
