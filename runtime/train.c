@@ -30,6 +30,26 @@ double ntp_adamw_lr(const ntp_adamw *o, int64_t step) {
   return lo + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (o->lr - lo);
 }
 
+/* The hyper-parameters of one AdamW step k: c1, c2 the bias corrections 1 - beta^k. */
+typedef struct adamw_k {
+  double lr, b1, b2, c1, c2, eps;
+} adamw_k;
+
+static adamw_k adamw_at(const ntp_adamw *o, double lr, int64_t k) {
+  return (adamw_k){lr, o->beta1, o->beta2, 1.0 - pow(o->beta1, (double)k), 1.0 - pow(o->beta2, (double)k), o->eps};
+}
+
+/* One element's update from its (clipped) gradient ge, in double, every state rounded to fp32: the
+ * reference's arithmetic, which the sharded runs repeat element by element. */
+static inline void adamw_element(const adamw_k *a, double wd, double ge, float *m, float *v, float *w) {
+  double mm = a->b1 * *m + (1.0 - a->b1) * ge, vv = a->b2 * *v + (1.0 - a->b2) * ge * ge;
+  *m = (float)mm;
+  *v = (float)vv;
+  double x = *w;
+  x -= a->lr * ((mm / a->c1) / (sqrt(vv / a->c2) + a->eps) + wd * x);
+  *w = (float)x;
+}
+
 typedef struct tparam {
   int32_t value;       /* in the module */
   int32_t grad_output; /* the output holding its gradient; -1: none (it does not affect the loss) */
@@ -465,27 +485,21 @@ static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, do
   }
   *norm = sqrt(sq);
   double scale = t->o.clip > 0 && *norm > t->o.clip ? t->o.clip / *norm : 1.0;
-  double b1 = t->o.beta1, b2 = t->o.beta2, c1 = 1.0 - pow(b1, (double)k), c2 = 1.0 - pow(b2, (double)k);
+  adamw_k a = adamw_at(&t->o, lr, k);
   for (size_t i = 0; i < t->nsl; i++) {
     tslice *s = &t->sl[i];
     const tparam *p = &t->p[s->param];
     double wd = p->decay ? t->o.weight_decay : 0.0;
     if (t->cuda) {
-      ntp_cuda_adamw_args a = {(float)lr, (float)b1, (float)b2, (float)c1, (float)c2, (float)t->o.eps, (float)wd,
-                               (float)scale};
-      if (ntp_cuda_adamw(t->cuda, s->tensor, s->grad, s->master, s->m, s->v, &a, err, cap) != 0) return -1;
+      ntp_cuda_adamw_args ca = {(float)a.lr, (float)a.b1, (float)a.b2, (float)a.c1, (float)a.c2, (float)a.eps,
+                                (float)wd, (float)scale};
+      if (ntp_cuda_adamw(t->cuda, s->tensor, s->grad, s->master, s->m, s->v, &ca, err, cap) != 0) return -1;
       continue;
     }
     const float *g = s->grad >= 0 ? ntp_sim_tensor(t->sim, s->grad) : NULL;
     float *pd = ntp_sim_tensor(t->sim, s->tensor);
-    for (int64_t e = 0; e < s->n; e++) { /* the reference's arithmetic (ntp_trainer_step) */
-      double ge = g ? (double)g[e] * scale : 0.0;
-      double mm = b1 * s->m[e] + (1.0 - b1) * ge, vv = b2 * s->v[e] + (1.0 - b2) * ge * ge;
-      s->m[e] = (float)mm;
-      s->v[e] = (float)vv;
-      double w = s->master[e];
-      w -= lr * ((mm / c1) / (sqrt(vv / c2) + t->o.eps) + wd * w);
-      s->master[e] = (float)w;
+    for (int64_t e = 0; e < s->n; e++) {
+      adamw_element(&a, wd, g ? (double)g[e] * scale : 0.0, &s->m[e], &s->v[e], &s->master[e]);
       pd[e] = s->master[e];
     }
     ntp_round_buf(pd, (size_t)s->n, mode_of(p->cur.dtype));
@@ -495,12 +509,7 @@ static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, do
     double wd = p->decay ? t->o.weight_decay : 0.0;
     for (int64_t j = 0; j < p->nunheld; j++) {
       int64_t e = p->unheld[j];
-      double mm = b1 * p->m[e], vv = b2 * p->v[e];
-      p->m[e] = (float)mm;
-      p->v[e] = (float)vv;
-      double w = p->master[e];
-      w -= lr * ((mm / c1) / (sqrt(vv / c2) + t->o.eps) + wd * w);
-      p->master[e] = (float)w;
+      adamw_element(&a, wd, 0.0, &p->m[e], &p->v[e], &p->master[e]);
       p->cur.f[e] = p->master[e];
     }
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype)); /* idempotent where already rounded */
@@ -545,19 +554,13 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
   double norm = sqrt(sq), scale = t->o.clip > 0 && norm > t->o.clip ? t->o.clip / norm : 1.0;
   double lr = ntp_adamw_lr(&t->o, t->step);
   int64_t k = ++t->step;
-  double b1 = t->o.beta1, b2 = t->o.beta2, c1 = 1.0 - pow(b1, (double)k), c2 = 1.0 - pow(b2, (double)k);
+  adamw_k a = adamw_at(&t->o, lr, k);
   for (size_t i = 0; i < t->np; i++) {
     tparam *p = &t->p[i];
     const float *g = p->grad_output >= 0 ? r->outputs[p->grad_output].f : NULL;
     double wd = p->decay ? t->o.weight_decay : 0.0;
     for (int64_t e = 0; e < p->n; e++) {
-      double ge = g ? (double)g[e] * scale : 0.0;
-      double mm = b1 * p->m[e] + (1.0 - b1) * ge, vv = b2 * p->v[e] + (1.0 - b2) * ge * ge;
-      p->m[e] = (float)mm;
-      p->v[e] = (float)vv;
-      double w = p->master[e];
-      w -= lr * ((mm / c1) / (sqrt(vv / c2) + t->o.eps) + wd * w);
-      p->master[e] = (float)w;
+      adamw_element(&a, wd, g ? (double)g[e] * scale : 0.0, &p->m[e], &p->v[e], &p->master[e]);
       p->cur.f[e] = p->master[e];
     }
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
