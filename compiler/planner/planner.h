@@ -143,6 +143,8 @@ typedef struct plan_request {
                                  placement here (the autoplan pass); NULL: pins from the active plan */
   bool train;                 /* cost a training step: forward + backward, the gradients' sync over the
                                  replicas, optimizer state and saved activations (docs/planner.md) */
+  int32_t max_groups;         /* free layers get at most this many groups; 0 = no limit. 1: every layer over
+                                 all the ranks (uniform TP; sequence parallelism and recomputation still chosen) */
 } plan_request;
 
 /* One layer of a solved plan. */

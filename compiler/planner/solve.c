@@ -565,7 +565,8 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
   int32_t ns = 0, cs = 0;
   int32_t *pins = malloc((size_t)n * sizeof *pins);
   bool ok = pins != NULL;
-  for (int32_t k = 1; ok && k <= W && k <= NTP_MAX_GROUPS; k++) {
+  int32_t kmax = rq->max_groups > 0 && rq->max_groups < W ? rq->max_groups : W;
+  for (int32_t k = 1; ok && k <= kmax && k <= NTP_MAX_GROUPS; k++) {
     plan_place a = plan_place_balanced(W, k, false), b = plan_place_balanced(W, k, true);
     ok = pl_add_state(&st, &ns, &cs, &a) >= 0 && (k == W || pl_add_state(&st, &ns, &cs, &b) >= 0);
   }

@@ -16,8 +16,13 @@ int cli_usage_error(const char *command, const char *fmt, const char *arg);
  * NO_COLOR is unset; always; never). */
 int cli_color(const char *when);
 
+/* A finite number in [lo, hi] that is all of v. */
+bool cli_number(const char *v, double lo, double hi, double *out);
+
 /* `ntpc plan` (plan_cmd.c) and `ntpc train` (train_cmd.c): their own options, their exit status. */
 int ntpc_plan_command(int argc, char **argv);
 int ntpc_train_command(int argc, char **argv);
+/* `ntpc goodput` (goodput_cmd.c) */
+int ntpc_goodput_command(int argc, char **argv);
 
 #endif

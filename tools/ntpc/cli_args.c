@@ -1,4 +1,6 @@
 /* cli_args.c — option values and colour as the commands of the CLI take them. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,4 +31,13 @@ int cli_usage_error(const char *command, const char *fmt, const char *arg) {
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\nTry '%s --help'.\n", command);
   return 2;
+}
+
+bool cli_number(const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(d) || d < lo || d > hi) return false;
+  *out = d;
+  return true;
 }

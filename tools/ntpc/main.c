@@ -32,6 +32,8 @@ static const char usage_text[] =
     "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
     "       ntpc plan FILE --world W [--gpu h200] [--fail R,..]  choose per-layer degrees (see 'ntpc plan --help')\n"
     "       ntpc train FILE --data TOKENS --steps N [--lr X]  train with AdamW (see 'ntpc train --help')\n"
+    "       ntpc goodput FILE [--gpus N --domain D --tp T]  throughput and goodput under GPU failures, by policy\n"
+    "                     (see 'ntpc goodput --help')\n"
     "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda, image\n"
     "       ntpc --help | --version\n"
     "\n"
@@ -545,6 +547,7 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "train") == 0) return ntpc_train_command(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "goodput") == 0) return ntpc_goodput_command(argc - 1, argv + 1);
   options o = {.world = -1, .iters = 10};
   ntp_outfile_install_cleanup(); /* a killed ntpc leaves no temporary or half-built file */
   ntpc_session *s = ntpc_session_new();
