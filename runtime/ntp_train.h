@@ -105,6 +105,8 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
 typedef struct ntp_tokens ntp_tokens;
 int ntp_tokens_open(const char *path, ntp_tokens **out, char *err, size_t cap);
 int64_t ntp_tokens_count(const ntp_tokens *d);
+/* The file's first n ids (n <= its count), in order. */
+int ntp_tokens_ids(const ntp_tokens *d, int64_t *ids, int64_t n);
 /* The next batch of rows x len tokens and their targets (each token's successor): rows*len+1
  * consecutive tokens from the current position, which then advances by rows*len; past the end
  * it starts again (an epoch). With shuffle, every epoch visits the windows in an order drawn

@@ -42,6 +42,18 @@ int ntp_cpu_run_given(const ntp_module *m, uint64_t seed, int keep_all, const nt
                       const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t errlen);
 void ntp_cpu_result_free(ntp_cpu_result *res);
 
+/* inputs.c: a model's inputs from files, into given[] (an array over m's values, NULL-filled;
+ * what is set there is the caller's to free with ntp_inputs_free). `spec` is FILE or NAME=FILE:
+ * a NumPy .npy array (the input's shape; integers for i32 inputs, floats for the others), an
+ * llm.c token file (.bin) or any other file as text (a token is a byte). Token ids fill the
+ * model's token input row by row and, when a loss reads its targets from an input, the targets
+ * with each token's successor, as `ntpc train` does. Ids outside the vocabulary of an embedding
+ * or loss that reads them are errors. 0, or -1 with a message. */
+int ntp_inputs_load(const ntp_module *m, const char *spec, ntp_host_tensor **given, char *err, size_t cap);
+/* The same from text in memory (the byte tokenizer). */
+int ntp_inputs_text(const ntp_module *m, const char *text, size_t len, ntp_host_tensor **given, char *err, size_t cap);
+void ntp_inputs_free(const ntp_module *m, ntp_host_tensor **given);
+
 /* The slice `box` of the same: what one rank holds of a sharded input or parameter. */
 void ntp_init_slice(const ntp_module *m, int32_t value, const ntp_box *box, uint64_t seed, ntp_host_tensor *t);
 /* One compute op on host tensors of local shapes (not INPUT/PARAM: see ntp_init_slice). */

@@ -72,6 +72,12 @@ fail:
 
 int64_t ntp_tokens_count(const ntp_tokens *d) { return d->n; }
 
+int ntp_tokens_ids(const ntp_tokens *d, int64_t *ids, int64_t n) {
+  if (n > d->n) return -1;
+  for (int64_t i = 0; i < n; i++) ids[i] = d->ids[i];
+  return 0;
+}
+
 void ntp_tokens_shuffle(ntp_tokens *d, uint64_t seed) {
   d->shuffle = true;
   d->seed = seed;

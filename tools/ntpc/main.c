@@ -61,6 +61,9 @@ static const char usage_text[] =
     "  --params FILE      (run) read parameters from a safetensors file (global layout; each\n"
     "                     simulated rank reads only its slices)\n"
     "  --save-params FILE (run) write the parameters used to a safetensors file\n"
+    "  --inputs [NAME=]FILE  (run) an input from a file: a .npy array, an llm.c token file (.bin) or\n"
+    "                     text (a token is a byte); token ids also give the targets (repeatable)\n"
+    "  --text STRING      (run) the token input from text through the byte tokenizer\n"
     "  --color=WHEN       auto | always | never (diagnostics)\n"
     "  -ferror-limit=N    stop after N errors (default 20; 0: no limit)\n"
     "  --dump-after=PASS  print what a pass built, as it completes (comma-separated; passes: parse,\n"
@@ -75,6 +78,9 @@ typedef struct options {
   bool plan;  /* --plan or --plan-name given */
   bool keep_c, loopback, train;
   long iters;
+  const char *inputs[16]; /* --inputs SPEC */
+  int ninputs;
+  const char *text;       /* --text STRING */
 } options;
 
 static int usage_error(const char *fmt, const char *arg) { return cli_usage_error("ntpc", fmt, arg); }
@@ -266,6 +272,32 @@ static double output_error(const ntp_host_tensor *got, const ntp_host_tensor *re
   return ntp_max_rel_error_floor(got, ref, strncmp(ref->name, "grad.", 5) == 0 ? gfloor : 0);
 }
 
+/* --inputs and --text into given[] (over the module's values): 0, or 1 (an input error, said). */
+static int load_inputs(const ntp_module *m, const options *o, ntp_host_tensor ***given) {
+  *given = NULL;
+  if (!o->ninputs && !o->text) return 0;
+  char err[512];
+  if (!(*given = calloc(m->n_values ? m->n_values : 1, sizeof **given))) {
+    fprintf(stderr, "ntpc: error: out of memory\n");
+    return 1;
+  }
+  for (int i = 0; i < o->ninputs; i++)
+    if (ntp_inputs_load(m, o->inputs[i], *given, err, sizeof err) != 0) goto fail;
+  if (o->text && ntp_inputs_text(m, o->text, strlen(o->text), *given, err, sizeof err) != 0) goto fail;
+  return 0;
+fail:
+  fprintf(stderr, "ntpc: error: %s\n", err);
+  ntp_inputs_free(m, *given);
+  free(*given);
+  *given = NULL;
+  return 1;
+}
+
+static void free_inputs(const ntp_module *m, ntp_host_tensor **given) {
+  if (given) ntp_inputs_free(m, given);
+  free(given);
+}
+
 /* The CUDA run: kernels generated for every rank, NVRTC (cached), cuBLASLt; outputs compared
  * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
 static int run_cuda(const ir_module *summary, const ntp_program *p, const options *o) {
@@ -274,10 +306,15 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
   ntp_cuda *c = NULL;
   ntp_safetensors *params = NULL;
   ntp_cpu_result ref = {0}, res = {0};
+  ntp_host_tensor **given = NULL;
   /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
   ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .rank_hi = p->world};
   if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
     rc = 1; /* a --params file that cannot be read is an input error, as on the cpu backend */
+    goto done;
+  }
+  if (load_inputs(&p->global, o, &given)) {
+    rc = 1;
     goto done;
   }
   if (ntp_cuda_create(p, &co, &c, err, sizeof err) != 0) goto done;
@@ -285,6 +322,8 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
     rc = 1;
     goto done;
   }
+  for (size_t v = 0; given && v < p->global.n_values; v++)
+    if (given[v] && ntp_cuda_set(c, (int32_t)v, given[v], err, sizeof err) != 0) goto done;
   if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done; /* warm-up */
   double total = 0;
   for (long i = 0; i < o->iters; i++) {
@@ -293,7 +332,9 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
     total += res.seconds;
   }
   rc = 1;
-  if (ntp_cpu_run_params(&p->global, o->seed, 0, params, &ref, err, sizeof err) != 0) goto done;
+  if (ntp_cpu_run_given(&p->global, o->seed, 0, params, (const ntp_host_tensor *const *)given, &ref, err,
+                        sizeof err) != 0)
+    goto done;
   print_model_summary(summary, stdout);
   printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n",
          co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
@@ -310,6 +351,7 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
   }
 done:
   if (rc && err[0]) fprintf(stderr, "ntpc: error: cuda: %s\n", err);
+  free_inputs(&p->global, given);
   ntp_cpu_result_free(&ref);
   ntp_cpu_result_free(&res);
   ntp_cuda_free(c);
@@ -318,12 +360,15 @@ done:
 }
 
 /* The sharded run: all ranks simulated, outputs assembled and compared with the unsharded run. */
-static int run_sharded(const ntp_program *p, const ntp_safetensors *params, const ntp_cpu_result *ref, const options *o) {
+static int run_sharded(const ntp_program *p, const ntp_safetensors *params, ntp_host_tensor *const *given,
+                       const ntp_cpu_result *ref, const options *o) {
   ntp_cpu_result res;
   char err[512];
   ntp_sim *sim = NULL;
-  if (ntp_sim_new(p, &sim, err, sizeof err) != 0 || (params && ntp_sim_load(sim, params, err, sizeof err) != 0) ||
-      ntp_sim_forward(sim, o->seed, &res, err, sizeof err) != 0) {
+  bool ok = ntp_sim_new(p, &sim, err, sizeof err) == 0 && (!params || ntp_sim_load(sim, params, err, sizeof err) == 0);
+  for (size_t v = 0; ok && given && v < p->global.n_values; v++)
+    if (given[v]) ok = ntp_sim_set(sim, (int32_t)v, given[v], err, sizeof err) == 0;
+  if (!ok || ntp_sim_forward(sim, o->seed, &res, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: sharded run: %s\n", err);
     ntp_sim_free(sim);
     return 1;
@@ -419,14 +464,22 @@ static int run_cpu(const ir_module *m, const ntp_program *prog, const options *o
     fprintf(stderr, "ntpc: error: %s\n", err);
     return 1; /* docs/cli.md: a --params file that cannot be read or does not fit is an input error */
   }
-  if (ntp_cpu_run_params(&prog->global, o->seed, o->dump != NULL || o->save_params != NULL, params, &res, err, sizeof err) != 0) {
+  ntp_host_tensor **given = NULL;
+  if (load_inputs(&prog->global, o, &given)) {
+    ntp_safetensors_close(params);
+    return 1;
+  }
+  if (ntp_cpu_run_given(&prog->global, o->seed, o->dump != NULL || o->save_params != NULL, params,
+                        (const ntp_host_tensor *const *)given, &res, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
     ntp_safetensors_close(params);
+    free_inputs(&prog->global, given);
     return 1;
   }
   if (o->save_params && ntp_safetensors_save(o->save_params, res.params, res.n_params, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
     ntp_safetensors_close(params);
+    free_inputs(&prog->global, given);
     ntp_cpu_result_free(&res);
     return 2;
   }
@@ -436,12 +489,14 @@ static int run_cpu(const ir_module *m, const ntp_program *prog, const options *o
     fputs("output ", stdout);
     ntp_print_tensor_summary(&res.outputs[i], stdout);
   }
-  if (sharded && run_sharded(sharded, params, &res, o) != 0) {
+  if (sharded && run_sharded(sharded, params, given, &res, o) != 0) {
     ntp_cpu_result_free(&res);
     ntp_safetensors_close(params);
+    free_inputs(&prog->global, given);
     return 1;
   }
   ntp_safetensors_close(params);
+  free_inputs(&prog->global, given);
   int rc = 0;
   if (o->dump && ntp_dump_tensors(&res, o->dump, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
@@ -508,6 +563,11 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       char *end;
       o->iters = strtol(v, &end, 10);
       if (*end || !*v || o->iters < 0) return usage_error("--iters needs a count of 0 or more, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--inputs", &missing))) {
+      if (o->ninputs == 16) return usage_error("at most 16 --inputs%s", "");
+      o->inputs[o->ninputs++] = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--text", &missing))) {
+      o->text = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
       o->params = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
