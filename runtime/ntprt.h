@@ -92,6 +92,17 @@ void ntp_safetensors_close(ntp_safetensors *f);
 /* Reads box `box` of tensor `name` (which must have dtype dt and shape `shape`) as floats. */
 int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dtype dt, const ntp_shape *shape,
                              const ntp_box *box, float *out, char *err, size_t errlen);
+/* Reads f by another layout's names and shapes from now on (docs/runtime.md#checkpoint-layouts):
+ * "ntp" (the model's own names), "hf-gpt2" (Hugging Face GPT-2: fused c_attn, Conv1D weights
+ * transposed, positions tables longer than the model's), "hf-llama" (Hugging Face Llama); in
+ * these, F32, BF16 and F16 tensors are converted to the model's dtype. -1 when a parameter of m
+ * has no place in the layout. */
+int ntp_safetensors_set_format(ntp_safetensors *f, const char *format, const ntp_module *m, char *err, size_t errlen);
+/* Whether `format` is one of those layouts. */
+bool ntp_param_format_known(const char *format);
+/* Writes the model's tensors in a layout ("ntp": as ntp_safetensors_save). */
+int ntp_safetensors_save_format(const char *path, const char *format, const ntp_module *m, const ntp_host_tensor *ts,
+                                size_t n, char *err, size_t errlen);
 /* Writes tensors (global, in their storage dtype) to path, atomically (temp file + rename). */
 int ntp_safetensors_save(const char *path, const ntp_host_tensor *tensors, size_t n, char *err, size_t errlen);
 /* The same file written by parts, from several threads: the header of `n` fp32 tensors (names

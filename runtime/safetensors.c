@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cpu_kernels.h"
+#include "param_formats.h"
 #include "outfile.h"
 #include "ntprt.h"
 
@@ -21,6 +22,8 @@ struct ntp_safetensors {
   size_t size;
   size_t data; /* offset of the data block */
   json_object *header;
+  ntp_st_names *names; /* a format's name map (param_formats.c), or NULL: the model's names */
+  char format[32];
 };
 
 static const char *st_dtype(ntp_dtype dt) {
@@ -123,6 +126,7 @@ void ntp_safetensors_close(ntp_safetensors *f) {
   if (!f) return;
   if (f->map) munmap(f->map, f->size);
   if (f->header) json_object_put(f->header);
+  ntp_st_names_free(f->names);
   free(f);
 }
 
@@ -228,8 +232,9 @@ uint16_t ntp_float_to_bf16_bits(float x) {
   return (uint16_t)(bits >> 16);
 }
 
-int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dtype dt, const ntp_shape *shape,
-                             const ntp_box *box, float *out, char *err, size_t cap) {
+/* A tensor's header entry: its dtype, shape and data (checked when the file was opened). */
+static int st_entry(const ntp_safetensors *f, const char *name, const char **fdt, ntp_shape *shape,
+                    const unsigned char **base, char *err, size_t cap) {
   json_object *t, *jd, *js, *jo;
   if (!json_object_object_get_ex(f->header, name, &t)) {
     snprintf(err, cap, "parameter '%s' is not in the file", name);
@@ -242,38 +247,37 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
     snprintf(err, cap, "parameter '%s': incomplete header entry", name);
     return -1;
   }
-  const char *fdt = json_object_get_string(jd);
-  size_t esize = !strcmp(fdt, "F32") ? 4 : (!strcmp(fdt, "BF16") || !strcmp(fdt, "F16")) ? 2 : 0;
+  *fdt = json_object_get_string(jd);
+  size_t esize = !strcmp(*fdt, "F32") ? 4 : (!strcmp(*fdt, "BF16") || !strcmp(*fdt, "F16")) ? 2 : 0;
   if (!esize) {
-    snprintf(err, cap, "parameter '%s': dtype %s is not supported (BF16, F16, F32)", name, fdt);
+    snprintf(err, cap, "parameter '%s': dtype %s is not supported (BF16, F16, F32)", name, *fdt);
     return -1;
   }
-  if (strcmp(fdt, st_dtype(dt)) != 0) {
-    snprintf(err, cap, "parameter '%s' is %s in the file but %s in the model", name, fdt, dtype_name(dt));
+  if (json_object_array_length(js) > NTP_MAX_RANK) {
+    snprintf(err, cap, "parameter '%s': more than %d dims", name, NTP_MAX_RANK);
     return -1;
   }
-  bool shape_ok = (int)json_object_array_length(js) == shape->ndim;
-  for (int d = 0; shape_ok && d < shape->ndim; d++)
-    shape_ok = json_object_get_int64(json_object_array_get_idx(js, (size_t)d)) == shape->dim[d];
-  if (!shape_ok) {
-    snprintf(err, cap, "parameter '%s': the file's shape differs from the model's", name);
-    return -1;
-  }
+  shape->ndim = (int)json_object_array_length(js);
+  for (int d = 0; d < shape->ndim; d++) shape->dim[d] = json_object_get_int64(json_object_array_get_idx(js, (size_t)d));
   uint64_t begin = (uint64_t)json_object_get_int64(json_object_array_get_idx(jo, 0));
   uint64_t end = (uint64_t)json_object_get_int64(json_object_array_get_idx(jo, 1));
   if (end < begin || f->data + end > f->size || end - begin != (uint64_t)shape_numel(shape) * esize) {
     snprintf(err, cap, "parameter '%s': data offsets out of range", name);
     return -1;
   }
-  const unsigned char *base = f->map + f->data + begin;
+  *base = f->map + f->data + begin;
+  return 0;
+}
+
+/* Box `box` of a tensor of dtype fdt and shape `shape` at base, as floats; `round_to`: a
+ * conversion's target dtype, whose rounding the values get (NTP_FP32: none). */
+static void st_copy_box(const unsigned char *base, const char *fdt, const ntp_shape *shape, const ntp_box *box,
+                        ntp_dtype round_to, float *out) {
+  size_t esize = !strcmp(fdt, "F32") ? 4 : 2;
+  bool bf16 = !strcmp(fdt, "BF16");
   /* row-major walk of the box: runs along the last dim */
   int nd = shape->ndim;
   int64_t stride[NTP_MAX_RANK], idx[NTP_MAX_RANK] = {0};
-  for (int d = nd - 1; d >= 0; d--)
-    if (box->lo[d] < 0 || box->hi[d] < box->lo[d] || box->hi[d] > shape->dim[d]) {
-      snprintf(err, cap, "parameter '%s': the slice asked for is outside the tensor", name);
-      return -1;
-    }
   for (int64_t d = nd - 1, s = 1; d >= 0; d--) { /* 64-bit: a tensor may hold more than 2^31 elements */
     stride[d] = s;
     s *= shape->dim[d];
@@ -287,18 +291,100 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
       if (esize == 4) memcpy(&out[k], src + 4 * i, 4);
       else {
         uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-        if (dt == NTP_BF16) {
+        if (bf16) {
           uint32_t bits = (uint32_t)h << 16;
           memcpy(&out[k], &bits, 4);
         } else {
           out[k] = ntp_f16_bits_to_float(h);
         }
       }
+      if (round_to == NTP_BF16) out[k] = ntp_round_bf16(out[k]);
+      else if (round_to == NTP_FP16) out[k] = ntp_round_fp16(out[k]);
     }
     int d = nd - 2;
     while (d >= 0 && ++idx[d] >= box->hi[d] - box->lo[d]) idx[d--] = 0;
     if (d < 0) break;
   }
+}
+
+static bool box_inside(const ntp_box *box, const ntp_shape *shape) {
+  for (int d = 0; d < shape->ndim; d++)
+    if (box->lo[d] < 0 || box->hi[d] < box->lo[d] || box->hi[d] > shape->dim[d]) return false;
+  return true;
+}
+
+/* Through a format's name map (param_formats.c): the model's tensor is a slice of the file's
+ * tensor, maybe transposed, in any of the float dtypes (converted to the model's). */
+static int read_mapped(const ntp_safetensors *f, const ntp_st_name *e, const char *name, ntp_dtype dt,
+                       const ntp_shape *shape, const ntp_box *box, float *out, char *err, size_t cap) {
+  const char *fdt;
+  ntp_shape fs;
+  const unsigned char *base;
+  char e2[256];
+  if (st_entry(f, e->source, &fdt, &fs, &base, e2, sizeof e2) != 0) {
+    snprintf(err, cap, "parameter '%s' (%s in the %s layout): %s", name, e->source, f->format,
+             strncmp(e2, "parameter '", 11) == 0 ? strstr(e2, "' ") + 2 : e2);
+    return -1;
+  }
+  /* the model's box in the file's coordinates */
+  ntp_box src = *box;
+  bool fits = e->transpose ? shape->ndim == 2 && fs.ndim == 2 && fs.dim[0] == shape->dim[1] &&
+                                 fs.dim[1] >= e->offset + shape->dim[0]
+                           : fs.ndim == shape->ndim && fs.dim[0] >= e->offset + shape->dim[0];
+  for (int d = 1; fits && !e->transpose && d < shape->ndim; d++) fits = fs.dim[d] == shape->dim[d];
+  if (!fits) {
+    char a[64], b[64];
+    snprintf(err, cap, "parameter '%s' (%s in the %s layout): the file's shape %s does not hold the model's %s%s", name,
+             e->source, f->format, shape_str(&fs, a, sizeof a), shape_str(shape, b, sizeof b),
+             e->transpose ? " transposed" : "");
+    return -1;
+  }
+  if (e->transpose) {
+    src.lo[0] = box->lo[1], src.hi[0] = box->hi[1];
+    src.lo[1] = box->lo[0] + e->offset, src.hi[1] = box->hi[0] + e->offset;
+  } else {
+    src.lo[0] += e->offset, src.hi[0] += e->offset;
+  }
+  ntp_dtype round_to = strcmp(fdt, st_dtype(dt)) == 0 || dt == NTP_FP32 ? NTP_FP32 : dt;
+  if (!e->transpose) {
+    st_copy_box(base, fdt, &fs, &src, round_to, out);
+    return 0;
+  }
+  int64_t r = box->hi[0] - box->lo[0], c = box->hi[1] - box->lo[1];
+  int64_t cnt = r * c;
+  float *tmp = malloc((size_t)(cnt > 0 ? cnt : 1) * sizeof *tmp);
+  if (!tmp) {
+    snprintf(err, cap, "out of memory");
+    return -1;
+  }
+  st_copy_box(base, fdt, &fs, &src, round_to, tmp); /* [c, r] */
+  for (int64_t i = 0; i < r; i++)
+    for (int64_t j = 0; j < c; j++) out[i * c + j] = tmp[j * r + i];
+  free(tmp);
+  return 0;
+}
+
+int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dtype dt, const ntp_shape *shape,
+                             const ntp_box *box, float *out, char *err, size_t cap) {
+  if (!box_inside(box, shape)) {
+    snprintf(err, cap, "parameter '%s': the slice asked for is outside the tensor", name);
+    return -1;
+  }
+  const ntp_st_name *e = f->names ? ntp_st_names_find(f->names, name) : NULL;
+  if (e) return read_mapped(f, e, name, dt, shape, box, out, err, cap);
+  const char *fdt;
+  ntp_shape fs;
+  const unsigned char *base;
+  if (st_entry(f, name, &fdt, &fs, &base, err, cap) != 0) return -1;
+  if (strcmp(fdt, st_dtype(dt)) != 0) {
+    snprintf(err, cap, "parameter '%s' is %s in the file but %s in the model", name, fdt, dtype_name(dt));
+    return -1;
+  }
+  if (!shape_eq(&fs, shape)) {
+    snprintf(err, cap, "parameter '%s': the file's shape differs from the model's", name);
+    return -1;
+  }
+  st_copy_box(base, fdt, shape, box, NTP_FP32, out);
   return 0;
 }
 
@@ -366,6 +452,80 @@ int ntp_safetensors_save(const char *path, const ntp_host_tensor *ts, size_t n, 
   rc = 0;
 done:
   json_object_put(h);
+  return rc;
+}
+
+/* ---- other layouts (param_formats.c) -------------------------------------------------------- */
+
+static bool st_has(void *ctx, const char *name) {
+  json_object *t;
+  return json_object_object_get_ex(((const ntp_safetensors *)ctx)->header, name, &t);
+}
+
+int ntp_safetensors_set_format(ntp_safetensors *f, const char *format, const ntp_module *m, char *err, size_t cap) {
+  ntp_st_names *map;
+  if (ntp_st_names_build(format, m, st_has, f, &map, err, cap) != 0) return -1;
+  ntp_st_names_free(f->names);
+  f->names = map;
+  snprintf(f->format, sizeof f->format, "%s", format);
+  return 0;
+}
+
+int ntp_safetensors_save_format(const char *path, const char *format, const ntp_module *m, const ntp_host_tensor *ts,
+                                size_t n, char *err, size_t cap) {
+  ntp_st_names *map;
+  if (ntp_st_names_build(format, m, NULL, NULL, &map, err, cap) != 0) return -1;
+  if (!map) return ntp_safetensors_save(path, ts, n, err, cap);
+  /* the layout's tensors: each the union of the model tensors mapped into it */
+  ntp_host_tensor *src = calloc(map->n ? map->n : 1, sizeof *src);
+  const ntp_host_tensor **of = calloc(map->n ? map->n : 1, sizeof *of); /* each entry's model tensor */
+  int32_t *into = calloc(map->n ? map->n : 1, sizeof *into);              /* each entry's layout tensor */
+  size_t ns = 0;
+  int rc = -1;
+  if (!src || !of || !into) goto oom;
+  for (size_t k = 0; k < map->n; k++) {
+    const ntp_st_name *e = &map->e[k];
+    for (size_t i = 0; i < n && !of[k]; i++)
+      if (ts[i].name && !strcmp(ts[i].name, e->model)) of[k] = &ts[i];
+    if (!of[k]) {
+      snprintf(err, cap, "parameter '%s' is not among the tensors to write", e->model);
+      goto done;
+    }
+    const ntp_shape *ms = &of[k]->shape;
+    size_t j = 0;
+    while (j < ns && strcmp(src[j].name, e->source) != 0) j++;
+    if (j == ns) {
+      src[ns].name = e->source, src[ns].dtype = of[k]->dtype, src[ns].shape = *ms;
+      if (e->transpose) src[ns].shape.dim[0] = ms->dim[1], src[ns].shape.dim[1] = 0;
+      else src[ns].shape.dim[0] = 0;
+      ns++;
+    }
+    into[k] = (int32_t)j;
+    int64_t *len = &src[j].shape.dim[e->transpose ? 1 : 0];
+    if (e->offset + ms->dim[0] > *len) *len = e->offset + ms->dim[0];
+  }
+  for (size_t j = 0; j < ns; j++) {
+    int64_t cnt = shape_numel(&src[j].shape);
+    if (!(src[j].f = calloc((size_t)(cnt ? cnt : 1), sizeof(float)))) goto oom;
+  }
+  for (size_t k = 0; k < map->n; k++) {
+    const ntp_st_name *e = &map->e[k];
+    const ntp_host_tensor *t = of[k];
+    ntp_host_tensor *d = &src[into[k]];
+    int64_t rows = t->shape.dim[0], row = rows ? shape_numel(&t->shape) / rows : 0;
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t c = 0; c < row; c++)
+        if (e->transpose) d->f[c * d->shape.dim[1] + e->offset + i] = t->f[i * row + c];
+        else d->f[(e->offset + i) * row + c] = t->f[i * row + c];
+  }
+  rc = ntp_safetensors_save(path, src, ns, err, cap);
+  goto done;
+oom:
+  snprintf(err, cap, "out of memory");
+done:
+  for (size_t j = 0; src && j < ns; j++) free(src[j].f);
+  free(src), free(of), free(into);
+  ntp_st_names_free(map);
   return rc;
 }
 

@@ -61,6 +61,8 @@ static const char usage_text[] =
     "  --params FILE      (run) read parameters from a safetensors file (global layout; each\n"
     "                     simulated rank reads only its slices)\n"
     "  --save-params FILE (run) write the parameters used to a safetensors file\n"
+    "  --params-format F  (run) the layout of --params and --save-params: ntp (the model's names;\n"
+    "                     default), hf-gpt2, hf-llama (Hugging Face checkpoints, docs/runtime.md)\n"
     "  --inputs [NAME=]FILE  (run) an input from a file: a .npy array, an llm.c token file (.bin) or\n"
     "                     text (a token is a byte); token ids also give the targets (repeatable)\n"
     "  --text STRING      (run) the token input from text through the byte tokenizer\n"
@@ -81,6 +83,7 @@ typedef struct options {
   const char *inputs[16]; /* --inputs SPEC */
   int ninputs;
   const char *text;       /* --text STRING */
+  const char *params_format; /* --params-format: the layout of --params and --save-params */
 } options;
 
 static int usage_error(const char *fmt, const char *arg) { return cli_usage_error("ntpc", fmt, arg); }
@@ -309,7 +312,8 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
   ntp_host_tensor **given = NULL;
   /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
   ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .rank_hi = p->world};
-  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
+  if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
+                    ntp_safetensors_set_format(params, o->params_format, &p->global, err, sizeof err) != 0)) {
     rc = 1; /* a --params file that cannot be read is an input error, as on the cpu backend */
     goto done;
   }
@@ -460,8 +464,10 @@ static int run_cpu(const ir_module *m, const ntp_program *prog, const options *o
   int mem = check_host_memory(m, sharded);
   if (mem) return mem;
   ntp_safetensors *params = NULL;
-  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) {
+  if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
+                    ntp_safetensors_set_format(params, o->params_format, &prog->global, err, sizeof err) != 0)) {
     fprintf(stderr, "ntpc: error: %s\n", err);
+    ntp_safetensors_close(params);
     return 1; /* docs/cli.md: a --params file that cannot be read or does not fit is an input error */
   }
   ntp_host_tensor **given = NULL;
@@ -476,7 +482,8 @@ static int run_cpu(const ir_module *m, const ntp_program *prog, const options *o
     free_inputs(&prog->global, given);
     return 1;
   }
-  if (o->save_params && ntp_safetensors_save(o->save_params, res.params, res.n_params, err, sizeof err) != 0) {
+  if (o->save_params && ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, res.params,
+                                                    res.n_params, err, sizeof err) != 0) {
     fprintf(stderr, "ntpc: error: %s\n", err);
     ntp_safetensors_close(params);
     free_inputs(&prog->global, given);
@@ -566,6 +573,9 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
     } else if ((v = cli_option_value(argc, argv, &i, "--inputs", &missing))) {
       if (o->ninputs == 16) return usage_error("at most 16 --inputs%s", "");
       o->inputs[o->ninputs++] = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--params-format", &missing))) {
+      if (!ntp_param_format_known(v)) return usage_error("--params-format expects ntp, hf-gpt2 or hf-llama, got '%s'", v);
+      o->params_format = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--text", &missing))) {
       o->text = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
@@ -608,7 +618,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "train") == 0) return ntpc_train_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "goodput") == 0) return ntpc_goodput_command(argc - 1, argv + 1);
-  options o = {.world = -1, .iters = 10};
+  options o = {.world = -1, .iters = 10, .params_format = "ntp"};
   ntp_outfile_install_cleanup(); /* a killed ntpc leaves no temporary or half-built file */
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
