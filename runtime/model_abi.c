@@ -200,12 +200,20 @@ void ntprt_model_destroy(ntp_model *m) {
   free(m);
 }
 
-int ntprt_model_load(ntp_model *m, const char *path) {
+int ntprt_model_load(ntp_model *m, const char *path) { return ntprt_model_load_format(m, path, "ntp"); }
+
+int ntprt_model_load_format(ntp_model *m, const char *path, const char *format) {
   CHECK_MODEL(m);
   if (!path) return fail(NTP_EINVAL, "path is NULL");
+  if (!format || !ntp_param_format_known(format))
+    return fail(NTP_EINVAL, "unknown parameter layout '%s' (ntp, hf-gpt2, hf-llama)", format ? format : "(null)");
   char err[512];
   ntp_safetensors *f;
   if (ntp_safetensors_open(path, &f, err, sizeof err) != 0) return fail(NTP_EIO, "%s", err);
+  if (ntp_safetensors_set_format(f, format, &m->prog->global, err, sizeof err) != 0) {
+    ntp_safetensors_close(f);
+    return fail(NTP_EIO, "%s", err);
+  }
   int rc = m->cuda ? ntp_cuda_load(m->cuda, f, err, sizeof err) : m->sim ? ntp_sim_load(m->sim, f, err, sizeof err) : 0;
   const ntp_module *mod = &m->prog->global;
   for (size_t i = 0; m->trainer && rc == 0 && i < mod->n_ops; i++) { /* a training library: every master */
@@ -491,4 +499,18 @@ int ntprt_model_get_param(ntp_model *m, const char *name, DLTensor *global) {
     return NTP_OK;
   }
   return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+}
+
+int ntprt_model_save_format(ntp_model *m, const char *path, const char *format) {
+  CHECK_MODEL(m);
+  if (!path) return fail(NTP_EINVAL, "path is NULL");
+  if (!format || !ntp_param_format_known(format))
+    return fail(NTP_EINVAL, "unknown parameter layout '%s' (ntp, hf-gpt2, hf-llama)", format ? format : "(null)");
+  if (!m->trainer) return fail(NTP_EINVAL, "saving parameters: only training libraries keep their parameters readable");
+  const ntp_host_tensor *ps;
+  size_t n = ntp_trainer_params(m->trainer, &ps);
+  char err[512];
+  if (ntp_safetensors_save_format(path, format, &m->prog->global, ps, n, err, sizeof err) != 0)
+    return fail(NTP_EIO, "%s", err);
+  return NTP_OK;
 }

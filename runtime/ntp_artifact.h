@@ -19,12 +19,15 @@ typedef struct ntp_artifact {
 int ntprt_model_get_info(const ntp_artifact *a, const ntp_model_info **info);
 int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *options, ntp_model **model);
 int ntprt_model_load(ntp_model *model, const char *path);
+int ntprt_model_load_format(ntp_model *model, const char *path, const char *format);
 int ntprt_model_set_param(ntp_model *model, const char *name, const DLTensor *global);
 int ntprt_model_forward(ntp_model *model, const DLTensor *const *inputs, DLTensor *const *outputs);
 const char *ntprt_model_last_error(void);
 int ntprt_model_train_step(ntp_model *model, const ntp_model_train_options *o, const DLTensor *const *inputs,
                            double *loss);
 int ntprt_model_get_param(ntp_model *model, const char *name, DLTensor *global);
+/* Every parameter into a safetensors file in a layout (training libraries only). */
+int ntprt_model_save_format(ntp_model *model, const char *path, const char *format);
 void ntprt_model_destroy(ntp_model *model);
 
 #endif

@@ -62,6 +62,9 @@ int ntp_model_get_info(const ntp_model_info **info);
 int ntp_model_create(const ntp_model_options *options, ntp_model **model);
 /* Reads every parameter from a safetensors file (global layout); each rank reads its slices. */
 int ntp_model_load(ntp_model *model, const char *safetensors_path);
+/* The same from a checkpoint in another layout: "ntp" (as ntp_model_load), "hf-gpt2", "hf-llama"
+ * (Hugging Face GPT-2 / Llama as published; docs/runtime.md#checkpoint-layouts). */
+int ntp_model_load_format(ntp_model *model, const char *safetensors_path, const char *format);
 /* Sets one parameter from a global tensor. */
 int ntp_model_set_param(ntp_model *model, const char *name, const DLTensor *global);
 /* inputs[i] / outputs[i] in the order of the info's inputs / outputs; outputs are filled. */

@@ -1,0 +1,303 @@
+"""ntp — non-uniform tensor parallelism from Python (docs/python.md).
+
+    import ntp, numpy as np
+    model = ntp.compile("examples/gpt2.ntp", defines={"L": 2, "S": 16}, plan="examples/plans/gpt2_mixed8.ntp")
+    model.load("gpt2.safetensors", format="hf-gpt2")
+    logits = model.forward(tokens)["logits"]          # NumPy in, NumPy out; torch tensors in, torch out
+
+The compiler and the runtime run in this process (one native library); every rank of a plan runs
+on the CPU backend, or on CUDA GPUs with backend="cuda". Tensors cross as DLPack without copies
+where they already have the model's dtype and layout (bf16 as ml_dtypes.bfloat16 or
+torch.bfloat16).
+"""
+from __future__ import annotations
+
+import ctypes as C
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _native as N
+from ._tensors import as_input, dtype_name, is_torch, new_output
+
+__all__ = ["compile", "plan", "Model", "Plan", "LayerPlan", "TensorInfo", "Diagnostic", "NtpError", "__version__"]
+__version__ = "0.1.0"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One compiler message: where (1-based line and column) and what."""
+    severity: str  # "error", "warning" or "note"
+    file: Optional[str]
+    line: int
+    col: int
+    end_col: int
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.col}: " if self.file else ""
+        return f"{where}{self.severity}: {self.message}"
+
+
+class NtpError(Exception):
+    """A compile error (with every diagnostic, as data and as text with source lines and carets)
+    or a runtime error (the runtime's message)."""
+
+    def __init__(self, message: str, diagnostics: Sequence[Diagnostic] = ()):
+        super().__init__(message)
+        self.diagnostics: List[Diagnostic] = list(diagnostics)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """An input, output or parameter of a model: its name, storage dtype and global shape."""
+    name: str
+    dtype: str  # "bf16", "fp16", "fp32", "i32"
+    shape: Tuple[int, ...]
+
+
+def _infos(arr, n: int) -> List[TensorInfo]:
+    return [TensorInfo(arr[i].name.decode(), dtype_name(arr[i].dtype), tuple(arr[i].shape[d] for d in range(arr[i].ndim)))
+            for i in range(n)]
+
+
+class _Unit:
+    """A compiled unit of the native library: session, diagnostics, the in-memory artifact."""
+
+    def __init__(self, source: Union[str, PathLike], *, plan: Optional[PathLike], plan_name: Optional[str],
+                 defines: Optional[Mapping[str, int]], model: Optional[str], world: Optional[int], train: bool,
+                 cuda: bool, gpu: Optional[str]):
+        path, text = _path_or_source(source)
+        defs = [f"{k}={int(v)}" for k, v in (defines or {}).items()]
+        arr = (C.c_char_p * max(1, len(defs)))(*[d.encode() for d in defs])
+        h = C.c_void_p()
+        enc = lambda s: None if s is None else os.fspath(s).encode()
+        st = N.lib.ntp_py_compile(enc(path), enc(text), b"<string>", arr, len(defs), enc(plan), enc(plan_name),
+                                  enc(model), int(world or 0), int(train), int(cuda), enc(gpu), C.byref(h))
+        self.h = h
+        if st != 0:
+            diags = self.diagnostics()
+            text_ = N.lib.ntp_py_diagnostics(h).decode() if h else ""
+            msg = N.lib.ntp_py_last_error().decode()
+            self.free()
+            if st == 1:
+                n = sum(d.severity == "error" for d in diags)
+                raise NtpError(text_ + f"{n} error{'s' if n != 1 else ''} generated.", diags)
+            raise (ValueError if st == 2 else NtpError)(msg + ("\n" + text_ if text_ else ""))
+
+    def diagnostics(self) -> List[Diagnostic]:
+        out = []
+        for i in range(N.lib.ntp_py_diag_count(self.h) if self.h else 0):
+            d = N.lib.ntp_py_diag(self.h, i).contents
+            out.append(Diagnostic(("error", "warning", "note")[d.severity], d.file.decode() if d.file else None, d.line,
+                                  d.col, d.end_col, d.message.decode()))
+        return out
+
+    def free(self) -> None:
+        if self.h:
+            N.lib.ntp_py_free(self.h)
+            self.h = None
+
+    def __del__(self):
+        self.free()
+
+
+def _path_or_source(source: Union[str, PathLike]) -> Tuple[Optional[str], Optional[str]]:
+    if not isinstance(source, str) or "{" not in source:
+        return os.fspath(source), None
+    return None, source
+
+
+class Model:
+    """A compiled model with its runtime: inputs, outputs and parameters described; forward, a
+    training step, parameters loaded and saved. Create with ntp.compile."""
+
+    def __init__(self, unit: _Unit, *, backend: str, seed: int, loopback: bool, device: int):
+        self._unit = unit
+        art = N.lib.ntp_py_artifact(unit.h)
+        info = art.contents.info
+        self.name: str = info.name.decode()
+        self.world: int = info.world
+        self.inputs: List[TensorInfo] = _infos(info.inputs, info.n_inputs)
+        self.outputs: List[TensorInfo] = _infos(info.outputs, info.n_outputs)
+        self.params: List[TensorInfo] = _infos(info.params, info.n_params)
+        self.placements: List[str] = [l for l in info.sharding.decode().split("\n") if l]
+        self.backend = backend
+        self.diagnostics: List[Diagnostic] = unit.diagnostics()  # warnings, notes
+        opts = N.ModelOptionsC(backend.encode(), -1, device, int(loopback), None, seed)
+        self._m = C.c_void_p()
+        if N.lib.ntprt_model_create(art, C.byref(opts), C.byref(self._m)) != 0:
+            self._m = None
+            raise NtpError(N.lib.ntprt_model_last_error().decode())
+
+    # -- helpers
+    def _check(self, rc: int) -> None:
+        if rc != 0:
+            raise NtpError(N.lib.ntprt_model_last_error().decode())
+
+    def _held_inputs(self, args: Sequence[Any], kwargs: Mapping[str, Any]):
+        if len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
+            kwargs, args = args[0], ()
+        if len(args) > len(self.inputs):
+            raise TypeError(f"{self.name} takes {len(self.inputs)} inputs ({', '.join(i.name for i in self.inputs)}), "
+                            f"{len(args)} given")
+        given = dict(zip((i.name for i in self.inputs), args))
+        for k, v in kwargs.items():
+            if k not in {i.name for i in self.inputs}:
+                raise TypeError(f"{self.name} has no input '{k}' (its inputs: {', '.join(i.name for i in self.inputs)})")
+            if k in given:
+                raise TypeError(f"input '{k}' given twice")
+            given[k] = v
+        missing = [i.name for i in self.inputs if i.name not in given]
+        if missing:
+            raise TypeError(f"{self.name}: input{'s' if len(missing) > 1 else ''} {', '.join(missing)} not given")
+        held = [as_input(given[i.name], i.dtype, i.shape, f"input '{i.name}'") for i in self.inputs]
+        ptrs = (C.POINTER(N.DLTensor) * max(1, len(held)))(*[h.ptr for h in held])
+        return held, ptrs, next((given[i.name] for i in self.inputs if is_torch(given[i.name])), None)
+
+    # -- running
+    def forward(self, *inputs: Any, **named: Any) -> Dict[str, Any]:
+        """Runs the forward pass. Inputs in the model's order, by name, or as one dict: NumPy
+        arrays, PyTorch tensors (host or GPU) or anything with __dlpack__. Returns {output name:
+        array}: torch tensors (on the first torch input's device) when an input is one, else
+        NumPy arrays (bf16 as ml_dtypes.bfloat16)."""
+        held, ptrs, like = self._held_inputs(inputs, named)
+        outs = [new_output(o.dtype, o.shape, like) for o in self.outputs]
+        optrs = (C.POINTER(N.DLTensor) * max(1, len(outs)))(*[o.ptr for o in outs])
+        self._check(N.lib.ntprt_model_forward(self._m, ptrs, optrs))
+        del held
+        return {o.name: h.array for o, h in zip(self.outputs, outs)}
+
+    __call__ = forward
+
+    def train_step(self, *inputs: Any, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.95, eps: float = 1e-8,
+                   weight_decay: float = 0.1, clip: float = 1.0, **named: Any) -> float:
+        """One AdamW step on the fp32 master weights (a model compiled with train=True); the loss
+        before the update. The learning rate is this step's: the caller runs the schedule."""
+        held, ptrs, _ = self._held_inputs(inputs, named)
+        opts = N.TrainOptionsC(lr, beta1, beta2, eps, weight_decay, clip)
+        loss = C.c_double()
+        self._check(N.lib.ntprt_model_train_step(self._m, C.byref(opts), ptrs, C.byref(loss)))
+        del held
+        return loss.value
+
+    # -- parameters
+    def load(self, path: PathLike, format: str = "ntp") -> None:
+        """Reads every parameter from a safetensors file: format "ntp" (the model's names), or a
+        Hugging Face checkpoint as published, "hf-gpt2" or "hf-llama". Each rank reads its slices."""
+        self._check(N.lib.ntprt_model_load_format(self._m, os.fspath(path).encode(), format.encode()))
+
+    def save(self, path: PathLike, format: str = "ntp") -> None:
+        """Writes every parameter (a model compiled with train=True) to a safetensors file, in the
+        model's names or a Hugging Face layout."""
+        self._check(N.lib.ntprt_model_save_format(self._m, os.fspath(path).encode(), format.encode()))
+
+    def _param(self, name: str) -> TensorInfo:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(f"{self.name} has no parameter '{name}'")
+
+    def set_param(self, name: str, value: Any) -> None:
+        """Sets one parameter from a global array (its full, unsharded shape)."""
+        p = self._param(name)
+        h = as_input(value, p.dtype, p.shape, f"parameter '{name}'")
+        self._check(N.lib.ntprt_model_set_param(self._m, name.encode(), h.ptr))
+
+    def get_param(self, name: str) -> Any:
+        """A parameter's current value (a model compiled with train=True), as a NumPy array."""
+        p = self._param(name)
+        out = new_output(p.dtype, p.shape, None)
+        self._check(N.lib.ntprt_model_get_param(self._m, name.encode(), out.ptr))
+        return out.array
+
+    def close(self) -> None:
+        if getattr(self, "_m", None):
+            N.lib.ntprt_model_destroy(self._m)
+            self._m = None
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<ntp.Model {self.name}: {self.world} rank{'s' if self.world != 1 else ''}, {self.backend}, "
+                f"inputs {[i.name for i in self.inputs]}, outputs {[o.name for o in self.outputs]}>")
+
+
+def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, plan_name: Optional[str] = None,
+            defines: Optional[Mapping[str, int]] = None, model: Optional[str] = None, world: Optional[int] = None,
+            backend: str = "cpu", train: bool = False, seed: int = 0, loopback: bool = False, device: int = 0,
+            gpu: Optional[str] = None) -> Model:
+    """Compiles a model (a .ntp path, or its source text) and makes it runnable.
+
+    plan: a plan file (its plan for the model becomes active; plan_name picks one); defines:
+    dims to override ({"L": 2}); world: shard for this many ranks without a plan; backend: "cpu"
+    (every rank simulated here) or "cuda" (loopback: every rank on one GPU); train: compile the
+    training step (the loss's backward, the gradients' sync) for train_step; seed: the default
+    initialisation of parameters not loaded; gpu: the device profile 'tp auto' layers are planned
+    for. Errors in the model raise NtpError with every diagnostic."""
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f"unknown backend '{backend}' (cpu or cuda)")
+    unit = _Unit(source, plan=plan, plan_name=plan_name, defines=defines, model=model, world=world, train=train,
+                 cuda=backend == "cuda", gpu=gpu)
+    return Model(unit, backend=backend, seed=seed, loopback=loopback, device=device)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One layer of a plan: its placement and predicted costs (seconds, bytes per GPU)."""
+    name: str
+    placement: str
+    groups: Tuple[int, ...]
+    sequence_parallel: bool
+    recompute: bool
+    pinned: bool
+    compute_s: float
+    comm_s: float
+    redist_s: float
+    param_bytes: float
+    act_bytes: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's choice for every layer (ntpc plan), with the predicted step."""
+    model: str
+    world: int
+    device: str
+    train: bool
+    feasible: bool
+    why: str = ""
+    step_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    tokens_per_s: float = 0.0
+    mem_cap: float = 0.0
+    mem_peak: float = 0.0
+    exact: bool = False
+    layers: List[LayerPlan] = field(default_factory=list)
+
+
+def plan(source: Union[str, PathLike], world: int, *, gpu: str = "h100", train: bool = False,
+         defines: Optional[Mapping[str, int]] = None, model: Optional[str] = None, plan: Optional[PathLike] = None,
+         mem_cap_gib: float = 0.0, nodes_of: int = 0) -> Plan:
+    """Chooses every layer's TP placement for `world` GPUs of a built-in profile (h100, h200,
+    a100, b200) within their memory (mem_cap_gib: 0 = the profile's), as `ntpc plan` does.
+    train: plan a training step. Layers pinned by `plan` keep their placement."""
+    unit = _Unit(source, plan=plan, plan_name=None, defines=defines, model=model, world=None, train=False, cuda=False,
+                 gpu=None)
+    out = C.c_void_p()
+    st = N.lib.ntp_py_plan(unit.h, int(world), gpu.encode(), int(train), float(mem_cap_gib), int(nodes_of), C.byref(out))
+    if st != 0:
+        diags = unit.diagnostics()
+        raise (ValueError if st == 2 else NtpError)(N.lib.ntp_py_last_error().decode() + "\n" +
+                                                     N.lib.ntp_py_diagnostics(unit.h).decode(), *(() if st == 2 else (diags,)))
+    d = json.loads(C.string_at(out).decode())
+    N.lib.ntp_py_free_string(out)
+    layers = [LayerPlan(l["name"], l["placement"], tuple(l["groups"]), l["sequence_parallel"], l["recompute"],
+                        l["pinned"], l["compute_s"], l["comm_s"], l["redist_s"], l["param_bytes"], l["act_bytes"])
+              for l in d.pop("layers", [])]
+    return Plan(**d, layers=layers)
