@@ -48,8 +48,11 @@ int emu_device_count(void);
  * failed GPU, freed on it or synchronised with it after it failed. The program under test does
  * not know of this: it sees the emulated GPU as it would a real one. */
 void emu_gpus_fail(void);
-/* false (after emu_fail naming `call`) when GPU d has failed */
+/* true when GPU d has not failed; else the process stops (emu_fatal) */
 bool emu_device_ok(int d, const char *call);
+/* emu_fail, then the process stops (status 134): what would hang or fail unseen on a real
+ * machine (a call on a failed GPU, a destroy waiting for one) cannot be ignored by a caller */
+_Noreturn void emu_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool emu_device_failed(int d); /* the same without the error */
 
 /* The emulator's own diagnostics: printed on stderr as "ntp-emu: error: ..." and kept as the

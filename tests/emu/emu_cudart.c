@@ -64,8 +64,18 @@ void emu_gpus_fail(void) {
 bool emu_device_failed(int d) { return d >= 0 && d < 64 && failed_gpu[d]; }
 bool emu_device_ok(int d, const char *call) {
   if (!emu_device_failed(d)) return true;
-  emu_fail("%s touches GPU %d, which has failed (NTP_EMU_FAIL_GPUS): nothing may use it any more", call, d);
-  return false;
+  emu_fatal("%s touches GPU %d, which has failed (NTP_EMU_FAIL_GPUS): nothing may use it any more", call, d);
+}
+/* On a real machine such a call hangs or fails where a clean-up path may ignore it: here the
+ * process stops, so that no caller can. */
+void emu_fatal(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "ntp-emu: error: %s (the process stops)\n", message);
+  fflush(NULL);
+  _exit(134);
 }
 /* the current GPU, and the GPU of the allocation holding p (when it is device memory), alive */
 static bool here_ok(const char *call) { return emu_device_ok(current_device, call); }

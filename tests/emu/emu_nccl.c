@@ -21,7 +21,7 @@
  *   one whose clique nobody aborted and with no member on a failed GPU. NCCL_SHRINK_ABORT first
  *   terminates the parent's operations: the parent is then only to be freed (abort or destroy).
  * - ncclCommDestroy waits for its peers: destroying a communicator with a member on a failed GPU
- *   (NTP_EMU_FAIL_GPUS, emu.h) would hang, and is an error here.
+ *   (NTP_EMU_FAIL_GPUS, emu.h) would hang, and stops the process here (emu_fatal).
  * The first ncclCommAbort or ncclCommShrink is when the GPUs of NTP_EMU_FAIL_GPUS fail. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -615,11 +615,9 @@ static void comm_free(ncclComm_t comm) {
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm_ok(comm, "ncclCommDestroy")) return ncclInvalidArgument;
   int dev = -1, r = member_on_failed_gpu(comm, &dev);
-  if (r >= 0) {
-    emu_fail("ncclCommDestroy on rank %d would hang: rank %d of the communicator is on GPU %d, which has failed "
-             "(ncclCommAbort frees a communicator without waiting for its peers)", comm->rank, r, dev);
-    return ncclInvalidUsage;
-  }
+  if (r >= 0) /* a hang on a real machine */
+    emu_fatal("ncclCommDestroy on rank %d would hang: rank %d of the communicator is on GPU %d, which has failed "
+              "(ncclCommAbort frees a communicator without waiting for its peers)", comm->rank, r, dev);
   comm_free(comm);
   return ncclSuccess;
 }
