@@ -101,6 +101,8 @@ for how in shrink initall; do
   [ $how = initall ] && want='communicators: [0-9]* aborted (ncclCommAbort.*over the 7 ranks (ncclCommInitAll: NTP_NCCL_NO_SHRINK=1)'
   grep -q "$want" "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: no line saying the communicators were aborted and the world made again ($how)"; fail=1; }
   grep -q '(no checkpoint read)' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: no hand-over from the surviving replicas"; fail=1; }
+  grep -q 'survivors keep their GPUs: 0 1 2 4 5 6 7$' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: the survivors are not on their own GPUs"; fail=1; }
+  ! grep 'ntp-emu: error' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: the emulator reported an error"; fail=1; }
 done
 unset NTP_EMU_FAIL_GPUS NTP_NCCL_NO_SHRINK
 bf16="tests/emu/models/train_bf16.ntp"

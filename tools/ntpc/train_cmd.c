@@ -327,8 +327,10 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
       snprintf(err, cap, "internal: %d survivors' communicators for a program of %d ranks", sv.n, np->world);
       goto fail;
     }
-    printf("  communicators: %d aborted (ncclCommAbort: each with a failed GPU in it), the world %s %d ranks (%s)\n",
-           sv.aborted, sv.shrunk ? "shrunk to" : "created again over the", sv.n, sv.how);
+    printf("  communicators: %d aborted (ncclCommAbort: each with a failed GPU in it), the world %s %d ranks (%s); "
+           "the survivors keep their GPUs:", sv.aborted, sv.shrunk ? "shrunk to" : "created again over the", sv.n, sv.how);
+    for (int r = 0; r < sv.n; r++) printf(" %d", sv.devices[r]);
+    printf("\n");
   }
   int64_t moved = 0, missing = 0;
   /* the survivors: each on its own GPU (rank r on the GPU of physical GPU nphys[r]), or on the one GPU */
