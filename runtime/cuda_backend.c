@@ -77,6 +77,10 @@ static struct {
   FN(ncclCommInitRank);
   FN(ncclCommSplit);
   FN(ncclCommDestroy);
+  FN(ncclCommAbort);
+  /* NCCL 2.27 and later; NULL where the library lacks it (the survivors of a failure then get a
+   * new ncclCommInitAll). Typed here, not from nccl.h: older headers do not declare it. */
+  ncclResult_t (*ncclCommShrink)(ncclComm_t, int *, int, ncclComm_t *, ncclConfig_t *, int);
   FN(ncclAllReduce);
   FN(ncclSend);
   FN(ncclRecv);
@@ -103,8 +107,9 @@ static int load_nccl(char *err, size_t cap) {
     return -1;                                                       \
   }
   GETN(ncclGetUniqueId) GETN(ncclCommInitAll) GETN(ncclCommInitRank) GETN(ncclCommSplit) GETN(ncclCommDestroy)
-  GETN(ncclAllReduce) GETN(ncclSend) GETN(ncclRecv) GETN(ncclGroupStart) GETN(ncclGroupEnd) GETN(ncclGetErrorString)
+  GETN(ncclCommAbort) GETN(ncclAllReduce) GETN(ncclSend) GETN(ncclRecv) GETN(ncclGroupStart) GETN(ncclGroupEnd) GETN(ncclGetErrorString)
 #undef GETN
+  *(void **)&cu.ncclCommShrink = dlsym(cu.nccl, "ncclCommShrink"); /* optional */
   return 0;
 }
 
@@ -313,6 +318,7 @@ struct ntp_cuda {
   ncclComm_t **group;     /* [rank][set], NULL where the rank is not a member */
   int *step_set;          /* per step: the set of its reduction */
   bool own_world;
+  bool *dead;             /* per rank, after ntp_cuda_lose: failed with its GPU, never touched again */
   /* loopback: the step list captured once as a CUDA graph and replayed; captured again when the
    * seed changes (the init kernels take it) or a value was set (its init kernel is skipped) */
   bool graphs;
@@ -776,6 +782,7 @@ static int nccl_world(ntp_cuda *c, const ntp_cuda_options *o, char *err, size_t 
     return 0;
   }
   c->own_world = true;
+  if (o->nccl_world) return 0; /* taken in ntp_cuda_create */
   if (c->rank_lo == 0 && c->rank_hi == W) {
     NC(cu.ncclCommInitAll(c->world, W, c->dev));
     return 0;
@@ -889,10 +896,21 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   if (!c->dev || !c->stream || !c->lt || !c->workspace || !c->arena || !c->persist || !c->staging ||
       !c->staging_bytes || !c->lib || !c->kern || !c->world || !c->gemms || !c->filled)
     goto fail;
+  for (int r = c->rank_lo; c->nccl && o->nccl_world && r < c->rank_hi; r++) { /* taken over at once */
+    c->world[r] = (ncclComm_t)o->nccl_world[r];
+    o->nccl_world[r] = NULL;
+    c->own_world = true;
+  }
   int ndev = 0;
   CU(cu.cudaGetDeviceCount(&ndev));
-  for (int r = 0; r < W; r++) c->dev[r] = c->nccl ? o->device + (r - c->rank_lo) : o->device;
-  if (c->nccl && o->device + (c->rank_hi - c->rank_lo) > ndev) {
+  for (int r = 0; r < W; r++)
+    c->dev[r] = !c->nccl ? o->device : o->devices ? o->devices[r] : o->device + (r - c->rank_lo);
+  for (int r = c->rank_lo; c->nccl && o->devices && r < c->rank_hi; r++)
+    if (o->devices[r] < 0 || o->devices[r] >= ndev) {
+      snprintf(err, cap, "rank %d is to run on GPU %d, but %d are visible", r, o->devices[r], ndev);
+      goto fail;
+    }
+  if (c->nccl && !o->devices && o->device + (c->rank_hi - c->rank_lo) > ndev) {
     snprintf(err, cap, "%d ranks need %d GPUs from GPU %d, but %d are visible; use loopback to run them on one",
              c->rank_hi - c->rank_lo, c->rank_hi - c->rank_lo, o->device, ndev);
     goto fail;
@@ -1467,6 +1485,98 @@ int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, si
   return upload(c, t, host, err, cap);
 }
 
+/* ---- after a failure: the survivors' communicators (ntp_cuda_lose) ---------------------------- */
+
+#ifndef NCCL_SHRINK_ABORT
+#define NCCL_SHRINK_ABORT 0x01
+#endif
+
+/* Is GPU d one of a failed rank's? (NCCL: a GPU per rank) */
+static bool on_dead_gpu(const ntp_cuda *c, int d) {
+  for (int r = c->rank_lo; c->dead && r < c->rank_hi; r++)
+    if (c->dead[r] && c->dev[r] == d) return true;
+  return false;
+}
+
+int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
+  memset(s, 0, sizeof *s);
+  int W = c->p->world, nexcl = 0;
+  if (!c->nccl || c->rank_lo != 0 || c->rank_hi != W || !c->own_world) {
+    snprintf(err, cap, "losing ranks needs every rank in this process, on a GPU each, with its own communicators");
+    return -1;
+  }
+  int *excl = calloc((size_t)W, sizeof *excl);
+  c->dead = calloc((size_t)W, sizeof *c->dead);
+  s->devices = calloc((size_t)W, sizeof *s->devices);
+  s->world = calloc((size_t)W, sizeof *s->world);
+  if (!excl || !c->dead || !s->devices || !s->world) {
+    snprintf(err, cap, "out of memory");
+    goto fail;
+  }
+  for (int r = 0; r < W; r++) {
+    c->dead[r] = dead[r];
+    if (dead[r]) excl[nexcl++] = r;
+    else s->devices[s->n++] = c->dev[r];
+  }
+  if (!s->n) {
+    snprintf(err, cap, "no rank survives");
+    goto fail;
+  }
+  /* the groups with a dead member: aborted on their survivors (the dead ranks' own handles are
+   * the failed GPU's: left alone) */
+  for (int k = 0; k < c->nsets; k++) {
+    bool hit = false;
+    for (int i = 0; i < c->set_len[k]; i++) hit |= dead[c->sets[k][i]];
+    for (int r = 0; hit && r < W; r++) {
+      if (!c->group[r][k]) continue;
+      if (!dead[r]) {
+        CU(cu.cudaSetDevice(c->dev[r]));
+        NC(cu.ncclCommAbort(c->group[r][k]));
+        s->aborted++;
+      }
+      c->group[r][k] = NULL;
+    }
+  }
+  /* the world over the survivors: shrunk from the old one (its operations terminated first:
+   * NCCL_SHRINK_ABORT), which is then aborted; or aborted and created again */
+  const char *no = getenv("NTP_NCCL_NO_SHRINK");
+  s->shrunk = cu.ncclCommShrink && !(no && !strcmp(no, "1"));
+  s->how = s->shrunk ? "ncclCommShrink" : cu.ncclCommShrink ? "ncclCommInitAll: NTP_NCCL_NO_SHRINK=1"
+                                                             : "ncclCommInitAll: libnccl has no ncclCommShrink";
+  if (s->shrunk) {
+    NC(cu.ncclGroupStart());
+    for (int r = 0, i = 0; r < W; r++) {
+      if (dead[r]) continue;
+      CU(cu.cudaSetDevice(c->dev[r]));
+      NC(cu.ncclCommShrink(c->world[r], excl, nexcl, (ncclComm_t *)&s->world[i++], NULL, NCCL_SHRINK_ABORT));
+    }
+    NC(cu.ncclGroupEnd());
+  }
+  for (int r = 0; r < W; r++) {
+    if (!dead[r] && c->world[r]) {
+      CU(cu.cudaSetDevice(c->dev[r]));
+      NC(cu.ncclCommAbort(c->world[r]));
+      s->aborted++;
+    }
+    c->world[r] = NULL;
+  }
+  if (!s->shrunk) NC(cu.ncclCommInitAll((ncclComm_t *)s->world, s->n, s->devices));
+  free(excl);
+  return 0;
+fail:
+  free(excl);
+  ntp_cuda_survivors_free(s);
+  return -1;
+}
+
+void ntp_cuda_survivors_free(ntp_cuda_survivors *s) {
+  for (int i = 0; s->world && i < s->n; i++)
+    if (s->world[i]) cu.ncclCommDestroy((ncclComm_t)s->world[i]);
+  free(s->devices);
+  free(s->world);
+  memset(s, 0, sizeof *s);
+}
+
 void ntp_cuda_free(ntp_cuda *c) {
   if (!c) return;
   if (c->graph) cu.cudaGraphExecDestroy(c->graph); /* before the modules its kernels live in */
@@ -1478,6 +1588,11 @@ void ntp_cuda_free(ntp_cuda *c) {
     if (g->c) cu.cublasLtMatrixLayoutDestroy(g->c);
   }
   for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    if (c->dead && c->dead[r]) { /* failed with its GPU: its memory, streams and handles are left there */
+      if (c->group) free(c->group[r]);
+      if (c->kern) free(c->kern[r]);
+      continue;
+    }
     if (c->dev) cu.cudaSetDevice(c->dev[r]);
     if (c->group && c->group[r]) {
       for (int k = 0; k < c->nsets; k++)
@@ -1496,6 +1611,7 @@ void ntp_cuda_free(ntp_cuda *c) {
     if (owner && c->stream && c->stream[r]) cu.cudaStreamDestroy(c->stream[r]);
   }
   for (size_t b = 0; b < c->nbufs; b++) {
+    if (on_dead_gpu(c, c->buf_dev[b])) continue;
     cu.cudaSetDevice(c->buf_dev[b]);
     cu.cudaFree(c->bufs[b]);
   }
@@ -1505,8 +1621,10 @@ void ntp_cuda_free(ntp_cuda *c) {
   if (c->opt_lib) cu.cudaLibraryUnload(c->opt_lib);
   if (c->comm_lib) cu.cudaLibraryUnload(c->comm_lib);
   if (c->scratch) cu.cudaFree(c->scratch);
-  if (c->ev0) cu.cudaEventDestroy(c->ev0);
-  if (c->ev1) cu.cudaEventDestroy(c->ev1);
+  bool ev_dead = c->dev && on_dead_gpu(c, c->dev[c->rank_lo]); /* created there */
+  if (c->ev0 && !ev_dead) cu.cudaEventDestroy(c->ev0);
+  if (c->ev1 && !ev_dead) cu.cudaEventDestroy(c->ev1);
+  free(c->dead);
   free(c->dev);
   free(c->stream);
   free(c->lt);
@@ -1604,4 +1722,10 @@ int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, si
   return ntp_cuda_available(err, cap);
 }
 void ntp_cuda_free(ntp_cuda *c) { (void)c; }
+int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
+  (void)c, (void)dead;
+  memset(s, 0, sizeof *s);
+  return ntp_cuda_available(err, cap);
+}
+void ntp_cuda_survivors_free(ntp_cuda_survivors *s) { memset(s, 0, sizeof *s); }
 #endif

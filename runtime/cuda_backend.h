@@ -5,6 +5,8 @@
 #ifndef NTP_CUDA_BACKEND_H
 #define NTP_CUDA_BACKEND_H
 
+#include <stdbool.h>
+
 #include "ntprt.h"
 
 typedef struct ntp_cuda_options {
@@ -12,6 +14,11 @@ typedef struct ntp_cuda_options {
   int device;     /* loopback: the GPU; else the first GPU of this process's ranks */
   int rank_lo, rank_hi; /* ranks run by this process (a thread per GPU); [0, world) by default */
   void *nccl_comm; /* an existing world communicator (one local rank), or NULL to create one */
+  /* NCCL, every rank in this process (the survivors of a failure, ntp_cuda_lose): per rank, its
+   * GPU (NULL: device + rank), and its world communicator, taken over by ntp_cuda_create (each
+   * entry set to NULL as it is taken; freed with the backend, also when the create fails) */
+  const int *devices;
+  void **nccl_world;
 } ntp_cuda_options;
 
 typedef struct ntp_cuda ntp_cuda;
@@ -37,6 +44,26 @@ int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes,
 /* 0 and the GPU when data is device memory (cudaPointerGetAttributes); -1 otherwise. */
 int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev);
 void ntp_cuda_free(ntp_cuda *c);
+
+/* ---- after a failure (NCCL: every rank in this process, one GPU each) ---- */
+/* The ranks marked in dead (by rank) have failed with their GPUs. On the survivors, every
+ * communicator with a dead member is aborted (ncclCommAbort: a destroy would wait for the dead
+ * peer), and the world comes back over the survivors alone: ncclCommShrink (NCCL_SHRINK_ABORT)
+ * where the loaded libnccl has it and NTP_NCCL_NO_SHRINK is not 1, else a new ncclCommInitAll
+ * over their GPUs. The dead ranks' own communicators, memory and streams are left as they are:
+ * nothing touches a failed GPU again, in this call, in ntp_cuda_get of a survivor's memory, or
+ * in ntp_cuda_free(c). c runs no step afterwards. */
+typedef struct ntp_cuda_survivors {
+  int n;         /* the surviving ranks, in rank order */
+  int *devices;  /* [n] their GPUs */
+  void **world;  /* [n] their world communicator (rank i of n): for ntp_cuda_options.nccl_world */
+  int aborted;   /* communicators aborted */
+  bool shrunk;   /* by ncclCommShrink; else ncclCommInitAll */
+  const char *how; /* which, and why: "ncclCommShrink", "ncclCommInitAll (NTP_NCCL_NO_SHRINK=1)", ... */
+} ntp_cuda_survivors;
+int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap);
+/* the arrays, and the communicators ntp_cuda_create did not take (destroyed) */
+void ntp_cuda_survivors_free(ntp_cuda_survivors *s);
 
 /* ---- the optimizer on the GPUs (train.c keeps its state beside each rank's slices) ---- */
 /* `bytes` of zeroed device memory on `rank`'s GPU, freed with c. */

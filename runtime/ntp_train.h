@@ -98,6 +98,9 @@ void ntp_trainer_free(ntp_trainer *t);
  * caller falls back on a checkpoint. */
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap);
+/* The CUDA backend a trainer runs on (NULL: the CPU): after a failure through NCCL, its
+ * communicators are aborted and shrunk there (ntp_cuda_lose) before the survivors' run is made. */
+struct ntp_cuda *ntp_trainer_cuda(ntp_trainer *t);
 
 /* ---- token files (tokens.c): llm.c's format ------------------------------------------ */
 /* A header of 256 little-endian int32 (magic 20240520, version 1, token count, the rest 0),

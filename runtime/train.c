@@ -791,6 +791,8 @@ int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t ste
 
 /* ---- after a failure: the state from the surviving ranks (ntp_trainer_take_state) ---------- */
 
+ntp_cuda *ntp_trainer_cuda(ntp_trainer *t) { return t->cuda; }
+
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap) {
   *bytes_moved = 0;

@@ -123,8 +123,6 @@ check fail-nockpt 1 "$ntpc" train $fa --plan examples/plans/byte_gpt_7.ntp --fai
 expect_text fail-nockpt "no checkpoint to fall back on"
 check fail-usage 2 "$ntpc" train $fa --fail-at 4:1
 expect_text fail-usage "--fail-at needs a sharded run"
-check fail-nccl 2 "$ntpc" train $fa --plan tests/plans/byte_gpt_two4.ntp --backend cuda --fail-at 4:1
-expect_text fail-nccl "NCCL communicators are not aborted and shrunk yet"
 
 # --params: training goes on from saved parameters (the loss starts where it was)
 check resume 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 2 $small --params "$tmp/a.st"

@@ -7,7 +7,10 @@
  *                        and the memory it reaches must come out the same
  *   NTP_EMU_CXX          the host C++ compiler of the emulated NVRTC (default c++)
  *   NTP_EMU_INCLUDE      the folder of emu_device.h (default: the source tree's tests/emu)
- *   NTP_EMU_VERBOSE=1    one line per launch on stderr */
+ *   NTP_EMU_VERBOSE=1    one line per launch on stderr
+ *   NTP_EMU_FAIL_GPUS=D[,D...]  test-only: these GPUs fail when the program first reacts to a
+ *                        failure (its first ncclCommAbort or ncclCommShrink); from then on any
+ *                        call that touches one is an error (emu_device_ok) */
 #ifndef NTP_EMU_H
 #define NTP_EMU_H
 
@@ -33,6 +36,24 @@ emu_alloc *emu_find(const void *p, size_t n);
 emu_alloc *emu_near(const void *p);
 int emu_current_device(void);
 int emu_device_count(void);
+
+/* A GPU that fails (NTP_EMU_FAIL_GPUS). A test names the GPU that its program is told has failed
+ * (ntpc train --fail-at); the emulator cannot know the step, so the GPU fails at the first sign
+ * that the program knows: its first ncclCommAbort or ncclCommShrink (emu_gpus_fail, from
+ * emu_nccl.c). Before that it works, so the steps before the failure run on it as on the others;
+ * after it, every call that would touch it fails loudly (emu_device_ok): cudaSetDevice to it, a
+ * call while it is current, a copy, set, free or kernel argument in its memory, its streams, and
+ * any NCCL call on a communicator of it, creating one on it, or destroying one with a member on it
+ * (a destroy would wait for the dead peer). That is how a test proves that nothing is read from a
+ * failed GPU, freed on it or synchronised with it after it failed. The program under test does
+ * not know of this: it sees the emulated GPU as it would a real one. */
+void emu_gpus_fail(void);
+/* true when GPU d has not failed; else the process stops (emu_fatal) */
+bool emu_device_ok(int d, const char *call);
+/* emu_fail, then the process stops (status 134): what would hang or fail unseen on a real
+ * machine (a call on a failed GPU, a destroy waiting for one) cannot be ignored by a caller */
+_Noreturn void emu_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+bool emu_device_failed(int d); /* the same without the error */
 
 /* The emulator's own diagnostics: printed on stderr as "ntp-emu: error: ..." and kept as the
  * text of the error that the failing call returns (cudaGetErrorString shows it). */

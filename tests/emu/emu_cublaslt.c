@@ -32,7 +32,7 @@ typedef struct emu_layout {
 } emu_layout;
 typedef struct emu_pref { int magic; uint64_t workspace; } emu_pref;
 enum { DESC_MAGIC = 0x4c544453, LAYOUT_MAGIC = 0x4c544c59, PREF_MAGIC = 0x4c545046, HANDLE_MAGIC = 0x4c54484e };
-typedef struct emu_handle { int magic; } emu_handle;
+typedef struct emu_handle { int magic, device; } emu_handle;
 
 const char *cublasLtGetStatusString(cublasStatus_t s) {
   switch (s) {
@@ -48,14 +48,17 @@ const char *cublasLtGetStatusString(cublasStatus_t s) {
 const char *cublasLtGetStatusName(cublasStatus_t s) { return cublasLtGetStatusString(s); }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  if (!emu_device_ok(emu_current_device(), "cublasLtCreate")) return CUBLAS_STATUS_EXECUTION_FAILED;
   emu_handle *x = calloc(1, sizeof *x);
   if (!x) return CUBLAS_STATUS_ALLOC_FAILED;
   x->magic = HANDLE_MAGIC;
+  x->device = emu_current_device();
   *h = (cublasLtHandle_t)x;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
   if (!h || ((emu_handle *)h)->magic != HANDLE_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!emu_device_ok(((emu_handle *)h)->device, "cublasLtDestroy")) return CUBLAS_STATUS_EXECUTION_FAILED;
   ((emu_handle *)h)->magic = 0;
   free(h);
   return CUBLAS_STATUS_SUCCESS;
@@ -283,6 +286,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes, cudaStream_t stream) {
   (void)algo;
+  if (!emu_device_ok(emu_current_device(), "cublasLtMatmul")) return CUBLAS_STATUS_EXECUTION_FAILED;
   float al, be;
   memcpy(&al, alpha, 4);
   memcpy(&be, beta, 4);

@@ -47,6 +47,42 @@ int emu_device_count(void) {
   return n < 0 ? 0 : n > 64 ? 64 : (int)n;
 }
 int emu_current_device(void) { return current_device; }
+
+static bool failed_gpu[64]; /* NTP_EMU_FAIL_GPUS, once emu_gpus_fail has run (emu.h) */
+void emu_gpus_fail(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  const char *v = getenv("NTP_EMU_FAIL_GPUS");
+  for (char *end; v && *v; v = *end ? end + 1 : end) {
+    long d = strtol(v, &end, 10);
+    if (end == v) break;
+    if (d >= 0 && d < 64) failed_gpu[d] = true;
+    if (emu_verbose()) fprintf(stderr, "ntp-emu: GPU %ld fails now (NTP_EMU_FAIL_GPUS)\n", d);
+  }
+}
+bool emu_device_failed(int d) { return d >= 0 && d < 64 && failed_gpu[d]; }
+bool emu_device_ok(int d, const char *call) {
+  if (!emu_device_failed(d)) return true;
+  emu_fatal("%s touches GPU %d, which has failed (NTP_EMU_FAIL_GPUS): nothing may use it any more", call, d);
+}
+/* On a real machine such a call hangs or fails where a clean-up path may ignore it: here the
+ * process stops, so that no caller can. */
+void emu_fatal(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "ntp-emu: error: %s (the process stops)\n", message);
+  fflush(NULL);
+  _exit(134);
+}
+/* the current GPU, and the GPU of the allocation holding p (when it is device memory), alive */
+static bool here_ok(const char *call) { return emu_device_ok(current_device, call); }
+static bool memory_ok(const void *p, const char *call) {
+  emu_alloc *a = emu_find(p, 0);
+  return !a || emu_device_ok(a->device, call);
+}
 uint64_t emu_racecheck(void) {
   const char *v = getenv("NTP_EMU_RACECHECK");
   if (!v || !*v || !strcmp(v, "off") || !strcmp(v, "0")) return 0;
@@ -110,6 +146,7 @@ cudaError_t cudaSetDevice(int d) {
     emu_fail("cudaSetDevice(%d): there are %d emulated GPUs", d, emu_device_count());
     return fail(cudaErrorInvalidDevice);
   }
+  if (!emu_device_ok(d, "cudaSetDevice")) return fail(cudaErrorInvalidDevice);
   current_device = d;
   return cudaSuccess;
 }
@@ -118,7 +155,7 @@ cudaError_t cudaGetDevice(int *d) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
-  if (d < 0 || d >= emu_device_count()) return fail(cudaErrorInvalidDevice);
+  if (d < 0 || d >= emu_device_count() || !emu_device_ok(d, "cudaDeviceGetAttribute")) return fail(cudaErrorInvalidDevice);
   switch (a) {
   case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
   case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
@@ -133,7 +170,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
   STICKY();
-  return cudaSuccess;
+  return here_ok("cudaDeviceSynchronize") ? cudaSuccess : fail(cudaErrorInvalidDevice);
 }
 
 /* ---- memory --------------------------------------------------------------------------------- */
@@ -157,6 +194,7 @@ emu_alloc *emu_near(const void *p) {
 cudaError_t cudaMalloc(void **p, size_t size) {
   STICKY();
   *p = NULL;
+  if (!here_ok("cudaMalloc")) return fail(cudaErrorInvalidDevice);
   size_t body = (size + PAGE - 1) / PAGE * PAGE, total = body + 2 * PAGE;
   void *m = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   emu_alloc *a = calloc(1, sizeof *a);
@@ -184,6 +222,7 @@ cudaError_t cudaFree(void *p) {
   for (emu_alloc **ap = &allocs; *ap; ap = &(*ap)->next)
     if ((*ap)->base == p) {
       emu_alloc *a = *ap;
+      if (!emu_device_ok(a->device, "cudaFree")) return fail(cudaErrorInvalidDevice);
       *ap = a->next;
       munmap(a->map, a->map_size);
       free(a);
@@ -220,6 +259,9 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
   }
   if ((dd && !device_range(dst, n, "cudaMemcpy (destination)")) || (sd && !device_range(src, n, "cudaMemcpy (source)")))
     return fail(cudaErrorInvalidValue);
+  if (!here_ok("cudaMemcpy") || (dd && !memory_ok(dst, "cudaMemcpy (destination)")) ||
+      (sd && !memory_ok(src, "cudaMemcpy (source)")))
+    return fail(cudaErrorInvalidDevice);
   memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -230,6 +272,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 cudaError_t cudaMemset(void *p, int v, size_t n) {
   STICKY();
   if (!device_range(p, n, "cudaMemset")) return fail(cudaErrorInvalidValue);
+  if (!here_ok("cudaMemset") || !memory_ok(p, "cudaMemset")) return fail(cudaErrorInvalidDevice);
   memset(p, v, n);
   return cudaSuccess;
 }
@@ -243,6 +286,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   if (!emu_capturing(s)) return cudaMemset(p, v, n);
   STICKY();
   if (!device_range(p, n, "cudaMemsetAsync")) return fail(cudaErrorInvalidValue);
+  if (!memory_ok(p, "cudaMemsetAsync")) return fail(cudaErrorInvalidDevice);
   memset_node *m = malloc(sizeof *m);
   if (!m) return fail(cudaErrorMemoryAllocation);
   *m = (memset_node){sizeof *m, p, v, n};
@@ -274,6 +318,7 @@ typedef struct emu_event { int magic; double t; bool recorded; } emu_event;
 enum { STREAM_MAGIC = 0x5354524d, EVENT_MAGIC = 0x45564e54 };
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) {
+  if (!here_ok("cudaStreamCreate")) return fail(cudaErrorInvalidDevice);
   emu_stream *x = calloc(1, sizeof *x);
   if (!x) return fail(cudaErrorMemoryAllocation);
   *x = (emu_stream){STREAM_MAGIC, current_device, NULL};
@@ -285,7 +330,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   return cudaStreamCreate(s);
 }
 static bool stream_ok(cudaStream_t s, const char *call) {
-  if (!s || ((emu_stream *)s)->magic == STREAM_MAGIC) return true;
+  if (!s) return here_ok(call);
+  if (((emu_stream *)s)->magic == STREAM_MAGIC) return emu_device_ok(((emu_stream *)s)->device, call);
   emu_fail("%s: not a stream (destroyed, or never created)", call);
   return false;
 }

@@ -9,7 +9,20 @@
  * names it, a split of every rank of the parent. A mismatch (counts, types, a rank that
  * never joins) would hang a real job; here it is an error: at once when every rank of the
  * communicator lives in this process, after NTP_EMU_NCCL_TIMEOUT seconds (default 300)
- * otherwise. */
+ * otherwise.
+ *
+ * After a failure (NCCL's fault-tolerance calls, as nccl.h and the user guide describe them):
+ * - ncclCommAbort frees a communicator without waiting for its peers, and marks its clique
+ *   aborted: a peer's later operation on it fails (ncclRemoteError) instead of hanging.
+ * - ncclCommShrink(comm, exclude, n, &newcomm, config, flags) is called by every rank that is not
+ *   excluded (an excluded rank does not call it; several ranks of one thread in a group, as for
+ *   ncclCommSplit) and gives them a communicator without the excluded ranks, renumbered in their
+ *   order; config NULL inherits the parent's. NCCL_SHRINK_DEFAULT is for a healthy parent: here
+ *   one whose clique nobody aborted and with no member on a failed GPU. NCCL_SHRINK_ABORT first
+ *   terminates the parent's operations: the parent is then only to be freed (abort or destroy).
+ * - ncclCommDestroy waits for its peers: destroying a communicator with a member on a failed GPU
+ *   (NTP_EMU_FAIL_GPUS, emu.h) would hang, and stops the process here (emu_fatal).
+ * The first ncclCommAbort or ncclCommShrink is when the GPUs of NTP_EMU_FAIL_GPUS fail. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +39,10 @@
 
 enum { MAX_OPS = 4096, MAX_RANKS = 64, HEAP_BYTES = 1 << 30 };
 enum { FREE, POSTED, DONE };
-enum { OP_INIT, OP_ALLREDUCE, OP_SEND, OP_RECV, OP_SPLIT };
-static const char *const OP_NAME[] = {"ncclCommInitRank", "ncclAllReduce", "ncclSend", "ncclRecv", "ncclCommSplit"};
+enum { OP_INIT, OP_ALLREDUCE, OP_SEND, OP_RECV, OP_SPLIT, OP_SHRINK };
+static const char *const OP_NAME[] = {"ncclCommInitRank", "ncclAllReduce", "ncclSend", "ncclRecv", "ncclCommSplit",
+                                      "ncclCommShrink"};
+enum { MAX_ABORTED = 256 };
 
 typedef struct board_op {
   int state, kind;
@@ -37,7 +52,8 @@ typedef struct board_op {
   int dtype, redop;
   uint64_t data, result; /* heap offsets */
   int color, key;
-  int new_rank, new_size; /* split results */
+  uint64_t exclude;       /* shrink: the excluded ranks, a bit each */
+  int new_rank, new_size; /* split and shrink results */
   uint64_t new_comm;
 } board_op;
 
@@ -47,6 +63,8 @@ typedef struct fabric {
   int refs;
   uint64_t heap_used;
   board_op ops[MAX_OPS];
+  uint64_t aborted[MAX_ABORTED]; /* communicators (uids) a member aborted */
+  int naborted;
   char path[256];
 } fabric;
 
@@ -56,8 +74,10 @@ struct ncclComm {
   uint64_t uid;
   int rank, nranks, device;
   bool all_local; /* every rank in this process: a wait that cannot complete is a hang */
+  bool shrunk_abort; /* the parent of an NCCL_SHRINK_ABORT shrink: only to be freed now */
   uint64_t coll_seq;
   uint64_t send_seq[MAX_RANKS], recv_seq[MAX_RANKS];
+  struct ncclComm *next; /* the communicators alive in this process */
 };
 enum { COMM_MAGIC = 0x4e43434c };
 
@@ -110,6 +130,40 @@ static fabric *fabric_map(const char *path, bool create) {
     snprintf(f->path, sizeof f->path, "%s", path);
   }
   return f;
+}
+
+/* ---- the communicators alive in this process (a destroy looks for members on failed GPUs) ---- */
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm *live;
+static void live_add(ncclComm_t c) {
+  pthread_mutex_lock(&live_mu);
+  c->next = live;
+  live = c;
+  pthread_mutex_unlock(&live_mu);
+}
+static void live_remove(ncclComm_t c) {
+  pthread_mutex_lock(&live_mu);
+  for (ncclComm_t *p = &live; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  pthread_mutex_unlock(&live_mu);
+}
+/* a member of c's clique in this process on a failed GPU: its rank, or -1 */
+static int member_on_failed_gpu(ncclComm_t c, int *device) {
+  int r = -1;
+  pthread_mutex_lock(&live_mu);
+  for (ncclComm_t x = live; x && r < 0; x = x->next)
+    if (x->fab == c->fab && x->uid == c->uid && x != c && emu_device_failed(x->device)) r = x->rank, *device = x->device;
+  pthread_mutex_unlock(&live_mu);
+  return r;
+}
+static bool clique_aborted(fabric *f, uint64_t uid) {
+  for (int i = 0; i < f->naborted && i < MAX_ABORTED; i++)
+    if (f->aborted[i] == uid) return true;
+  return false;
 }
 
 /* ---- the board ------------------------------------------------------------------------------ */
@@ -169,7 +223,8 @@ static int complete(fabric *f) {
         if (y->rank >= 0 && y->rank < MAX_RANKS) idx[n++] = j;
       }
     }
-    if (n < x->nranks) continue;
+    int need = x->kind == OP_SHRINK ? x->nranks - __builtin_popcountll(x->exclude) : x->nranks;
+    if (n < need) continue;
     board_op *by_rank[MAX_RANKS] = {0};
     for (int k = 0; k < n; k++) by_rank[ops[idx[k]].rank] = &ops[idx[k]];
     if (x->kind == OP_ALLREDUCE) {
@@ -214,6 +269,21 @@ static int complete(fabric *f) {
         y->new_comm = mix(mix(x->comm, x->seq), (uint64_t)y->color + 1);
       }
       for (int r = 0; r < x->nranks; r++) by_rank[r]->state = DONE;
+    } else if (x->kind == OP_SHRINK) { /* the ranks left, renumbered in their order */
+      for (int k = 0; k < n; k++)
+        if (ops[idx[k]].exclude != x->exclude) {
+          emu_fail("ncclCommShrink mismatch: rank %d excludes the ranks %#llx, rank %d the ranks %#llx", x->rank,
+                   (unsigned long long)x->exclude, ops[idx[k]].rank, (unsigned long long)ops[idx[k]].exclude);
+          return -1;
+        }
+      uint64_t uid = mix(mix(x->comm, x->seq), 0x5348524bull);
+      for (int k = 0; k < n; k++) {
+        board_op *y = &ops[idx[k]];
+        y->new_rank = __builtin_popcountll(~x->exclude & ((1ull << y->rank) - 1));
+        y->new_size = need;
+        y->new_comm = uid;
+        y->state = DONE;
+      }
     } else {
       for (int r = 0; r < x->nranks; r++) by_rank[r]->state = DONE;
     }
@@ -226,6 +296,8 @@ static int complete(fabric *f) {
 typedef struct pending {
   ncclComm_t comm;
   int kind, peer, color, key;
+  uint64_t exclude; /* shrink */
+  int flags;
   const void *send;
   void *recv;
   size_t count;
@@ -279,7 +351,8 @@ static ncclResult_t flush(void) {
     }
     board_op *x = &f->ops[slot];
     *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .rank = c->rank, .nranks = c->nranks, .peer = p->peer,
-              .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color, .key = p->key};
+              .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color, .key = p->key,
+              .exclude = p->exclude};
     x->seq = p->kind == OP_SEND ? c->send_seq[p->peer]++ : p->kind == OP_RECV ? c->recv_seq[p->peer]++ : c->coll_seq++;
     if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
       size_t n = p->count * esize(p->dtype);
@@ -303,6 +376,11 @@ static ncclResult_t flush(void) {
     pending *p = &queue[i];
     board_op *x = &f->ops[p->slot];
     while (x->state != DONE) {
+      if (clique_aborted(f, p->comm->uid)) { /* NCCL reports it as a remote error */
+        emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort)", OP_NAME[p->kind], p->comm->rank);
+        rc = ncclRemoteError;
+        goto out;
+      }
       if (p->comm->all_local || now() > limit) {
         emu_fail("%s on rank %d of a communicator of %d ranks would hang: %s%s", OP_NAME[p->kind], p->comm->rank,
                  p->comm->nranks,
@@ -328,7 +406,8 @@ static ncclResult_t flush(void) {
     board_op *x = &f->ops[p->slot];
     if (p->kind == OP_ALLREDUCE || p->kind == OP_RECV)
       memcpy(p->recv, heap(f) + x->result, p->count * esize(p->dtype));
-    if (p->kind == OP_SPLIT) {
+    if (p->kind == OP_SHRINK && p->flags == NCCL_SHRINK_ABORT) p->comm->shrunk_abort = true;
+    if (p->kind == OP_SPLIT || p->kind == OP_SHRINK) {
       *p->newcomm = NULL;
       if (x->new_rank >= 0) {
         ncclComm_t c = calloc(1, sizeof *c);
@@ -339,6 +418,7 @@ static ncclResult_t flush(void) {
         *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = x->new_comm, .rank = x->new_rank, .nranks = x->new_size,
                                .device = p->comm->device, .all_local = p->comm->all_local};
         __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);
+        live_add(c);
         *p->newcomm = c;
       }
     }
@@ -375,9 +455,20 @@ static ncclResult_t submit(pending p) {
   return flush();
 }
 
+/* a communicator, on a GPU that has not failed */
 static bool comm_ok(ncclComm_t c, const char *call) {
-  if (c && c->magic == COMM_MAGIC) return true;
-  emu_fail("%s: not a communicator (destroyed, or never created)", call);
+  if (!c || c->magic != COMM_MAGIC) {
+    emu_fail("%s: not a communicator (destroyed or aborted, or never created)", call);
+    return false;
+  }
+  return emu_device_ok(c->device, call);
+}
+/* ... that can still communicate: not the parent of an NCCL_SHRINK_ABORT shrink */
+static bool comm_live(ncclComm_t c, const char *call) {
+  if (!comm_ok(c, call)) return false;
+  if (!c->shrunk_abort) return true;
+  emu_fail("%s on rank %d: ncclCommShrink(NCCL_SHRINK_ABORT) terminated this communicator; it is only to be freed "
+           "(ncclCommAbort or ncclCommDestroy)", call, c->rank);
   return false;
 }
 static bool buffer_ok(ncclComm_t c, const void *p, size_t bytes, const char *call) {
@@ -429,6 +520,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     emu_fail("ncclCommInitRank: cannot map %s: %s", path, strerror(errno));
     return ncclSystemError;
   }
+  if (!emu_device_ok(emu_current_device(), "ncclCommInitRank")) return ncclInvalidUsage;
   ncclComm_t c = calloc(1, sizeof *c);
   if (!c) return ncclSystemError;
   *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = mix(0x4e54504e43434cull, 1), .rank = rank, .nranks = nranks,
@@ -439,6 +531,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     free(c);
     return r;
   }
+  live_add(c);
   *comm = c;
   return ncclSuccess;
 }
@@ -456,29 +549,89 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
       emu_fail("ncclCommInitAll: GPU %d does not exist (%d emulated)", dev, emu_device_count());
       return ncclInvalidArgument;
     }
+    if (!emu_device_ok(dev, "ncclCommInitAll")) return ncclInvalidUsage;
     comms[i] = calloc(1, sizeof(struct ncclComm));
     if (!comms[i]) return ncclSystemError;
     *comms[i] = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = uid, .rank = i, .nranks = n, .device = dev, .all_local = true};
     f->refs++;
+    live_add(comms[i]);
   }
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   (void)config;
-  if (!comm_ok(comm, "ncclCommSplit")) return ncclInvalidArgument;
+  if (!comm_live(comm, "ncclCommSplit")) return ncclInvalidArgument;
   return submit((pending){.comm = comm, .kind = OP_SPLIT, .color = color < 0 ? -1 : color, .key = key, .newcomm = newcomm});
 }
 
-ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (!comm_ok(comm, "ncclCommDestroy")) return ncclInvalidArgument;
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *exclude, int nexclude, ncclComm_t *newcomm, ncclConfig_t *config,
+                            int flags) {
+  (void)config; /* NULL: the parent's; nothing of it is emulated */
+  emu_gpus_fail();
+  if (!comm_live(comm, "ncclCommShrink")) return ncclInvalidArgument;
+  if (flags != NCCL_SHRINK_DEFAULT && flags != NCCL_SHRINK_ABORT) {
+    emu_fail("ncclCommShrink: flags %d (NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)", flags);
+    return ncclInvalidArgument;
+  }
+  if (nexclude < 0 || nexclude >= comm->nranks || (nexclude && !exclude)) {
+    emu_fail("ncclCommShrink: %d ranks excluded from a communicator of %d", nexclude, comm->nranks);
+    return ncclInvalidArgument;
+  }
+  uint64_t mask = 0;
+  for (int i = 0; i < nexclude; i++) {
+    if (exclude[i] < 0 || exclude[i] >= comm->nranks || (mask >> exclude[i] & 1)) {
+      emu_fail("ncclCommShrink: excluded rank %d is not a rank of the communicator of %d, or named twice", exclude[i],
+               comm->nranks);
+      return ncclInvalidArgument;
+    }
+    mask |= 1ull << exclude[i];
+  }
+  if (mask >> comm->rank & 1) {
+    emu_fail("ncclCommShrink on rank %d, which it excludes (an excluded rank does not call ncclCommShrink)", comm->rank);
+    return ncclInvalidUsage;
+  }
+  int dev = -1, bad = member_on_failed_gpu(comm, &dev);
+  pthread_mutex_lock(&comm->fab->mu);
+  bool aborted = clique_aborted(comm->fab, comm->uid);
+  pthread_mutex_unlock(&comm->fab->mu);
+  if (flags == NCCL_SHRINK_DEFAULT && (bad >= 0 || aborted)) {
+    if (aborted) emu_fail("ncclCommShrink(NCCL_SHRINK_DEFAULT) on rank %d: a peer aborted the parent (after a failure: "
+                          "NCCL_SHRINK_ABORT)", comm->rank);
+    else emu_fail("ncclCommShrink(NCCL_SHRINK_DEFAULT) on rank %d: rank %d of the parent is on GPU %d, which has failed "
+                  "(after a failure: NCCL_SHRINK_ABORT)", comm->rank, bad, dev);
+    return ncclInvalidUsage;
+  }
+  return submit((pending){.comm = comm, .kind = OP_SHRINK, .exclude = mask, .flags = flags, .newcomm = newcomm});
+}
+
+static void comm_free(ncclComm_t comm) {
   fabric *f = comm->fab;
+  live_remove(comm);
   comm->magic = 0;
   free(comm);
   if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_SEQ_CST) == 0 && f->path[0]) unlink(f->path);
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm_ok(comm, "ncclCommDestroy")) return ncclInvalidArgument;
+  int dev = -1, r = member_on_failed_gpu(comm, &dev);
+  if (r >= 0) /* a hang on a real machine */
+    emu_fatal("ncclCommDestroy on rank %d would hang: rank %d of the communicator is on GPU %d, which has failed "
+              "(ncclCommAbort frees a communicator without waiting for its peers)", comm->rank, r, dev);
+  comm_free(comm);
   return ncclSuccess;
 }
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  emu_gpus_fail();
+  if (!comm_ok(comm, "ncclCommAbort")) return ncclInvalidArgument;
+  fabric *f = comm->fab;
+  pthread_mutex_lock(&f->mu); /* the peers' operations on it fail from now on */
+  if (!clique_aborted(f, comm->uid) && f->naborted < MAX_ABORTED) f->aborted[f->naborted++] = comm->uid;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  comm_free(comm);
+  return ncclSuccess;
+}
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
   if (!comm_ok(comm, "ncclCommCount")) return ncclInvalidArgument;
   *count = comm->nranks;
@@ -495,7 +648,7 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   (void)stream;
-  if (!comm_ok(comm, "ncclAllReduce") || !type_ok(dt, "ncclAllReduce")) return ncclInvalidArgument;
+  if (!comm_live(comm, "ncclAllReduce") || !type_ok(dt, "ncclAllReduce")) return ncclInvalidArgument;
   if (op != ncclSum) {
     emu_fail("ncclAllReduce: reduction %d is not emulated (only ncclSum)", (int)op);
     return ncclInvalidArgument;
@@ -509,7 +662,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream) {
   (void)stream;
-  if (!comm_ok(comm, "ncclSend") || !type_ok(dt, "ncclSend")) return ncclInvalidArgument;
+  if (!comm_live(comm, "ncclSend") || !type_ok(dt, "ncclSend")) return ncclInvalidArgument;
   if (peer < 0 || peer >= comm->nranks) {
     emu_fail("ncclSend: peer %d of a communicator of %d ranks", peer, comm->nranks);
     return ncclInvalidArgument;
@@ -520,7 +673,7 @@ ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t dt, int peer
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream) {
   (void)stream;
-  if (!comm_ok(comm, "ncclRecv") || !type_ok(dt, "ncclRecv")) return ncclInvalidArgument;
+  if (!comm_live(comm, "ncclRecv") || !type_ok(dt, "ncclRecv")) return ncclInvalidArgument;
   if (peer < 0 || peer >= comm->nranks) {
     emu_fail("ncclRecv: peer %d of a communicator of %d ranks", peer, comm->nranks);
     return ncclInvalidArgument;

@@ -192,6 +192,84 @@ static cudaError_t c_nccl_reduces_in_rank_order(void) {
   /* fp32 in rank order: (1e8 + -1e8) + 1 = 1, not 1e8 + (-1e8 + 1) = 0 */
   return as_cuda(r[0] == 1.0f && r[1] == 6.0f);
 }
+/* after a failure: rank 1 of 3 excluded, ranks 0 and 2 shrink (NCCL_SHRINK_ABORT) in a group */
+static bool shrink_three(ncclComm_t comm[3], ncclComm_t sub[2], float *buf[3], int flags) {
+  for (int r = 0; r < 3; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 4 * sizeof(float));
+  if (ncclCommInitAll(comm, 3, NULL) != ncclSuccess) return false;
+  int gone = 1;
+  bool ok = true;
+  ncclGroupStart();
+  for (int r = 0; r < 3; r += 2)
+    cudaSetDevice(r), ok &= ncclCommShrink(comm[r], &gone, 1, &sub[r / 2], NULL, flags) == ncclSuccess;
+  return ncclGroupEnd() == ncclSuccess && ok;
+}
+static cudaError_t c_nccl_shrink(void) {
+  ncclComm_t comm[3], sub[2];
+  float *buf[3], h[2][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}}, r[4];
+  if (!shrink_three(comm, sub, buf, NCCL_SHRINK_ABORT)) return cudaErrorUnknown;
+  int n0, n1, r0, r1;
+  ncclCommCount(sub[0], &n0), ncclCommCount(sub[1], &n1), ncclCommUserRank(sub[0], &r0), ncclCommUserRank(sub[1], &r1);
+  if (n0 != 2 || n1 != 2 || r0 != 0 || r1 != 1) return cudaErrorUnknown; /* renumbered in order */
+  ncclGroupStart();
+  for (int k = 0; k < 2; k++) {
+    cudaSetDevice(2 * k);
+    cudaMemcpy(buf[2 * k], h[k], sizeof h[k], cudaMemcpyHostToDevice);
+    ncclAllReduce(buf[2 * k], buf[2 * k], 4, ncclFloat32, ncclSum, sub[k], NULL);
+  }
+  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
+  cudaMemcpy(r, buf[2], sizeof r, cudaMemcpyDeviceToHost);
+  for (int r_ = 0; r_ < 3; r_ += 2) cudaSetDevice(r_), ncclCommAbort(comm[r_]); /* the parents: only to be freed */
+  return as_cuda(r[0] == 11.0f && r[3] == 44.0f && ncclCommDestroy(sub[0]) == ncclSuccess);
+}
+static cudaError_t c_nccl_shrink_excluded(void) {
+  ncclComm_t comm[2], sub;
+  float *buf[2];
+  int gone = 1;
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  cudaSetDevice(1);
+  return as_cuda(ncclCommShrink(comm[1], &gone, 1, &sub, NULL, NCCL_SHRINK_ABORT) == ncclSuccess);
+}
+static cudaError_t c_nccl_shrunk_parent(void) {
+  ncclComm_t comm[3], sub[2];
+  float *buf[3];
+  if (!shrink_three(comm, sub, buf, NCCL_SHRINK_ABORT)) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  return as_cuda(ncclAllReduce(buf[0], buf[0], 4, ncclFloat32, ncclSum, comm[0], NULL) == ncclSuccess);
+}
+static cudaError_t c_nccl_peer_aborted(void) {
+  ncclComm_t comm[2];
+  float *buf[2];
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  cudaSetDevice(1);
+  ncclCommAbort(comm[1]);
+  cudaSetDevice(0);
+  return as_cuda(ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], NULL) == ncclSuccess);
+}
+/* NTP_EMU_FAIL_GPUS: GPU 1 fails at the first abort or shrink; then nothing may touch it */
+static cudaError_t c_failed_gpu_touched(void) {
+  ncclComm_t comm[2];
+  float *buf[2], h[64];
+  setenv("NTP_EMU_FAIL_GPUS", "1", 1);
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  ncclCommAbort(comm[0]);
+  cudaMemcpy(h, buf[0], sizeof h, cudaMemcpyDeviceToHost); /* GPU 0's memory: fine */
+  return cudaMemcpy(h, buf[1], sizeof h, cudaMemcpyDeviceToHost); /* GPU 1's: stops the process */
+}
+static cudaError_t c_failed_peer_destroy(void) {
+  ncclComm_t comm[3], sub[2];
+  float *buf[3];
+  setenv("NTP_EMU_FAIL_GPUS", "1", 1);
+  if (!shrink_three(comm, sub, buf, NCCL_SHRINK_ABORT)) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  return as_cuda(ncclCommDestroy(comm[0]) == ncclSuccess); /* waits for rank 1, on the failed GPU */
+}
+static cudaError_t c_failed_peer_shrink_default(void) {
+  ncclComm_t comm[3], sub[2];
+  float *buf[3];
+  setenv("NTP_EMU_FAIL_GPUS", "1", 1);
+  return as_cuda(shrink_three(comm, sub, buf, NCCL_SHRINK_DEFAULT));
+}
 static cudaError_t c_cublaslt_epilogue(void) {
   cublasLtMatmulDesc_t d;
   if (cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
@@ -286,6 +364,13 @@ static const struct {
     {"NCCL: all-reduce counts that differ", c_nccl_mismatch, "ncclAllReduce mismatch"},
     {"NCCL: a send nobody receives", c_nccl_unmatched_send, "ncclSend on rank 0 of a communicator of 2 ranks would hang"},
     {"NCCL: all-reduce in fp32 in rank order", c_nccl_reduces_in_rank_order, NULL},
+    {"NCCL: shrink renumbers the ranks left", c_nccl_shrink, NULL},
+    {"NCCL: an excluded rank calls ncclCommShrink", c_nccl_shrink_excluded, "an excluded rank does not call"},
+    {"NCCL: the parent after NCCL_SHRINK_ABORT", c_nccl_shrunk_parent, "terminated this communicator"},
+    {"NCCL: an operation after a peer's abort", c_nccl_peer_aborted, "a peer aborted the communicator"},
+    {"a failed GPU's memory read", c_failed_gpu_touched, "cudaMemcpy (source) touches GPU 1, which has failed"},
+    {"NCCL: a destroy that waits for a failed GPU", c_failed_peer_destroy, "ncclCommDestroy on rank 0 would hang"},
+    {"NCCL: NCCL_SHRINK_DEFAULT after a failure", c_failed_peer_shrink_default, "after a failure: NCCL_SHRINK_ABORT"},
     {"cuBLASLt: an epilogue it does not emulate", c_cublaslt_epilogue, "epilogue 2 is not emulated"},
     {"cuBLASLt: transposed, strided-batch GEMM", c_cublaslt_gemm, NULL},
     {"graphs: capture, refuse a synchronous copy, replay", c_graph_replay, NULL},
@@ -318,7 +403,8 @@ int main(void) {
     waitpid(pid, &status, 0);
     bool exited = WIFEXITED(status);
     int code = exited ? WEXITSTATUS(status) : -1;
-    bool ok = cases[i].expect ? exited && code == 1 && strstr(buf, cases[i].expect) : exited && code == 0;
+    /* 134: the emulator stopped the process (emu_fatal) */
+    bool ok = cases[i].expect ? exited && (code == 1 || code == 134) && strstr(buf, cases[i].expect) : exited && code == 0;
     printf("%-48s %s\n", cases[i].name, !ok ? "FAILED" : cases[i].expect ? "caught" : "ok");
     if (cases[i].expect && ok) {
       const char *line = strstr(buf, "ntp-emu: error: ");

@@ -2,7 +2,8 @@
 # train.sh NTPC PYTHON — `ntpc train --backend cuda` on the emulated GPU trains as the CPU does:
 # 3 AdamW steps of a small GPT (fp32) unsharded, at 7 ranks in groups (4, 3) on one GPU
 # (loopback, twice: the same bits; and checkpointed at step 2, resumed: the same bits), two
-# replicas of 4 losing a GPU before step 2 (--fail-at), at 8 ranks with every layer its own way through NCCL, and
+# replicas of 4 losing a GPU before step 2 (--fail-at; on one GPU, and through NCCL with its
+# communicators aborted and shrunk, or created again), at 8 ranks with every layer its own way through NCCL, and
 # of a bf16 GPT at 7 ranks; each step's loss and the trained parameters are compared with the CPU
 # run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
 # the parameters' scale: bf16 activations make a gradient that is within their rounding step move
@@ -82,6 +83,28 @@ fi
 train fail7 $gpt --plan tests/plans/byte_gpt_two4.ntp --backend cuda --loopback --fail-at 2:3 && same cpu fail7 1e-5 1e-5
 grep -q '(no checkpoint read)' "$tmp/fail7.out" || { echo "[FAIL] fail7: no hand-over from the surviving replicas"; fail=1; }
 train nccl8 $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda && same cpu nccl8 1e-5 1e-5
+# the same failure through NCCL (a GPU per rank): on the survivors every communicator with GPU 3 in
+# it is aborted and the world shrunk to the 7 (ncclCommShrink), or created again over their GPUs
+# (NTP_NCCL_NO_SHRINK=1: ncclCommInitAll, as where libnccl has no ncclCommShrink); new rank r runs
+# on physical GPU r's device. The emulator fails GPU 3 at the first abort (NTP_EMU_FAIL_GPUS): any
+# later use of it (a read for the hand-over, a free, a destroy that would wait for it) is an
+# error. The CPU run's losses and parameters.
+NTP_EMU_FAIL_GPUS=3
+export NTP_EMU_FAIL_GPUS
+for how in shrink initall; do
+  [ $how = initall ] && export NTP_NCCL_NO_SHRINK=1
+  if train fail8_$how $gpt --plan tests/plans/byte_gpt_two4.ntp --backend cuda --fail-at 2:3; then
+    grep -E '^  (communicators|resumed)' "$tmp/fail8_$how.out"
+    same cpu fail8_$how 1e-5 1e-5
+  fi
+  want='communicators: [0-9]* aborted (ncclCommAbort.*the world shrunk to 7 ranks (ncclCommShrink)'
+  [ $how = initall ] && want='communicators: [0-9]* aborted (ncclCommAbort.*over the 7 ranks (ncclCommInitAll: NTP_NCCL_NO_SHRINK=1)'
+  grep -q "$want" "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: no line saying the communicators were aborted and the world made again ($how)"; fail=1; }
+  grep -q '(no checkpoint read)' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: no hand-over from the surviving replicas"; fail=1; }
+  grep -q 'survivors keep their GPUs: 0 1 2 4 5 6 7$' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: the survivors are not on their own GPUs"; fail=1; }
+  ! grep 'ntp-emu: error' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: the emulator reported an error"; fail=1; }
+done
+unset NTP_EMU_FAIL_GPUS NTP_NCCL_NO_SHRINK
 bf16="tests/emu/models/train_bf16.ntp"
 train bf16_cpu $bf16 &&
   train bf16_cuda7 $bf16 --plan tests/plans/train_bf16_w7.ntp --backend cuda --loopback && same bf16_cpu bf16_cuda7 1e-3 5e-2 0.05

@@ -53,8 +53,8 @@ static const char train_usage[] =
     "  --checkpoint DIR   save the training state there (masters, moments, step, data position) at\n"
     "                     the end and every --checkpoint-every N steps, atomically\n"
     "  --resume DIR       continue from DIR's checkpoint (to --steps in all; under any plan)\n"
-    "  --fail-at S:R,...  sharded (cpu, or cuda --loopback): GPU (physical rank) R fails before step\n"
-    "                     S; the survivors re-plan\n"
+    "  --fail-at S:R,...  sharded: GPU (physical rank) R fails before step S; through NCCL its\n"
+    "                     communicators are aborted and the survivors' shrunk; the survivors re-plan\n"
     "                     (as ntpc plan --fail), take the parameters and optimizer state from the\n"
     "                     surviving replicas (the --checkpoint when a failed GPU held the only copy)\n"
     "                     and go on with the same batches\n"
@@ -210,9 +210,7 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (o->resume && (o->params || o->init_std > 0)) return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
   if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
   if (o->loopback && !o->cuda) return usage("--loopback is a cuda-backend option (with --backend cuda)%s", "");
-  if (o->nfail && (!o->sharded || (o->cuda && !o->loopback)))
-    return usage("--fail-at needs a sharded run (--plan or --world) on the cpu backend or, with cuda, --loopback (NCCL "
-                 "communicators are not aborted and shrunk yet)%s", "");
+  if (o->nfail && !o->sharded) return usage("--fail-at needs a sharded run (--plan or --world)%s", "");
   return -1;
 }
 
@@ -313,10 +311,32 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
   train_source src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines, o->cuda};
   int32_t *nphys = NULL;
   ntp_trainer *ntr = NULL;
-  ntp_program *np = train_replan(&src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap);
-  if (!np) return -1;
+  ntp_program *np = NULL;
+  /* through NCCL (a GPU per rank): at once, the communicators with a failed GPU in them are
+   * aborted (nothing waits on a dead peer) and the survivors get a world of their own */
+  ntp_cuda_survivors sv = {0};
+  bool nccl = o->cuda && !o->loopback;
+  if (nccl) {
+    bool lost[4096] = {false}; /* by the failed run's rank */
+    for (int32_t r = 0; r < (*prog)->world; r++) lost[r] = dead[*phys ? (*phys)[r] : r];
+    if (ntp_cuda_lose(ntp_trainer_cuda(*tr), lost, &sv, err, cap) != 0) return -1;
+  }
+  if (!(np = train_replan(&src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap))) goto fail;
+  if (nccl) {
+    if (sv.n != np->world) {
+      snprintf(err, cap, "internal: %d survivors' communicators for a program of %d ranks", sv.n, np->world);
+      goto fail;
+    }
+    printf("  communicators: %d aborted (ncclCommAbort: each with a failed GPU in it), the world %s %d ranks (%s); "
+           "the survivors keep their GPUs:", sv.aborted, sv.shrunk ? "shrunk to" : "created again over the", sv.n, sv.how);
+    for (int r = 0; r < sv.n; r++) printf(" %d", sv.devices[r]);
+    printf("\n");
+  }
   int64_t moved = 0, missing = 0;
-  ntp_cuda_options co = {.loopback = 1, .rank_hi = np->world}; /* the survivors, on the one GPU */
+  /* the survivors: each on its own GPU (rank r on the GPU of physical GPU nphys[r]), or on the one GPU */
+  ntp_cuda_options co = nccl ? (ntp_cuda_options){.rank_hi = np->world, .device = sv.devices[0], .devices = sv.devices,
+                                                  .nccl_world = sv.world}
+                             : (ntp_cuda_options){.loopback = 1, .rank_hi = np->world};
   if ((o->cuda ? ntp_trainer_new_cuda(np, aw, o->seed, NULL, &co, &ntr, err, cap)
                : ntp_trainer_new(np, aw, o->seed, NULL, &ntr, err, cap)) != 0 ||
       ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0)
@@ -334,7 +354,8 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
     printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
            "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
   }
-  ntp_trainer_free(*tr);
+  ntp_trainer_free(*tr); /* nothing on the failed GPUs is touched (ntp_cuda_lose) */
+  ntp_cuda_survivors_free(&sv);
   fr->keep[fr->nkeep++] = *prog;
   free(*phys);
   *tr = ntr;
@@ -343,6 +364,7 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
   return 0;
 fail:
   ntp_trainer_free(ntr);
+  ntp_cuda_survivors_free(&sv);
   ntp_program_free(np);
   free(nphys);
   return -1;
