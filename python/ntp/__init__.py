@@ -86,7 +86,10 @@ class _Unit:
             if st == 1:
                 n = sum(d.severity == "error" for d in diags)
                 raise NtpError(text_ + f"{n} error{'s' if n != 1 else ''} generated.", diags)
-            raise (ValueError if st == 2 else NtpError)(msg + ("\n" + text_ if text_ else ""))
+            full = msg + ("\n" + text_ if text_ else "")
+            if st == 2:
+                raise (FileNotFoundError if msg.startswith("cannot open") else ValueError)(full)
+            raise NtpError(full)
 
     def diagnostics(self) -> List[Diagnostic]:
         out = []
