@@ -18,6 +18,7 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 # the CPU backend's GEMMs: the OpenMP build of OpenBLAS (shares the thread pool of the other kernels)
 ls /usr/lib/*/openblas-openmp/libopenblas.so >/dev/null 2>&1 || need+=(libopenblas-openmp-dev)
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3 python3-numpy) # independent numeric tests
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)        # the Python package's tests
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}"
   sudo=""
@@ -29,6 +30,18 @@ fi
 # shellcheck disable=SC2086
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo ${NTP_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
+
+# the Python package's tests run in a virtual environment with NumPy, ml_dtypes and pytest from
+# PyPI (python/tests, docs/python.md); offline, they are skipped
+if [ ! -x build/pyenv/bin/python ]; then
+  if /usr/bin/python3 -m venv build/pyenv >/dev/null 2>&1 &&
+    build/pyenv/bin/pip install -q numpy ml_dtypes pytest >/dev/null 2>&1; then
+    echo "setup: build/pyenv: NumPy, ml_dtypes and pytest for the Python package's tests"
+  else
+    echo "setup: no Python test environment (PyPI unreachable?): the Python package's tests will be skipped"
+    rm -rf build/pyenv
+  fi
+fi
 
 echo
 echo "== main job: training on 8 simulated GPUs, one of which fails mid-run (tools/demo_elastic.sh)"
