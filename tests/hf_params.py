@@ -166,6 +166,20 @@ same = all(np.array_equal(np.asarray(back[k], np.float32), bf16(hf[k].astype(np.
 check(same, "the written hf-gpt2 file is not the read one (bf16-rounded)")
 run("run", *gpt2, "--params", f"{tmp}/back.safetensors", "--params-format", "hf-gpt2", "--dump", f"{tmp}/d_back")
 check(np.array_equal(dump(f"{tmp}/d_back")["logits"], logits), "the file written back gives other logits")
+# ntpc train reads and writes the layout too: a byte-level GPT trained 2 steps, saved as hf-gpt2,
+# read back by run (the same names as GPT-2's), and trained on from it
+bg = ["examples/byte_gpt.ntp", "-D", "B=2", "-D", "S=16"]
+ids = np.frombuffer(open("README.md", "rb").read(), dtype=np.uint8)
+hdr = np.zeros(256, dtype="<i4")
+hdr[:3] = [20240520, 1, len(ids)]
+with open(f"{tmp}/t.bin", "wb") as f:
+    f.write(hdr.tobytes() + ids.astype("<u2").tobytes())
+run("train", *bg, "--data", f"{tmp}/t.bin", "--steps", "2", "-q", "--save-params", f"{tmp}/bg_hf.safetensors",
+    "--params-format", "hf-gpt2")
+check("h.0.attn.c_attn.weight" in load_file(f"{tmp}/bg_hf.safetensors"), "ntpc train did not write the hf-gpt2 layout")
+out = run("train", *bg, "--data", f"{tmp}/t.bin", "--steps", "1", "-q", "--params", f"{tmp}/bg_hf.safetensors",
+          "--params-format", "hf-gpt2")
+check("step    1/1" in out, "ntpc train --params-format hf-gpt2:\n" + out)
 # errors
 bad = dict(hf)
 del bad["h.1.mlp.c_fc.bias"]

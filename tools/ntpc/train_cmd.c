@@ -50,6 +50,8 @@ static const char train_usage[] =
     "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
     "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
     "  --save-params FILE write the trained parameters (safetensors)\n"
+    "  --params-format F  the layout of --params and --save-params: ntp (the model's names;\n"
+    "                     default), hf-gpt2, hf-llama (Hugging Face checkpoints, docs/runtime.md)\n"
     "  --checkpoint DIR   save the training state there (masters, moments, step, data position) at\n"
     "                     the end and every --checkpoint-every N steps, atomically\n"
     "  --resume DIR       continue from DIR's checkpoint (to --steps in all; under any plan)\n"
@@ -67,6 +69,7 @@ static const char train_usage[] =
 
 typedef struct train_opts {
   const char *file, *data, *model, *params, *save_params, *dump, *color;
+  const char *params_format; /* the layout of --params and --save-params */
   bool cuda, loopback;
   long steps;
   unsigned long long seed;
@@ -144,6 +147,9 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
       if (!number(v, 1, &d) || d != floor(d) || d > 4096) return usage("--world %s: expected 1 to 4096 ranks", v);
       o->world = (int32_t)d;
       o->sharded = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--params-format", &missing))) {
+      if (!ntp_param_format_known(v)) return usage("--params-format expects ntp, hf-gpt2 or hf-llama, got '%s'", v);
+      o->params_format = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
       o->params = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
@@ -389,7 +395,9 @@ static int train(const train_opts *o, ntpc_session *s) {
   if (!find_inputs(m, &bi, err, sizeof err)) goto fail;
   if (ntp_tokens_open(o->data, &data, err, sizeof err) != 0) goto fail;
   if (o->shuffle) ntp_tokens_shuffle(data, o->seed);
-  if (o->params && ntp_safetensors_open(o->params, &params, err, sizeof err) != 0) goto fail;
+  if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
+                    ntp_safetensors_set_format(params, o->params_format, m, err, sizeof err) != 0))
+    goto fail;
   ntp_adamw aw = o->adamw;
   aw.steps = o->steps;
   /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
@@ -471,7 +479,8 @@ static int train(const train_opts *o, ntpc_session *s) {
            (double)n * (double)ran / total_s, first, last);
   if (o->save_params) {
     np = ntp_trainer_params(tr, &ps);
-    if (ntp_safetensors_save(o->save_params, ps, np, err, sizeof err) != 0) {
+    /* the program now running: after a failure, the survivors' (its module names the same parameters) */
+    if (ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, ps, np, err, sizeof err) != 0) {
       rc = 2;
       goto fail;
     }
@@ -495,7 +504,7 @@ done:
 }
 
 int ntpc_train_command(int argc, char **argv) {
-  train_opts o = {.steps = 10};
+  train_opts o = {.steps = 10, .params_format = "ntp"};
   ntp_adamw_defaults(&o.adamw);
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
