@@ -64,6 +64,36 @@ def _dl(data_ptr: int, shape, name: str, device=(N.kDLCPU, 0)) -> tuple:
     return dl, sh
 
 
+class _DLManagedTensor(C.Structure):
+    _fields_ = [("dl_tensor", N.DLTensor), ("manager_ctx", C.c_void_p), ("deleter", C.c_void_p)]
+
+
+_capsule_pointer = C.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = C.c_void_p
+_capsule_pointer.argtypes = [C.py_object, C.c_char_p]
+
+
+def _from_capsule(x: Any, name: str, shape: tuple, what: str) -> Held:
+    """A DLPack producer's tensor in device memory (CuPy, JAX, ...), borrowed for the call: its
+    capsule is kept alive (and so its memory) while the DLTensor is in use."""
+    cap = x.__dlpack__()
+    t = _DLManagedTensor.from_address(_capsule_pointer(cap, b"dltensor")).dl_tensor
+    got = tuple(t.shape[d] for d in range(t.ndim))
+    if got != tuple(shape):
+        raise ValueError(f"{what}: a tensor of shape {got} for shape {tuple(shape)}")
+    want = {"bf16": (N.kDLBfloat, 16), "fp16": (N.kDLFloat, 16), "fp32": (N.kDLFloat, 32), "i32": (N.kDLInt, 32)}[name]
+    if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != (*want, 1):
+        raise TypeError(f"{what}: a device tensor of another dtype than {name} (device tensors are not converted)")
+    if t.strides:
+        st, want = [t.strides[d] for d in range(t.ndim)], 1
+        for d in reversed(range(t.ndim)):
+            if got[d] != 1 and st[d] != want:
+                raise ValueError(f"{what}: a device tensor that is not dense and row-major")
+            want *= got[d]
+    dl, sh = _dl(t.data + t.byte_offset, shape, name, (t.device.device_type, t.device.device_id))
+    return Held(cap, dl, sh)
+
+
 def as_input(x: Any, name: str, shape: tuple, what: str) -> Held:
     """x as a tensor of dtype `name` and shape `shape`: zero-copy when it already is one (and is
     dense); integer ids of another width and floats of another precision are converted."""
@@ -81,6 +111,9 @@ def as_input(x: Any, name: str, shape: tuple, what: str) -> Held:
         dl, sh = _dl(x.data_ptr(), shape, name, dev)
         return Held(x, dl, sh)
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
+        dev = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else N.kDLCPU
+        if dev != N.kDLCPU:
+            return _from_capsule(x, name, shape, what)
         x = np.from_dlpack(x)
     a = np.asarray(x)
     if a.shape != tuple(shape):
