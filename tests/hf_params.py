@@ -19,33 +19,13 @@ Exit status 0, 1 a check failed, 77 without NumPy.
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
-try:
-    import numpy as np
-except ImportError:
-    print("hf_params.py: NumPy is not installed; skipped")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ntpc_checks import dump, start  # noqa: E402
 
-ntpc = sys.argv[1]
-tmp = tempfile.mkdtemp()
-fails = checks = 0
-
-
-def check(cond, what):
-    global fails, checks
-    checks += 1
-    if not cond:
-        fails += 1
-        print("[FAIL]", what)
-
-
-def run(*args, rc=0):
-    p = subprocess.run([ntpc, *args], capture_output=True, text=True)
-    check(p.returncode == rc, f"ntpc {' '.join(args)}: exit {p.returncode}, expected {rc}\n{p.stdout}{p.stderr}")
-    return p.stdout + p.stderr
+np, T, tmp = start("hf_params.py")
+ntpc, check, run = T.ntpc, T.check, T.run
 
 
 try:
@@ -92,14 +72,6 @@ def bf16(x):  # round to nearest even on the float32 bits
     return b.astype(np.uint32).view(np.float32)
 
 
-def dump(d):
-    out = {}
-    with open(os.path.join(d, "manifest.tsv")) as f:
-        for line in f:
-            kind, name, dtype, shape, fname = line.rstrip("\n").split("\t")
-            raw = np.fromfile(os.path.join(d, fname), dtype="<i4" if dtype == "i32" else "<f4")
-            out[name] = raw.reshape([int(s) for s in shape.split(",")] if shape else [])
-    return out
 
 
 rng = np.random.default_rng(3)
@@ -270,5 +242,4 @@ if torch is not None:
     print(f"Llama logits against transformers {transformers.__version__}: max relative error {e:.2e}")
     check(e < 1e-4, f"Llama logits differ from transformers': {e}")
 
-print(f"hf_params.py: files written by {writer}; {checks - fails} of {checks} checks passed")
-sys.exit(1 if fails else 0)
+sys.exit(T.summary("hf_params.py", f"files written by {writer}; "))

@@ -16,44 +16,13 @@ Exit status 0, 1 a check failed, 77 without NumPy.
 """
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
-try:
-    import numpy as np
-except ImportError:
-    print("inputs.py: NumPy is not installed; skipped")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ntpc_checks import dump, start  # noqa: E402
 
-ntpc = sys.argv[1]
-tmp = tempfile.mkdtemp()
-fails = 0
-checks = 0
-
-
-def check(cond, what):
-    global fails, checks
-    checks += 1
-    if not cond:
-        fails += 1
-        print("[FAIL]", what)
-
-
-def run(*args, rc=0):
-    p = subprocess.run([ntpc, *args], capture_output=True, text=True)
-    check(p.returncode == rc, f"ntpc {' '.join(args)}: exit {p.returncode}, expected {rc}\n{p.stdout}{p.stderr}")
-    return p.stdout + p.stderr
-
-
-def dump(d):
-    out = {}
-    with open(os.path.join(d, "manifest.tsv")) as f:
-        for line in f:
-            kind, name, dtype, shape, fname = line.rstrip("\n").split("\t")
-            raw = np.fromfile(os.path.join(d, fname), dtype="<i4" if dtype == "i32" else "<f4")
-            out[name] = raw.reshape([int(s) for s in shape.split(",")] if shape else [])
-    return out
+np, T, tmp = start("inputs.py")
+ntpc, check, run = T.ntpc, T.check, T.run
 
 
 def loss_of(text):
@@ -142,5 +111,4 @@ np.save(f"{tmp}/fo.npy", np.asfortranarray(np.zeros((2, 32), dtype=np.int32)))
 err(["run", *gpt, "--inputs", f"tokens={tmp}/fo.npy"], "a Fortran-order array")
 err(["run", *gpt, "--inputs", f"{tmp}/missing.bin"], "cannot open token file")
 
-print(f"inputs.py: {checks - fails} of {checks} checks passed")
-sys.exit(1 if fails else 0)
+sys.exit(T.summary("inputs.py"))
