@@ -1577,6 +1577,25 @@ void ntp_cuda_survivors_free(ntp_cuda_survivors *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* A failed GPU's streams, handles, modules and communicators are never released: any call would
+ * touch the dead device (on real hardware it may hang). They stay here, reachable for the
+ * process's life, abandoned on purpose (a leak checker sees them as such, not as lost). */
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static void **abandoned;
+static size_t n_abandoned, abandoned_cap;
+
+static void abandon(void *handle) {
+  if (!handle) return;
+  pthread_mutex_lock(&abandoned_lock);
+  if (n_abandoned == abandoned_cap) {
+    size_t cap = abandoned_cap ? 2 * abandoned_cap : 64;
+    void **a = realloc(abandoned, cap * sizeof *a);
+    if (a) abandoned = a, abandoned_cap = cap;
+  }
+  if (n_abandoned < abandoned_cap) abandoned[n_abandoned++] = handle;
+  pthread_mutex_unlock(&abandoned_lock);
+}
+
 void ntp_cuda_free(ntp_cuda *c) {
   if (!c) return;
   if (c->graph) cu.cudaGraphExecDestroy(c->graph); /* before the modules its kernels live in */
@@ -1589,8 +1608,14 @@ void ntp_cuda_free(ntp_cuda *c) {
   }
   for (int r = c->rank_lo; r < c->rank_hi; r++) {
     if (c->dead && c->dead[r]) { /* failed with its GPU: its memory, streams and handles are left there */
+      for (int k = 0; c->group && c->group[r] && k < c->nsets; k++) abandon(c->group[r][k]);
       if (c->group) free(c->group[r]);
       if (c->kern) free(c->kern[r]);
+      if (c->world && c->own_world) abandon(c->world[r]);
+      if (c->lib) abandon(c->lib[r]);
+      bool owner = c->nccl || r == c->rank_lo;
+      if (owner && c->lt) abandon(c->lt[r]);
+      if (owner && c->stream) abandon(c->stream[r]);
       continue;
     }
     if (c->dev) cu.cudaSetDevice(c->dev[r]);
@@ -1622,8 +1647,8 @@ void ntp_cuda_free(ntp_cuda *c) {
   if (c->comm_lib) cu.cudaLibraryUnload(c->comm_lib);
   if (c->scratch) cu.cudaFree(c->scratch);
   bool ev_dead = c->dev && on_dead_gpu(c, c->dev[c->rank_lo]); /* created there */
-  if (c->ev0 && !ev_dead) cu.cudaEventDestroy(c->ev0);
-  if (c->ev1 && !ev_dead) cu.cudaEventDestroy(c->ev1);
+  if (c->ev0) ev_dead ? abandon(c->ev0) : (void)cu.cudaEventDestroy(c->ev0);
+  if (c->ev1) ev_dead ? abandon(c->ev1) : (void)cu.cudaEventDestroy(c->ev1);
   free(c->dead);
   free(c->dev);
   free(c->stream);
