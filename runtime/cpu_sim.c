@@ -336,6 +336,35 @@ static int run_segment(ntp_sim *st, size_t s, size_t e, uint64_t seed, char *err
   return bad < e ? -1 : 0;
 }
 
+int ntp_sim_get(ntp_sim *st, int32_t v, uint64_t seed, ntp_host_tensor *out, char *err, size_t cap) {
+  const ntp_program *p = st->p;
+  const ntp_value *gv = &p->global.values[v];
+  /* slices neither set nor loaded get their default initialisation first, as a forward with
+   * this seed gives them (deterministic: the forward would write the same values) */
+  for (size_t k = 0; k < p->n_steps; k++) {
+    const ntp_step *step = &p->steps[k];
+    if (step->kind == SH_COMM || !is_init(step) || p->tensors[step->op.result].init_value != v) continue;
+    if (run_compute(st, step, seed, err, cap) != 0) return -1;
+  }
+  int64_t n = shape_numel(&gv->shape);
+  *out = (ntp_host_tensor){.name = gv->name, .dtype = gv->dtype, .shape = gv->shape};
+  void *buf = calloc((size_t)(n ? n : 1), 4);
+  if (!buf) {
+    snprintf(err, cap, "out of memory");
+    return -1;
+  }
+  if (gv->dtype == NTP_I32) out->i = buf;
+  else out->f = buf;
+  ntp_box full = box_full(&gv->shape);
+  for (size_t t = 0; t < p->n_tensors; t++) { /* every element is held by some rank's slice */
+    const ntp_tensor *sl = &p->tensors[t];
+    if (!sl->persistent || sl->init_value != v) continue;
+    copy_ctx cc = {buf, tensor_data(p, st->rm, (int32_t)t)};
+    for_runs(&sl->init_box, &sl->init_box, &full, copy_run, &cc);
+  }
+  return 0;
+}
+
 int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
   const ntp_program *p = st->p;
   rank_mem *rm = st->rm;

@@ -483,7 +483,25 @@ int ntprt_model_train_step(ntp_model *m, const ntp_model_train_options *o, const
 int ntprt_model_get_param(ntp_model *m, const char *name, DLTensor *global) {
   CHECK_MODEL(m);
   if (!name) return fail(NTP_EINVAL, "the parameter name is NULL");
-  if (!m->trainer) return fail(NTP_EINVAL, "ntp_model_get_param: only training libraries keep their parameters readable");
+  if (!m->trainer && !m->sim)
+    return fail(NTP_EINVAL, "ntp_model_get_param: the cuda backend keeps parameters on the GPUs (cpu backend or a "
+                            "training library)");
+  if (!m->trainer) { /* the cpu backend's ranks hold the slices */
+    const ntp_module *mod = &m->prog->global;
+    int32_t v = -1;
+    for (size_t k = 0; k < mod->n_ops && v < 0; k++)
+      if (mod->ops[k].code == IR_PARAM && !strcmp(mod->values[mod->ops[k].result].name, name)) v = mod->ops[k].result;
+    if (v < 0) return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+    int rc = check_dl(m, global, v, "parameter");
+    if (rc) return rc;
+    if (global->device.device_type != kDLCPU) return fail(NTP_EINVAL, "parameter '%s': a host tensor (kDLCPU) is needed", name);
+    char err[256];
+    ntp_host_tensor h;
+    if (ntp_sim_get(m->sim, v, m->seed, &h, err, sizeof err) != 0) return fail(NTP_ENOMEM, "%s", err);
+    from_host(&h, global);
+    free(h.f), free(h.i);
+    return NTP_OK;
+  }
   const ntp_host_tensor *ps;
   size_t n = ntp_trainer_params(m->trainer, &ps);
   const ntp_module *mod = &m->prog->global;
@@ -506,11 +524,27 @@ int ntprt_model_save_format(ntp_model *m, const char *path, const char *format) 
   if (!path) return fail(NTP_EINVAL, "path is NULL");
   if (!format || !ntp_param_format_known(format))
     return fail(NTP_EINVAL, "unknown parameter layout '%s' (ntp, hf-gpt2, hf-llama)", format ? format : "(null)");
-  if (!m->trainer) return fail(NTP_EINVAL, "saving parameters: only training libraries keep their parameters readable");
-  const ntp_host_tensor *ps;
-  size_t n = ntp_trainer_params(m->trainer, &ps);
   char err[512];
-  if (ntp_safetensors_save_format(path, format, &m->prog->global, ps, n, err, sizeof err) != 0)
-    return fail(NTP_EIO, "%s", err);
-  return NTP_OK;
+  if (m->trainer) {
+    const ntp_host_tensor *ps;
+    size_t n = ntp_trainer_params(m->trainer, &ps);
+    if (ntp_safetensors_save_format(path, format, &m->prog->global, ps, n, err, sizeof err) != 0)
+      return fail(NTP_EIO, "%s", err);
+    return NTP_OK;
+  }
+  if (!m->sim)
+    return fail(NTP_EINVAL, "saving parameters: the cuda backend keeps them on the GPUs (cpu backend or a training library)");
+  const ntp_module *mod = &m->prog->global; /* the cpu backend: every parameter from the ranks' slices */
+  ntp_host_tensor *ps = calloc(mod->n_ops + 1, sizeof *ps);
+  size_t n = 0;
+  int rc = ps ? NTP_OK : fail(NTP_ENOMEM, "out of memory");
+  for (size_t k = 0; rc == NTP_OK && k < mod->n_ops; k++) {
+    if (mod->ops[k].code != IR_PARAM) continue;
+    if (ntp_sim_get(m->sim, mod->ops[k].result, m->seed, &ps[n], err, sizeof err) != 0) rc = fail(NTP_ENOMEM, "%s", err);
+    else n++;
+  }
+  if (rc == NTP_OK && ntp_safetensors_save_format(path, format, mod, ps, n, err, sizeof err) != 0) rc = fail(NTP_EIO, "%s", err);
+  for (size_t i = 0; ps && i < n; i++) free(ps[i].f), free(ps[i].i);
+  free(ps);
+  return rc;
 }

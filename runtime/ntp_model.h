@@ -86,8 +86,9 @@ typedef struct ntp_model_train_options {
  * decay 0.1, clip 1. NTP_EINVAL on a library without a training step. */
 int ntp_model_train_step(ntp_model *model, const ntp_model_train_options *options, const DLTensor *const *inputs,
                          double *loss);
-/* A parameter's current value (its master rounded to the model's dtype) into a host tensor of
- * its global shape; training libraries only. */
+/* A parameter's current value into a host tensor of its global shape: on the cpu backend as the
+ * ranks hold it (set, loaded or the default initialisation), in a training library its master
+ * rounded to the model's dtype; not on the cuda backend. */
 int ntp_model_get_param(ntp_model *model, const char *name, DLTensor *global);
 
 #ifdef __cplusplus

@@ -78,6 +78,10 @@ int ntp_sim_forward(ntp_sim *s, uint64_t seed, ntp_cpu_result *res, char *err, s
  * slice, where the caller may write its values (the slice is then not initialised by a forward).
  * The optimizer's access to the ranks' parameter slices and gradients (train.c). */
 float *ntp_sim_tensor(ntp_sim *s, int32_t t);
+/* Global input or parameter v as the ranks hold it (set, loaded, or else the default
+ * initialisation for `seed`, which a forward would give it too), assembled from their slices
+ * into *out (free its f or i). */
+int ntp_sim_get(ntp_sim *s, int32_t v, uint64_t seed, ntp_host_tensor *out, char *err, size_t errlen);
 void ntp_sim_free(ntp_sim *s);
 
 /* Storage bit patterns of values already rounded to bf16 / fp16 (exact both ways). */

@@ -194,8 +194,8 @@ class Model:
         self._check(N.lib.ntprt_model_load_format(self._m, os.fspath(path).encode(), format.encode()))
 
     def save(self, path: PathLike, format: str = "ntp") -> None:
-        """Writes every parameter (a model compiled with train=True) to a safetensors file, in the
-        model's names or a Hugging Face layout."""
+        """Writes every parameter to a safetensors file, in the model's names or a Hugging Face
+        layout (cpu backend, or a model compiled with train=True)."""
         self._check(N.lib.ntprt_model_save_format(self._m, os.fspath(path).encode(), format.encode()))
 
     def _param(self, name: str) -> TensorInfo:
@@ -211,7 +211,8 @@ class Model:
         self._check(N.lib.ntprt_model_set_param(self._m, name.encode(), h.ptr))
 
     def get_param(self, name: str) -> Any:
-        """A parameter's current value (a model compiled with train=True), as a NumPy array."""
+        """A parameter's current value as a NumPy array, global shape (cpu backend, or a model
+        compiled with train=True: its master weight rounded to the model's dtype)."""
         p = self._param(name)
         out = new_output(p.dtype, p.shape, None)
         self._check(N.lib.ntprt_model_get_param(self._m, name.encode(), out.ptr))
