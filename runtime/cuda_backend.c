@@ -20,6 +20,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+int ntp_launcher_rank(int *rank, int *device) {
+  static const char *ranks[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+  static const char *locals[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
+  for (int i = 0; i < 3; i++) {
+    const char *r = getenv(ranks[i]);
+    if (!r) continue;
+    *rank = atoi(r);
+    const char *l = getenv(locals[i]);
+    *device = l ? atoi(l) : 0;
+    return 0;
+  }
+  return -1;
+}
+
 #if NTP_HAVE_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -1485,6 +1499,27 @@ int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, si
   return upload(c, t, host, err, cap);
 }
 
+bool ntp_cuda_runs_rank(const ntp_cuda *c, int r) { return local_rank(c, r); }
+
+bool ntp_cuda_all_here(const ntp_cuda *c) { return c->rank_lo == 0 && c->rank_hi == c->p->world; }
+
+int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap) {
+  if (ntp_cuda_all_here(c) || bytes == 0) return 0;
+  int r = c->rank_lo;
+  void *d = NULL;
+  CU(cu.cudaSetDevice(c->dev[r]));
+  CU(cu.cudaMalloc(&d, bytes));
+  CU(cu.cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  NC(cu.ncclAllReduce(d, d, bytes / 4, ncclInt32, ncclSum, c->world[r], c->stream[r]));
+  CU(cu.cudaStreamSynchronize(c->stream[r]));
+  CU(cu.cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost));
+  cu.cudaFree(d);
+  return 0;
+fail:
+  if (d) cu.cudaFree(d);
+  return -1;
+}
+
 /* ---- after a failure: the survivors' communicators (ntp_cuda_lose) ---------------------------- */
 
 #ifndef NCCL_SHRINK_ABORT
@@ -1728,4 +1763,16 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
   return ntp_cuda_available(err, cap);
 }
 void ntp_cuda_survivors_free(ntp_cuda_survivors *s) { memset(s, 0, sizeof *s); }
+bool ntp_cuda_runs_rank(const ntp_cuda *c, int r) {
+  (void)c, (void)r;
+  return true;
+}
+bool ntp_cuda_all_here(const ntp_cuda *c) {
+  (void)c;
+  return true;
+}
+int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap) {
+  (void)c, (void)host, (void)bytes;
+  return ntp_cuda_available(err, cap);
+}
 #endif

@@ -44,6 +44,20 @@ int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes,
 /* 0 and the GPU when data is device memory (cudaPointerGetAttributes); -1 otherwise. */
 int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev);
 void ntp_cuda_free(ntp_cuda *c);
+/* Does rank r run in this process? (every rank does, but with one rank per process) */
+bool ntp_cuda_runs_rank(const ntp_cuda *c, int r);
+/* Does every rank of the program run in this process? */
+bool ntp_cuda_all_here(const ntp_cuda *c);
+/* One rank per process: every process's `bytes` (a multiple of 4) merged, in place: each 4-byte
+ * word becomes the sum, as int32, of the processes' words; so where at most one process sets a
+ * word and the others leave it 0, every process gets that word's bits exactly (an all-gather of
+ * disjoint pieces as one all-reduce on the world communicator). Nothing when every rank is here. */
+int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap);
+
+/* The rank and GPU a launcher gave this process: the first of torchrun (RANK, LOCAL_RANK), Slurm
+ * (SLURM_PROCID, SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK) whose
+ * rank variable is set; the GPU is the local rank (0 when unset). -1 when none is set. */
+int ntp_launcher_rank(int *rank, int *device);
 
 /* ---- after a failure (NCCL: every rank in this process, one GPU each) ---- */
 /* The ranks marked in dead (by rank) have failed with their GPUs. On the survivors, every

@@ -51,7 +51,13 @@ int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, con
  * parameters: each rank holds the fp32 master and moments of its own slices and updates them in
  * place from the gradient the backward summed there; the global norm counts every element once
  * (on its first holder). The global copies (ntp_trainer_params, checkpoints, dumps) are gathered
- * from the slices when asked for. */
+ * from the slices when asked for.
+ *
+ * With one rank per process (co->rank_lo + 1 == co->rank_hi, NCCL) the trainer holds that rank's
+ * slices; the loss, the slices' sums of squares and the gathered global copies are merged across
+ * the processes through NCCL (ntp_cuda_merge), so every process computes the same norm and update
+ * and every call that gathers (ntp_trainer_params after steps) is collective: every process makes
+ * it. Checkpoints are not written in this mode yet. */
 struct ntp_cuda_options;
 int ntp_trainer_new_cuda(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                          const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap);

@@ -76,6 +76,8 @@ typedef struct tslice {
   float *master, *m, *v;  /* host (simulation) or device (cuda) memory */
   unsigned char *own;     /* the elements the global norm counts here: those no earlier slice holds */
   unsigned char *own_dev; /* cuda: the same on the rank's GPU */
+  bool here;              /* its rank runs in this process (with one rank per process, one rank's slices
+                             are; the others' are known by their boxes only) */
 } tslice;
 
 struct ntp_trainer {
@@ -94,7 +96,14 @@ struct ntp_trainer {
   tslice *sl;                    /* sharded runs: every rank's parameter slices */
   size_t nsl;
   bool stale;                    /* the slices moved on since the global copies were gathered */
+  int32_t loss_rank;             /* cuda: the rank whose piece of the loss is read */
 };
+
+/* One rank per process (CUDA through NCCL, each process a rank): the trainer holds its rank's
+ * slices only, and what the host needs of the others (the loss, the gradients' norm, the global
+ * copies) is merged across the processes (ntp_cuda_merge: the word-wise sum of disjoint pieces,
+ * so every process gets each piece's bits exactly). */
+static bool per_process(const ntp_trainer *t) { return t->cuda && !ntp_cuda_all_here(t->cuda); }
 
 static double now_s(void) {
   struct timespec ts;
@@ -185,7 +194,7 @@ static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size
     const tparam *p = &t->p[pi];
     tslice *s = &t->sl[t->nsl++];
     *s = (tslice){.param = pi, .tensor = (int32_t)ti, .grad = -1, .rank = ts->rank, .box = ts->init_box,
-                  .n = box_volume(&ts->init_box)};
+                  .n = box_volume(&ts->init_box), .here = !t->cuda || ntp_cuda_runs_rank(t->cuda, ts->rank)};
     if (p->grad_output >= 0) {
       int32_t gv = m->outputs[p->grad_output].value;
       for (size_t k = 0; k < prog->npieces[gv] && s->grad < 0; k++) {
@@ -206,6 +215,7 @@ static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size
       claimed[pi][gi] = 1;
     }
     size_t bytes = (size_t)(s->n ? s->n : 1) * sizeof(float);
+    if (!s->here) continue; /* another process's */
     if (t->cuda) {
       if (ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->master, err, cap) != 0 ||
           ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->m, err, cap) != 0 ||
@@ -254,6 +264,7 @@ static int scatter_state(ntp_trainer *t, char *err, size_t cap) {
     tslice *s = &t->sl[i];
     tparam *p = &t->p[s->param];
     float *src[3] = {p->master, p->m, p->v}, *dst[3] = {s->master, s->m, s->v};
+    if (!s->here) continue;
     for (int k = 0; k < 3; k++) {
       box_copy(src[k], &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], true, NULL);
       if (t->cuda && ntp_cuda_put(t->cuda, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) goto fail;
@@ -275,9 +286,71 @@ fail:
   return -1;
 }
 
+/* The global copies from the slices of every process (one rank per process): each process puts the
+ * elements it owns (the norm's mask) of its slices into a zeroed copy of all the state, the copies
+ * are merged (every element has one owner: its bits come through exactly), the elements no rank
+ * holds stay as the host updated them; then this process's replicas are checked against it. */
+static int gather_merged(ntp_trainer *t, char *err, size_t cap) {
+  size_t total = 0, *off = calloc(t->np + 1, sizeof *off);
+  for (size_t i = 0; off && i < t->np; i++) off[i] = total, total += 3 * (size_t)t->p[i].n;
+  float *all = calloc(total + 1, sizeof *all), *tmp = slice_buffer(t, err, cap);
+  int rc = -1;
+  if (!off || !all || !tmp) {
+    snprintf(err, cap, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < t->nsl; i++) {
+    const tslice *s = &t->sl[i];
+    const tparam *p = &t->p[s->param];
+    float *src[3] = {s->master, s->m, s->v};
+    if (!s->here) continue;
+    for (int k = 0; k < 3; k++) {
+      if (ntp_cuda_get(t->cuda, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
+      box_copy(all + off[s->param] + (size_t)k * (size_t)p->n, &p->cur.shape, &s->box, tmp, false, s->own);
+    }
+  }
+  if (ntp_cuda_merge(t->cuda, all, total * sizeof *all, err, cap) != 0) goto done;
+  for (size_t i = 0; i < t->np; i++) {
+    tparam *p = &t->p[i];
+    float *dst[3] = {p->master, p->m, p->v};
+    for (int k = 0; k < 3; k++) {
+      float *mine = all + off[i] + (size_t)k * (size_t)p->n;
+      for (int64_t j = 0; j < p->nunheld; j++) mine[p->unheld[j]] = dst[k][p->unheld[j]];
+      memcpy(dst[k], mine, (size_t)p->n * sizeof(float));
+    }
+  }
+  for (size_t i = 0; i < t->nsl; i++) { /* this process's replicas hold what the owners do */
+    const tslice *s = &t->sl[i];
+    const tparam *p = &t->p[s->param];
+    if (!s->here || ntp_cuda_get(t->cuda, s->rank, tmp, s->master, (size_t)s->n * sizeof(float), err, cap) != 0) {
+      if (s->here) goto done;
+      continue;
+    }
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
+    for (int64_t e = 0; e < s->n; e++)
+      if (memcmp(&p->master[box_walk_next(&w)], &tmp[e], sizeof(float)) != 0) {
+        snprintf(err, cap, "internal: the replicas of '%s' diverged (rank %d, element %lld of its slice)", p->cur.name,
+                 s->rank, (long long)e);
+        goto done;
+      }
+  }
+  for (size_t i = 0; i < t->np; i++) {
+    memcpy(t->p[i].cur.f, t->p[i].master, (size_t)t->p[i].n * sizeof(float));
+    ntp_round_buf(t->p[i].cur.f, (size_t)t->p[i].n, mode_of(t->p[i].cur.dtype));
+  }
+  t->stale = false;
+  rc = 0;
+done:
+  free(off);
+  free(all);
+  free(tmp);
+  return rc;
+}
+
 /* The slices' state into the global copies (each element from the slice the norm counts it in). */
 static int gather_state(ntp_trainer *t, char *err, size_t cap) {
   if (!t->stale) return 0;
+  if (per_process(t)) return gather_merged(t, err, cap);
   float *tmp = slice_buffer(t, err, cap);
   if (!tmp) return -1;
   for (size_t i = 0; i < t->nsl; i++) {
@@ -359,6 +432,10 @@ int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t s
     snprintf(err, cap, "the model has no scalar loss output to train");
     ntp_trainer_free(t);
     return -1;
+  }
+  if (t->cuda) { /* the piece of the loss that is read: the first */
+    int32_t lv = m->outputs[t->loss_output].value;
+    t->loss_rank = prog->world > 0 && prog->npieces[lv] ? prog->tensors[prog->pieces[lv][0]].rank : 0;
   }
   size_t cap_p = 0;
   for (size_t i = 0; i < m->n_ops; i++) cap_p += m->ops[i].code == IR_PARAM;
@@ -468,17 +545,33 @@ static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, do
     *loss = h.f[0];
     free(h.f);
   }
-  if (!isfinite(*loss)) return 0;
   double sq = 0;
-  for (size_t i = 0; i < t->nsl; i++) {
+  if (t->cuda) { /* per slice its sum of squares; with one rank per process, each process's merged */
+    double *part = calloc(t->nsl + 1, sizeof *part);
+    if (!part) {
+      snprintf(err, cap, "out of memory");
+      return -1;
+    }
+    part[t->nsl] = ntp_cuda_runs_rank(t->cuda, t->loss_rank) ? *loss : 0.0;
+    for (size_t i = 0; i < t->nsl; i++)
+      if (t->sl[i].grad >= 0 && t->sl[i].here &&
+          ntp_cuda_sumsq(t->cuda, t->sl[i].grad, t->sl[i].own_dev, &part[i], err, cap) != 0) {
+        free(part);
+        return -1;
+      }
+    if (ntp_cuda_merge(t->cuda, part, (t->nsl + 1) * sizeof *part, err, cap) != 0) {
+      free(part);
+      return -1;
+    }
+    *loss = part[t->nsl];
+    for (size_t i = 0; i < t->nsl; i++)
+      if (t->sl[i].grad >= 0) sq += part[i];
+    free(part);
+  }
+  if (!isfinite(*loss)) return 0;
+  for (size_t i = 0; i < t->nsl && !t->cuda; i++) {
     const tslice *s = &t->sl[i];
     if (s->grad < 0) continue;
-    if (t->cuda) {
-      double x;
-      if (ntp_cuda_sumsq(t->cuda, s->grad, s->own_dev, &x, err, cap) != 0) return -1;
-      sq += x;
-      continue;
-    }
     const float *g = ntp_sim_tensor(t->sim, s->grad);
     for (int64_t e = 0; e < s->n; e++)
       if (s->own[e]) sq += (double)g[e] * g[e];
@@ -490,6 +583,7 @@ static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, do
     tslice *s = &t->sl[i];
     const tparam *p = &t->p[s->param];
     double wd = p->decay ? t->o.weight_decay : 0.0;
+    if (!s->here) continue;
     if (t->cuda) {
       ntp_cuda_adamw_args ca = {(float)a.lr, (float)a.b1, (float)a.b2, (float)a.c1, (float)a.c2, (float)a.eps,
                                 (float)wd, (float)scale};
@@ -655,6 +749,10 @@ static bool write_owned(ntp_st_writer *w, const ntp_trainer *t, const tslice *s,
  * the elements no rank holds; nothing is gathered. */
 static int save_slices(ntp_trainer *t, const char *path, const ntp_host_tensor *ts, char *err, size_t cap) {
   ntp_st_writer *w;
+  if (per_process(t)) {
+    snprintf(err, cap, "checkpoints of a run with one rank per process are not written yet");
+    return -1;
+  }
   if (ntp_st_writer_open(path, ts, 3 * t->np, &w, err, cap) != 0) return -1;
   bool ok = true;
   for (size_t i = 0; i < t->np && ok; i++) {
@@ -711,6 +809,7 @@ static int load_slices(ntp_trainer *t, const ntp_safetensors *f, char *err, size
     tslice *s = &t->sl[i];
     const tparam *p = &t->p[s->param];
     float *dst[3] = {s->master, s->m, s->v};
+    if (!s->here) continue;
     for (int k = 2; k >= 0; k--) { /* the master last: tmp then holds it */
       snprintf(name, sizeof name, "%s%s", pre[k], p->cur.name);
       if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], err, cap) != 0 ||

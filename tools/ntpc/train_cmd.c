@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cuda_backend.h"
@@ -46,6 +47,10 @@ static const char train_usage[] =
     "  --backend NAME     cpu (default) or cuda: every rank's forward, backward, gradient sync and\n"
     "                     AdamW on the GPUs (NVRTC kernels, cuBLASLt, NCCL)\n"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
+    "  --rank R|env       cuda: this process runs rank R alone, on GPU R (env: RANK and LOCAL_RANK,\n"
+    "                     as torchrun sets them; or Slurm's, Open MPI's); start one process per rank,\n"
+    "                     all with the same options and NTP_NCCL_ID_FILE (where rank 0 writes the NCCL\n"
+    "                     id)\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
     "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
     "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
@@ -71,6 +76,7 @@ typedef struct train_opts {
   const char *file, *data, *model, *params, *save_params, *dump, *color;
   const char *params_format; /* the layout of --params and --save-params */
   bool cuda, loopback;
+  int rank, device; /* --rank: this process runs rank `rank` alone, on GPU `device`; -1: every rank */
   long steps;
   unsigned long long seed;
   bool shuffle, sharded;
@@ -109,6 +115,15 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
       o->shuffle = true;
     } else if (!strcmp(a, "--loopback")) {
       o->loopback = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--rank", &missing))) {
+      if (!strcmp(v, "env")) {
+        if (ntp_launcher_rank(&o->rank, &o->device) != 0)
+          return usage("--rank env: no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)%s", "");
+      } else if (!number(v, 0, &d) || d != floor(d) || d > 4095) {
+        return usage("--rank %s: expected a rank from 0, or env", v);
+      } else {
+        o->rank = o->device = (int)d;
+      }
     } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda")) return usage("unknown backend '%s' (expected cpu or cuda)", v);
       o->cuda = !strcmp(v, "cuda");
@@ -217,6 +232,11 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
   if (o->loopback && !o->cuda) return usage("--loopback is a cuda-backend option (with --backend cuda)%s", "");
   if (o->nfail && !o->sharded) return usage("--fail-at needs a sharded run (--plan or --world)%s", "");
+  if (o->rank >= 0 && (!o->cuda || o->loopback || !o->sharded))
+    return usage("--rank runs one rank of a sharded run through NCCL: it needs --backend cuda and --plan or --world, "
+                 "without --loopback%s", "");
+  if (o->rank >= 0 && (o->dump || o->ckpt || o->resume))
+    return usage("--rank: --dump, --checkpoint and --resume are not supported yet with one rank per process%s", "");
   return -1;
 }
 
@@ -402,6 +422,14 @@ static int train(const train_opts *o, ntpc_session *s) {
   aw.steps = o->steps;
   /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
   ntp_cuda_options co = {.loopback = o->loopback || prog->world <= 1, .rank_hi = prog->world > 0 ? prog->world : 1};
+  if (o->rank >= 0) { /* one rank in this process: the others in theirs, joined through $NTP_NCCL_ID_FILE */
+    if (o->rank >= prog->world || prog->world < 2) {
+      snprintf(err, sizeof err, "--rank %d: the plan's world is %d ranks (one rank per process needs 2 or more)",
+               o->rank, prog->world);
+      goto fail;
+    }
+    co = (ntp_cuda_options){.rank_lo = o->rank, .rank_hi = o->rank + 1, .device = o->device};
+  }
   if ((o->cuda ? ntp_trainer_new_cuda(prog, &aw, o->seed, params, &co, &tr, err, sizeof err)
                : ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err)) != 0)
     goto fail;
@@ -430,7 +458,11 @@ static int train(const train_opts *o, ntpc_session *s) {
   printf("model %s: %zu parameters (%.3fM elements), dtype %s; batch %lld x %lld tokens from %s (%lld tokens)\n",
          m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)bi.rows, (long long)bi.len, o->data,
          (long long)ntp_tokens_count(data));
-  if (o->cuda)
+  if (o->rank >= 0)
+    printf("backend cuda nccl: rank %d of %d in this process (pid %ld, GPU %d; each rank in its own process, joined "
+           "through NTP_NCCL_ID_FILE; the loss and the gradients' norm merged across them through NCCL)\n", o->rank,
+           prog->world, (long)getpid(), o->device);
+  else if (o->cuda)
     printf("backend cuda%s: %d rank%s (each rank's forward, backward and AdamW on its GPU, the gradients summed over "
            "their holders)\n", co.loopback && prog->world > 1 ? " loopback" : prog->world > 1 ? " nccl" : "",
            co.rank_hi, co.rank_hi == 1 ? "" : "s");
@@ -478,13 +510,20 @@ static int train(const train_opts *o, ntpc_session *s) {
     printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", ran, total_s,
            (double)n * (double)ran / total_s, first, last);
   if (o->save_params) {
-    np = ntp_trainer_params(tr, &ps);
+    size_t want = np;
+    np = ntp_trainer_params(tr, &ps); /* one rank per process: gathered by every process, written by rank 0's */
+    if (np != want) {
+      snprintf(err, sizeof err, "gathering the trained parameters failed");
+      goto fail;
+    }
     /* the program now running: after a failure, the survivors' (its module names the same parameters) */
-    if (ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, ps, np, err, sizeof err) != 0) {
+    bool writer = o->rank < 0 || ntp_cuda_runs_rank(ntp_trainer_cuda(tr), 0);
+    if (writer &&
+        ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, ps, np, err, sizeof err) != 0) {
       rc = 2;
       goto fail;
     }
-    printf("wrote %s\n", o->save_params);
+    if (writer) printf("wrote %s\n", o->save_params);
   }
   rc = 0;
   goto done;
@@ -504,7 +543,7 @@ done:
 }
 
 int ntpc_train_command(int argc, char **argv) {
-  train_opts o = {.steps = 10, .params_format = "ntp"};
+  train_opts o = {.steps = 10, .params_format = "ntp", .rank = -1};
   ntp_adamw_defaults(&o.adamw);
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;

@@ -1,0 +1,89 @@
+#!/bin/sh
+# train_procs.sh NTPC PYTHON — `ntpc train --backend cuda --rank env` on the emulated GPU, one
+# process per rank (RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them; the NCCL id through
+# NTP_NCCL_ID_FILE; the emulator's NCCL between the processes over shared memory), against the
+# CPU run of the same steps: two replicas of 4 GPUs (tests/plans/byte_gpt_two4.ntp), every
+# process prints the CPU run's losses, and the parameters that rank 0's process writes (gathered
+# from every process's slices through NCCL) are the CPU run's.
+# fp32 within 1e-5 (AdamW's eps 1e-4, as in train.sh). Run by CTest with the emulator's environment.
+set -u
+ntpc=$1 py=$2
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+here=$(dirname "$0")
+fail=0
+"$py" tools/make_tokens.py "$tmp/docs.bin" --text README.md docs/*.md >/dev/null || { echo "[FAIL] make_tokens"; exit 1; }
+common="--data $tmp/docs.bin --steps 3 --init-std 0.02 --eps 1e-4 --shuffle --seed 5 -q"
+gpt="examples/byte_gpt.ntp -D B=2 -D S=16 -D D=64 -D H=8"
+plan=tests/plans/byte_gpt_two4.ntp
+
+steps() { grep '^step *[0-9]*/' "$1" | sed 's/  [0-9]* tokens\/s$//'; }
+
+# losses REF LOG: LOG's three step lines against REF's, within 1e-5 of the loss
+losses() {
+  awk 'NR == FNR { a[FNR] = $4; n = FNR; next }
+       { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * a[FNR]) bad = 1; m = FNR }
+       END { exit bad || m != n || n != 3 }' "$1" "$2"
+}
+
+if ! "$ntpc" train $gpt $common --save-params "$tmp/cpu.st" >"$tmp/cpu.out" 2>&1; then
+  echo "[FAIL] the CPU run: ntpc train exited $?"
+  cat "$tmp/cpu.out"
+  exit 1
+fi
+steps "$tmp/cpu.out" >"$tmp/cpu.log"
+
+# procs NAME W ARGS...: W processes, rank r's output in NAME.r.out, "r status" lines in NAME.status
+procs() {
+  name=$1 w=$2
+  shift 2
+  id="$tmp/$name.id"
+  r=0
+  while [ $r -lt "$w" ]; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$w NTP_NCCL_ID_FILE="$id" \
+      "$ntpc" train "$@" $common --rank env --save-params "$tmp/$name.st" >"$tmp/$name.$r.out" 2>&1 &
+    eval "pid_$r=\$!"
+    r=$((r + 1))
+  done
+  : >"$tmp/$name.status"
+  r=0
+  while [ $r -lt "$w" ]; do
+    eval "p=\$pid_$r"
+    wait "$p"
+    echo "$r $?" >>"$tmp/$name.status"
+    rm -f /dev/shm/ntp-emu-nccl-"$p"-* /tmp/ntp-emu-nccl-"$p"-* # a killed process's fabric is never unlinked
+    r=$((r + 1))
+  done
+}
+
+# check NAME DEAD: every process but DEAD (-1: none) exited 0 and printed the CPU run's losses; DEAD died by SIGKILL
+check() {
+  name=$1 dead=$2
+  while read -r r st; do
+    if [ "$r" = "$dead" ]; then
+      [ "$st" = 137 ] || { echo "[FAIL] $name: the process of GPU $r exited $st, not 137 (SIGKILL)"; fail=1; }
+      continue
+    fi
+    if [ "$st" != 0 ]; then
+      echo "[FAIL] $name: the process of rank $r exited $st"
+      cat "$tmp/$name.$r.out"
+      fail=1
+      continue
+    fi
+    steps "$tmp/$name.$r.out" >"$tmp/$name.$r.log"
+    losses "$tmp/cpu.log" "$tmp/$name.$r.log" || {
+      echo "[FAIL] $name: rank $r's losses differ from the CPU run's"
+      paste "$tmp/cpu.log" "$tmp/$name.$r.log"
+      fail=1
+    }
+  done <"$tmp/$name.status"
+  printf '%s: ' "$name"
+  "$py" "$here/compare_params.py" "$tmp/cpu.st" "$tmp/$name.st" 1e-5 || fail=1
+}
+
+procs procs8 8 $gpt --plan $plan --backend cuda
+sed -n '/^backend/p;/^step/p' "$tmp/procs8.0.out"
+check procs8 -1
+[ $fail = 0 ] && echo "procs8: 8 processes, one rank each, give the CPU run's losses (every process) and parameters"
+
+[ $fail = 0 ] && echo "train_procs.sh (emulated GPU, a process per rank): all checks passed"
+exit $fail
