@@ -56,8 +56,8 @@ int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, con
  * With one rank per process (co->rank_lo + 1 == co->rank_hi, NCCL) the trainer holds that rank's
  * slices; the loss, the slices' sums of squares and the gathered global copies are merged across
  * the processes through NCCL (ntp_cuda_merge), so every process computes the same norm and update
- * and every call that gathers (ntp_trainer_params after steps) is collective: every process makes
- * it. Checkpoints are not written in this mode yet. */
+ * and every call that gathers (ntp_trainer_params after steps, ntp_trainer_take_state) is
+ * collective: every process makes it. Checkpoints are not written in this mode yet. */
 struct ntp_cuda_options;
 int ntp_trainer_new_cuda(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                          const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap);
@@ -101,7 +101,9 @@ void ntp_trainer_free(ntp_trainer *t);
  * of from's rank r, to_phys of t's; NULL: the identity; dead: by physical GPU). *bytes_moved: what
  * crosses between physical GPUs (fp32 master and moments and the parameter, per element).
  * *missing > 0 (and nothing taken) when some elements' only copies were on failed ranks: the
- * caller falls back on a checkpoint. */
+ * caller falls back on a checkpoint. With one rank per process (t on the survivors' world) each
+ * survivor contributes the elements whose chosen source slice it holds, merged through t's world:
+ * every survivor process calls it. */
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap);
 /* The CUDA backend a trainer runs on (NULL: the CPU): after a failure through NCCL, its

@@ -900,34 +900,30 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     snprintf(err, cap, "internal: %zu parameters against %zu", t->np, from->np);
     return -1;
   }
-  float *tmp[3] = {NULL, NULL, NULL};
-  int32_t **src = calloc(from->np + 1, sizeof *src); /* per element: the physical rank it comes from; -1 host */
+  float *tmp[3] = {NULL, NULL, NULL}, *all = NULL;
+  int32_t **src = calloc(from->np + 1, sizeof *src); /* per element: the slice of from it comes from; -1 host */
+  size_t *off = calloc(from->np + 1, sizeof *off), total = 0;
   int rc = -1;
-  if (!src) goto oom;
+  if (!src || !off) goto oom;
   for (int k = 0; k < 3; k++)
     if (!(tmp[k] = slice_buffer(from, err, cap))) goto done;
   for (size_t i = 0; i < from->np; i++) {
     tparam *p = &from->p[i];
+    off[i] = total;
+    total += 3 * (size_t)p->n;
     if (!(src[i] = malloc((size_t)(p->n ? p->n : 1) * sizeof **src))) goto oom;
     for (int64_t e = 0; e < p->n; e++) src[i][e] = -2; /* not found yet */
     for (int64_t j = 0; j < p->nunheld; j++) src[i][p->unheld[j]] = -1; /* the host's: valid as they are */
   }
-  /* every element from the first slice on a surviving rank that holds it */
+  /* every element from the first slice on a surviving rank that holds it (known from the boxes
+   * alone, so every process of a run with one rank per process chooses the same) */
   for (size_t k = 0; k < from->nsl; k++) {
     const tslice *s = &from->sl[k];
-    int32_t phys = from_phys ? from_phys[s->rank] : s->rank;
-    if (dead[phys]) continue;
-    tparam *p = &from->p[s->param];
-    float *st[3] = {s->master, s->m, s->v}, *g[3] = {p->master, p->m, p->v};
-    for (int q = 0; q < 3; q++)
-      if (from->cuda && ntp_cuda_get(from->cuda, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0)
-        goto done;
-    box_walk w = box_walk_start(&s->box, &p->cur.shape);
+    if (dead[from_phys ? from_phys[s->rank] : s->rank]) continue;
+    box_walk w = box_walk_start(&s->box, &from->p[s->param].cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
       int64_t gi = box_walk_next(&w);
-      if (src[s->param][gi] != -2) continue;
-      src[s->param][gi] = phys;
-      for (int q = 0; q < 3; q++) g[q][gi] = (from->cuda ? tmp[q] : st[q])[e];
+      if (src[s->param][gi] == -2) src[s->param][gi] = (int32_t)k;
     }
   }
   for (size_t i = 0; i < from->np; i++)
@@ -936,11 +932,32 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     rc = 0;
     goto done;
   }
+  /* the chosen elements of this process's surviving slices into a zeroed copy of the state; with
+   * one rank per process the survivors' copies are merged through the new world */
+  if (!(all = calloc(total + 1, sizeof *all))) goto oom;
+  for (size_t k = 0; k < from->nsl; k++) {
+    const tslice *s = &from->sl[k];
+    if (!s->here || dead[from_phys ? from_phys[s->rank] : s->rank]) continue;
+    const tparam *p = &from->p[s->param];
+    float *st[3] = {s->master, s->m, s->v};
+    bool got = !from->cuda;
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
+    for (int64_t e = 0; e < s->n; e++) {
+      int64_t gi = box_walk_next(&w);
+      if (src[s->param][gi] != (int32_t)k) continue;
+      for (int q = 0; q < 3 && !got; q++)
+        if (ntp_cuda_get(from->cuda, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
+      got = true;
+      for (int q = 0; q < 3; q++) all[off[s->param] + (size_t)q * (size_t)p->n + (size_t)gi] = (from->cuda ? tmp[q] : st[q])[e];
+    }
+  }
+  if (t->cuda && ntp_cuda_merge(t->cuda, all, total * sizeof *all, err, cap) != 0) goto done;
   for (size_t i = 0; i < t->np; i++) { /* the new run's global copies, then its slices */
     tparam *p = &t->p[i], *q = &from->p[i];
-    memcpy(p->master, q->master, (size_t)p->n * sizeof(float));
-    memcpy(p->m, q->m, (size_t)p->n * sizeof(float));
-    memcpy(p->v, q->v, (size_t)p->n * sizeof(float));
+    float *dst[3] = {p->master, p->m, p->v}, *host[3] = {q->master, q->m, q->v};
+    for (int k = 0; k < 3; k++)
+      for (int64_t e = 0; e < p->n; e++)
+        dst[k][e] = src[i][e] == -1 ? host[k][e] : all[off[i] + (size_t)k * (size_t)p->n + (size_t)e];
     memcpy(p->cur.f, p->master, (size_t)p->n * sizeof(float));
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
   }
@@ -950,8 +967,9 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     int32_t to = to_phys ? to_phys[s->rank] : s->rank;
     box_walk w = box_walk_start(&s->box, &p->cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
-      int64_t gi = box_walk_next(&w);
-      if (src[s->param][gi] != to) *bytes_moved += 12 + (int64_t)dtype_bytes(p->cur.dtype);
+      int32_t from_slice = src[s->param][box_walk_next(&w)];
+      int32_t fr = from_slice < 0 ? -1 : from->sl[from_slice].rank;
+      if (fr < 0 || (from_phys ? from_phys[fr] : fr) != to) *bytes_moved += 12 + (int64_t)dtype_bytes(p->cur.dtype);
     }
   }
   t->step = from->step;
@@ -963,6 +981,8 @@ oom:
 done:
   for (size_t i = 0; src && i < from->np; i++) free(src[i]);
   free(src);
+  free(off);
+  free(all);
   for (int k = 0; k < 3; k++) free(tmp[k]);
   return rc;
 }

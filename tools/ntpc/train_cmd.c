@@ -4,6 +4,7 @@
  * (the model, the data, a diverging loss), 2 usage or environment, 3 internal. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,8 @@ static const char train_usage[] =
     "  --rank R|env       cuda: this process runs rank R alone, on GPU R (env: RANK and LOCAL_RANK,\n"
     "                     as torchrun sets them; or Slurm's, Open MPI's); start one process per rank,\n"
     "                     all with the same options and NTP_NCCL_ID_FILE (where rank 0 writes the NCCL\n"
-    "                     id)\n"
+    "                     id). With --fail-at the failing GPU's process is killed (SIGKILL) and the\n"
+    "                     survivors' processes notice it through NCCL and go on\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
     "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
     "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
@@ -309,6 +311,7 @@ typedef struct failover_run {
   ntp_program *keep[64];
   int nkeep;
   bool fired[64]; /* per --fail-at entry: happened (a run that went back to a checkpoint does not fail twice) */
+  double detected;  /* one rank per process: when NCCL reported the lost peer */
 } failover_run;
 
 static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
@@ -348,7 +351,16 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
     if (ntp_cuda_lose(ntp_trainer_cuda(*tr), lost, &sv, err, cap) != 0) return -1;
   }
   if (!(np = train_replan(&src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap))) goto fail;
-  if (nccl) {
+  if (nccl && sv.local >= 0) { /* one rank per process: this process's new rank runs on its own GPU */
+    if (sv.n != np->world || nphys[sv.local] != o->rank) {
+      snprintf(err, cap, "internal: %d survivors for a program of %d ranks, whose rank %d runs on GPU %d, not this "
+               "process's %d", sv.n, np->world, sv.local, nphys[sv.local], o->rank);
+      goto fail;
+    }
+    printf("  communicators: %d aborted (ncclCommAbort: every one of this process's), the world %s %d ranks (%s); "
+           "this process (GPU %d) is rank %d of them\n", sv.aborted, sv.shrunk ? "shrunk to" : "created again over the",
+           sv.n, sv.how, o->rank, sv.local);
+  } else if (nccl) {
     if (sv.n != np->world) {
       snprintf(err, cap, "internal: %d survivors' communicators for a program of %d ranks", sv.n, np->world);
       goto fail;
@@ -363,6 +375,7 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
   ntp_cuda_options co = nccl ? (ntp_cuda_options){.rank_hi = np->world, .device = sv.devices[0], .devices = sv.devices,
                                                   .nccl_world = sv.world}
                              : (ntp_cuda_options){.loopback = 1, .rank_hi = np->world};
+  if (nccl && sv.local >= 0) co.rank_lo = sv.local, co.rank_hi = sv.local + 1;
   if ((o->cuda ? ntp_trainer_new_cuda(np, aw, o->seed, NULL, &co, &ntr, err, cap)
                : ntp_trainer_new(np, aw, o->seed, NULL, &ntr, err, cap)) != 0 ||
       ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0)
@@ -377,8 +390,13 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
     printf("  the only copies of %lld elements were on the failed GPU: back to the checkpoint of step %lld (%s)\n",
            (long long)missing, (long long)ntp_trainer_steps_taken(ntr), o->ckpt);
   } else {
-    printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
-           "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
+    if (o->rank >= 0)
+      printf("  resumed on %d GPUs in %.3f s (%.3f s after NCCL reported the lost peer): %.1f KiB of parameters and "
+             "optimizer state moved from the surviving replicas, merged across the survivors' processes through "
+             "NCCL (no checkpoint read)\n", np->world, now_s() - t0, now_s() - fr->detected, (double)moved / 1024.0);
+    else
+      printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
+             "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
   }
   ntp_trainer_free(*tr); /* nothing on the failed GPUs is touched (ntp_cuda_lose) */
   ntp_cuda_survivors_free(&sv);
@@ -478,16 +496,42 @@ static int train(const train_opts *o, ntpc_session *s) {
     int nnow = 0;
     for (int k = 0; k < o->nfail; k++)
       if (o->fail_step[k] == step + 1 && !fr.fired[k]) now[nnow++] = o->fail_rank[k], fr.fired[k] = true;
-    if (nnow) {
-      if (!fr.world0) fr.world0 = prog->world;
+    if (nnow && !fr.world0) fr.world0 = prog->world;
+    bool lost = nnow && o->rank >= 0; /* one rank per process: the step is to notice the failure */
+    for (int k = 0; lost && k < nnow; k++)
+      if (now[k] == o->rank) { /* this process's GPU fails: the process dies, as a killed one does */
+        printf("step %4ld: GPU %d fails: its process (pid %ld) is killed (SIGKILL)\n", step + 1, o->rank, (long)getpid());
+        fflush(stdout);
+        raise(SIGKILL);
+      }
+    if (nnow && !lost) {
       if (fail_over(&fr, step + 1, now, nnow, &prog, &tr, &phys, &aw, data, err, sizeof err) != 0) goto fail;
       m = &prog->global;
       step = (long)ntp_trainer_steps_taken(tr); /* the checkpoint's, when the run went back to it */
     }
+    int64_t pos, epoch;
+    ntp_tokens_position(data, &pos, &epoch);
+  again:
     if (ntp_tokens_next(data, bi.rows, bi.len, bi.vocab, tok, tgt, err, sizeof err) != 0) goto fail;
     ntp_train_stats st;
     bool dump = o->dump && step == 0;
-    if (ntp_trainer_step(tr, given, dump, &st, err, sizeof err) != 0) goto fail;
+    if (ntp_trainer_step(tr, given, dump, &st, err, sizeof err) != 0) {
+      if (!lost || !ntp_cuda_peer_lost(ntp_trainer_cuda(tr))) goto fail;
+      /* the survivors: NCCL said a peer is gone; the step is taken again by them, with the same batch */
+      fr.detected = now_s();
+      printf("step %4ld: NCCL reports a lost peer (%s)\n", step + 1, err);
+      ntp_tokens_seek(data, pos, epoch);
+      if (fail_over(&fr, step + 1, now, nnow, &prog, &tr, &phys, &aw, data, err, sizeof err) != 0) goto fail;
+      m = &prog->global;
+      step = (long)ntp_trainer_steps_taken(tr);
+      lost = false;
+      goto again;
+    }
+    if (lost) {
+      snprintf(err, sizeof err, "step %ld ran to its end though GPU %d failed before it: no NCCL call noticed", step + 1,
+               now[0]);
+      goto fail;
+    }
     if (dump && ntp_dump_tensors(ntp_trainer_last(tr), o->dump, err, sizeof err) != 0) {
       rc = 2;
       goto fail;
