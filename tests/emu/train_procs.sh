@@ -11,7 +11,7 @@
 #   (ncclCommShrink; with NTP_NCCL_NO_SHRINK=1 a new unique id through the file and
 #   ncclCommInitRank), re-plan, take the state from the surviving replicas (merged across their
 #   processes through NCCL) and take step 2 again with the same batch: the CPU run's losses and
-#   parameters.
+#   parameters; and GPU 6's process killed before step 3 as well.
 # fp32 within 1e-5 (AdamW's eps 1e-4, as in train.sh). Run by CTest with the emulator's environment.
 set -u
 ntpc=$1 py=$2
@@ -65,11 +65,12 @@ procs() {
   done
 }
 
-# check NAME DEAD: every process but DEAD (-1: none) exited 0 and printed the CPU run's losses; DEAD died by SIGKILL
+# check NAME DEAD: every process but those of DEAD ("3 6"; -1: none) exited 0 and printed the CPU
+# run's losses; DEAD's died by SIGKILL
 check() {
-  name=$1 dead=$2
+  name=$1 dead=" $2 "
   while read -r r st; do
-    if [ "$r" = "$dead" ]; then
+    if [ "${dead#* $r }" != "$dead" ]; then
       [ "$st" = 137 ] || { echo "[FAIL] $name: the process of GPU $r exited $st, not 137 (SIGKILL)"; fail=1; }
       continue
     fi
@@ -113,5 +114,14 @@ for how in shrink initid; do
   done
 done
 unset NTP_NCCL_NO_SHRINK
+# two failures, one after the other: GPU 3's process before step 2, GPU 6's before step 3 (the
+# second shrink is of the survivors' world, the second hand-over from the 7-GPU plan's replicas)
+procs kill2 8 $gpt --plan $plan --backend cuda --fail-at 2:3,3:6
+grep -E '^(step|  communicators|  resumed)' "$tmp/kill2.0.out"
+check kill2 "3 6"
+for r in 0 1 2 4 5 7; do
+  n=$(grep -c '(no checkpoint read)' "$tmp/kill2.$r.out")
+  [ "$n" = 2 ] || { echo "[FAIL] kill2: rank $r took $n hand-overs, not 2"; fail=1; }
+done
 [ $fail = 0 ] && echo "train_procs.sh (emulated GPU, a process per rank): all checks passed"
 exit $fail
