@@ -56,8 +56,9 @@ int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, con
  * With one rank per process (co->rank_lo + 1 == co->rank_hi, NCCL) the trainer holds that rank's
  * slices; the loss, the slices' sums of squares and the gathered global copies are merged across
  * the processes through NCCL (ntp_cuda_merge), so every process computes the same norm and update
- * and every call that gathers (ntp_trainer_params after steps, ntp_trainer_take_state) is
- * collective: every process makes it. Checkpoints are not written in this mode yet. */
+ * and every call that gathers (ntp_trainer_params after steps, ntp_trainer_save_state,
+ * ntp_checkpoint_save, ntp_trainer_take_state) is collective: every process makes it. Files are
+ * written by the process of rank 0 alone (ntp_trainer_writes); each process reads its own boxes. */
 struct ntp_cuda_options;
 int ntp_trainer_new_cuda(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                          const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap);
@@ -72,6 +73,9 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
 int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap);
 /* The steps taken so far (a resumed trainer counts from its checkpoint's). */
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t);
+/* Does this process write what the run saves (state files, checkpoints, parameters)? Every
+ * process but, with one rank per process, those that do not run rank 0. */
+bool ntp_trainer_writes(const ntp_trainer *t);
 /* Every parameter's fp32 master and AdamW moments as one safetensors file (NAME, adamw.m.NAME,
  * adamw.v.NAME; global layout), written whole or not at all. */
 int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t cap);

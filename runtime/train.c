@@ -724,6 +724,8 @@ size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params) {
 
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
 
+bool ntp_trainer_writes(const ntp_trainer *t) { return !per_process(t) || ntp_cuda_runs_rank(t->cuda, 0); }
+
 /* The owned elements of slice s (its state in bufs: host memory) into the file, by runs of
  * elements contiguous in the global layout. */
 static bool write_owned(ntp_st_writer *w, const ntp_trainer *t, const tslice *s, float *const bufs[3]) {
@@ -749,10 +751,6 @@ static bool write_owned(ntp_st_writer *w, const ntp_trainer *t, const tslice *s,
  * the elements no rank holds; nothing is gathered. */
 static int save_slices(ntp_trainer *t, const char *path, const ntp_host_tensor *ts, char *err, size_t cap) {
   ntp_st_writer *w;
-  if (per_process(t)) {
-    snprintf(err, cap, "checkpoints of a run with one rank per process are not written yet");
-    return -1;
-  }
   if (ntp_st_writer_open(path, ts, 3 * t->np, &w, err, cap) != 0) return -1;
   bool ok = true;
   for (size_t i = 0; i < t->np && ok; i++) {
@@ -858,7 +856,12 @@ int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t c
     }
   }
   err[0] = 0;
-  rc = sharded ? save_slices(t, path, ts, err, cap) : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
+  if (per_process(t)) /* every process gathers (through NCCL); rank 0's writes the whole file */
+    rc = gather_state(t, err, cap) != 0 ? -1
+         : !ntp_trainer_writes(t)       ? 0
+                                        : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
+  else
+    rc = sharded ? save_slices(t, path, ts, err, cap) : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
 done:
   for (size_t i = 0; names && i < 3 * t->np; i++) free(names[i]);
   free(names);

@@ -11,7 +11,8 @@
 #   (ncclCommShrink; with NTP_NCCL_NO_SHRINK=1 a new unique id through the file and
 #   ncclCommInitRank), re-plan, take the state from the surviving replicas (merged across their
 #   processes through NCCL) and take step 2 again with the same batch: the CPU run's losses and
-#   parameters; and GPU 6's process killed before step 3 as well.
+#   parameters; and GPU 6's process killed before step 3 as well; and a plan whose only copy of some
+#   state was on the killed GPU, which goes back to the checkpoint that rank 0's process wrote.
 # fp32 within 1e-5 (AdamW's eps 1e-4, as in train.sh). Run by CTest with the emulator's environment.
 set -u
 ntpc=$1 py=$2
@@ -122,6 +123,16 @@ check kill2 "3 6"
 for r in 0 1 2 4 5 7; do
   n=$(grep -c '(no checkpoint read)' "$tmp/kill2.$r.out")
   [ "$n" = 2 ] || { echo "[FAIL] kill2: rank $r took $n hand-overs, not 2"; fail=1; }
+done
+# the 7-GPU plan holds the embedding and the head once: GPU 3's process killed before step 3, the
+# only copies of some state are gone, and the 6 survivors go back to the step-2 checkpoint (written
+# by rank 0's process from the state every process gathered; each process reads its own boxes)
+procs ckpt7 7 $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --fail-at 3:3 --checkpoint "$tmp/ck7" \
+  --checkpoint-every 1
+grep -E '^(step|  communicators|  the only)' "$tmp/ckpt7.0.out"
+check ckpt7 3
+for r in 0 1 2 4 5 6; do
+  grep -q 'back to the checkpoint of step 2' "$tmp/ckpt7.$r.out" || { echo "[FAIL] ckpt7: rank $r did not go back to the step-2 checkpoint"; fail=1; }
 done
 [ $fail = 0 ] && echo "train_procs.sh (emulated GPU, a process per rank): all checks passed"
 exit $fail

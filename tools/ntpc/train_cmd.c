@@ -237,8 +237,7 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (o->rank >= 0 && (!o->cuda || o->loopback || !o->sharded))
     return usage("--rank runs one rank of a sharded run through NCCL: it needs --backend cuda and --plan or --world, "
                  "without --loopback%s", "");
-  if (o->rank >= 0 && (o->dump || o->ckpt || o->resume))
-    return usage("--rank: --dump, --checkpoint and --resume are not supported yet with one rank per process%s", "");
+  if (o->rank >= 0 && o->dump) return usage("--rank: --dump is not supported yet with one rank per process%s", "");
   return -1;
 }
 
@@ -561,7 +560,7 @@ static int train(const train_opts *o, ntpc_session *s) {
       goto fail;
     }
     /* the program now running: after a failure, the survivors' (its module names the same parameters) */
-    bool writer = o->rank < 0 || ntp_cuda_runs_rank(ntp_trainer_cuda(tr), 0);
+    bool writer = ntp_trainer_writes(tr);
     if (writer &&
         ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, ps, np, err, sizeof err) != 0) {
       rc = 2;
