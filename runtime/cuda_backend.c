@@ -1536,6 +1536,45 @@ fail:
   return -1;
 }
 
+int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
+                      char *err, size_t cap) {
+  int W = c->p->world, me = c->rank_lo;
+  size_t total = 0;
+  for (int q = 0; q < W; q++)
+    if (q != me) total += n_send[q] + n_recv[q];
+  if (total == 0) return 0;
+  float *d = NULL;
+  CU(cu.cudaSetDevice(c->dev[me]));
+  CU(cu.cudaMalloc((void **)&d, total * sizeof(float)));
+  size_t at = 0;
+  for (int q = 0; q < W; q++) /* the sends first, then the receives, each in rank order */
+    if (q != me && n_send[q]) {
+      CU(cu.cudaMemcpy(d + at, send[q], n_send[q] * sizeof(float), cudaMemcpyHostToDevice));
+      at += n_send[q];
+    }
+  NC(cu.ncclGroupStart());
+  size_t sat = 0, rat = at;
+  for (int q = 0; q < W; q++) {
+    if (q == me) continue;
+    if (n_send[q]) NC(cu.ncclSend(d + sat, n_send[q], ncclFloat32, q, c->world[me], c->stream[me]));
+    if (n_recv[q]) NC(cu.ncclRecv(d + rat, n_recv[q], ncclFloat32, q, c->world[me], c->stream[me]));
+    sat += n_send[q];
+    rat += n_recv[q];
+  }
+  NC(cu.ncclGroupEnd());
+  CU(cu.cudaStreamSynchronize(c->stream[me]));
+  for (int q = 0; q < W; q++)
+    if (q != me && n_recv[q]) {
+      CU(cu.cudaMemcpy(recv[q], d + at, n_recv[q] * sizeof(float), cudaMemcpyDeviceToHost));
+      at += n_recv[q];
+    }
+  cu.cudaFree(d);
+  return 0;
+fail:
+  if (d) cu.cudaFree(d);
+  return -1;
+}
+
 bool ntp_cuda_peer_lost(ntp_cuda *c) {
   if (nccl_last == ncclRemoteError || nccl_last == ncclSystemError) return true;
   for (int r = c->rank_lo; c->nccl && cu.ncclCommGetAsyncError && r < c->rank_hi; r++) {
@@ -1875,5 +1914,10 @@ int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap)
 bool ntp_cuda_peer_lost(ntp_cuda *c) {
   (void)c;
   return false;
+}
+int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
+                      char *err, size_t cap) {
+  (void)c, (void)send, (void)n_send, (void)recv, (void)n_recv;
+  return ntp_cuda_available(err, cap);
 }
 #endif

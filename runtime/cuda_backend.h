@@ -53,6 +53,11 @@ bool ntp_cuda_all_here(const ntp_cuda *c);
  * word and the others leave it 0, every process gets that word's bits exactly (an all-gather of
  * disjoint pieces as one all-reduce on the world communicator). Nothing when every rank is here. */
 int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap);
+/* One rank per process: host floats to and from the other ranks' processes, as one group of
+ * ncclSend/ncclRecv on the world communicator: send[q] (n_send[q] floats) to rank q, recv[q]
+ * (n_recv[q]) from it; the entries of this process's own rank are ignored. Bits are kept. */
+int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
+                      char *err, size_t cap);
 /* After a call failed: did NCCL report a lost peer (ncclRemoteError or ncclSystemError from a call,
  * or from ncclCommGetAsyncError on this process's world communicator)? */
 bool ntp_cuda_peer_lost(ntp_cuda *c);

@@ -98,6 +98,8 @@ const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t);
 /* The current parameters (the masters rounded to the module's dtype), in the module's order; a
  * sharded run gathers them from its ranks' slices first (0 if that fails). */
 size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params);
+/* The same gather, with its reason when it fails (replicas that diverged): 0 or -1. */
+int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap);
 void ntp_trainer_free(ntp_trainer *t);
 /* After a failure: `t` (a new run of the same module under the survivors' plan) takes the
  * parameters, masters, moments and step count of `from` (a sharded run) from its surviving ranks'
@@ -105,9 +107,10 @@ void ntp_trainer_free(ntp_trainer *t);
  * of from's rank r, to_phys of t's; NULL: the identity; dead: by physical GPU). *bytes_moved: what
  * crosses between physical GPUs (fp32 master and moments and the parameter, per element).
  * *missing > 0 (and nothing taken) when some elements' only copies were on failed ranks: the
- * caller falls back on a checkpoint. With one rank per process (t on the survivors' world) each
- * survivor contributes the elements whose chosen source slice it holds, merged through t's world:
- * every survivor process calls it. */
+ * caller falls back on a checkpoint. With one rank per process (t on the survivors' world) every
+ * survivor process calls it: each sends the elements whose chosen source slice it holds to the
+ * ranks whose new slices need them (those no new slice holds to all), by NCCL send/recv on t's
+ * world, and receives what its own new slices need. */
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap);
 /* The CUDA backend a trainer runs on (NULL: the CPU): after a failure through NCCL, its

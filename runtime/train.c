@@ -97,6 +97,7 @@ struct ntp_trainer {
   size_t nsl;
   bool stale;                    /* the slices moved on since the global copies were gathered */
   int32_t loss_rank;             /* cuda: the rank whose piece of the loss is read */
+  int32_t world;                 /* the program's ranks */
 };
 
 /* One rank per process (CUDA through NCCL, each process a rank): the trainer holds its rank's
@@ -433,6 +434,7 @@ int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t s
     ntp_trainer_free(t);
     return -1;
   }
+  t->world = prog->world;
   if (t->cuda) { /* the piece of the loss that is read: the first */
     int32_t lv = m->outputs[t->loss_output].value;
     t->loss_rank = prog->world > 0 && prog->npieces[lv] ? prog->tensors[prog->pieces[lv][0]].rank : 0;
@@ -722,6 +724,8 @@ size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params) {
   return gather_state(t, err, sizeof err) == 0 ? t->np : 0;
 }
 
+int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap) { return gather_state(t, err, cap); }
+
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
 
 bool ntp_trainer_writes(const ntp_trainer *t) { return !per_process(t) || ntp_cuda_runs_rank(t->cuda, 0); }
@@ -893,6 +897,92 @@ int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t ste
 
 /* ---- after a failure: the state from the surviving ranks (ntp_trainer_take_state) ---------- */
 
+/* What each element of the new run needs, in an order both sides of a transfer know: every new
+ * slice's elements (to its rank), then the elements no new slice holds (to every rank: each process
+ * updates them on the host). fn(ctx, param, global index, receiving rank). */
+static void hand_over_walk(const ntp_trainer *t, void (*fn)(void *, size_t, int64_t, int), void *ctx) {
+  for (size_t k = 0; k < t->nsl; k++) {
+    const tslice *s = &t->sl[k];
+    box_walk w = box_walk_start(&s->box, &t->p[s->param].cur.shape);
+    for (int64_t e = 0; e < s->n; e++) fn(ctx, (size_t)s->param, box_walk_next(&w), s->rank);
+  }
+  for (size_t i = 0; i < t->np; i++)
+    for (int64_t j = 0; j < t->p[i].nunheld; j++)
+      for (int q = 0; q < t->world; q++) fn(ctx, i, t->p[i].unheld[j], q);
+}
+
+typedef struct hand_over {
+  const ntp_trainer *t, *from;
+  int32_t *const *src;  /* per element: the slice of from it comes from; -1 the host's */
+  const int32_t *new_of_old; /* the new rank of each of from's ranks */
+  const size_t *off;
+  float *all;           /* this process's contributions; the received elements go here */
+  int me, pass;         /* pass 0 counts, 1 packs what this process sends, 2 unpacks what it receives */
+  size_t *ns, *nr;      /* per rank: elements to send, to receive (pass 0); the cursors of passes 1, 2 */
+  float **sb, **rb;
+} hand_over;
+
+static void hand_over_element(void *ctx, size_t param, int64_t gi, int rcv) {
+  hand_over *h = ctx;
+  int32_t sk = h->src[param][gi];
+  if (sk < 0) return; /* the host's: every process has it */
+  int snd = h->new_of_old[h->from->sl[sk].rank];
+  if (snd == rcv || (snd != h->me && rcv != h->me)) return;
+  float *a = h->all + h->off[param];
+  size_t n = (size_t)h->t->p[param].n;
+  if (h->pass == 0) {
+    if (snd == h->me) h->ns[rcv]++;
+    else h->nr[snd]++;
+  } else if (h->pass == 1 && snd == h->me) {
+    for (int q = 0; q < 3; q++) h->sb[rcv][3 * h->ns[rcv] + (size_t)q] = a[(size_t)q * n + (size_t)gi];
+    h->ns[rcv]++;
+  } else if (h->pass == 2 && rcv == h->me) {
+    for (int q = 0; q < 3; q++) a[(size_t)q * n + (size_t)gi] = h->rb[snd][3 * h->nr[snd] + (size_t)q];
+    h->nr[snd]++;
+  }
+}
+
+/* One rank per process: the elements this process's new slices need (and those no new slice
+ * holds) from the survivor process whose slice was chosen as their source, by NCCL send/recv of
+ * exactly those elements (masters and moments) between the survivors' processes. */
+static int hand_over_send(ntp_trainer *t, const ntp_trainer *from, int32_t *const *src, const size_t *off, float *all,
+                          const int32_t *from_phys, const int32_t *to_phys, char *err, size_t cap) {
+  int W = t->world, rc = -1;
+  hand_over h = {.t = t, .from = from, .src = src, .off = off, .all = all, .me = -1};
+  int32_t *new_of_old = calloc((size_t)from->world + 1, sizeof *new_of_old);
+  h.ns = calloc((size_t)W, sizeof *h.ns), h.nr = calloc((size_t)W, sizeof *h.nr);
+  h.sb = calloc((size_t)W, sizeof *h.sb), h.rb = calloc((size_t)W, sizeof *h.rb);
+  size_t *fs = calloc((size_t)W, sizeof *fs), *fr = calloc((size_t)W, sizeof *fr);
+  if (!new_of_old || !h.ns || !h.nr || !h.sb || !h.rb || !fs || !fr) goto oom;
+  for (int q = 0; q < W; q++)
+    if (ntp_cuda_runs_rank(t->cuda, q)) h.me = q;
+  for (int r = 0; r < from->world; r++) {
+    new_of_old[r] = -1;
+    for (int q = 0; q < W; q++)
+      if ((to_phys ? to_phys[q] : q) == (from_phys ? from_phys[r] : r)) new_of_old[r] = q;
+  }
+  h.new_of_old = new_of_old;
+  hand_over_walk(t, hand_over_element, &h);
+  for (int q = 0; q < W; q++) {
+    fs[q] = 3 * h.ns[q], fr[q] = 3 * h.nr[q];
+    if (!(h.sb[q] = malloc(fs[q] * sizeof(float) + 4)) || !(h.rb[q] = malloc(fr[q] * sizeof(float) + 4))) goto oom;
+    h.ns[q] = h.nr[q] = 0;
+  }
+  h.pass = 1;
+  hand_over_walk(t, hand_over_element, &h);
+  if (ntp_cuda_exchange(t->cuda, h.sb, fs, h.rb, fr, err, cap) != 0) goto done;
+  h.pass = 2;
+  hand_over_walk(t, hand_over_element, &h);
+  rc = 0;
+  goto done;
+oom:
+  snprintf(err, cap, "out of memory");
+done:
+  for (int q = 0; q < W && h.sb && h.rb; q++) free(h.sb[q]), free(h.rb[q]);
+  free(h.sb), free(h.rb), free(h.ns), free(h.nr), free(fs), free(fr), free(new_of_old);
+  return rc;
+}
+
 ntp_cuda *ntp_trainer_cuda(ntp_trainer *t) { return t->cuda; }
 
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
@@ -936,7 +1026,7 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     goto done;
   }
   /* the chosen elements of this process's surviving slices into a zeroed copy of the state; with
-   * one rank per process the survivors' copies are merged through the new world */
+   * one rank per process each survivor then sends the others what their new slices need */
   if (!(all = calloc(total + 1, sizeof *all))) goto oom;
   for (size_t k = 0; k < from->nsl; k++) {
     const tslice *s = &from->sl[k];
@@ -954,7 +1044,7 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
       for (int q = 0; q < 3; q++) all[off[s->param] + (size_t)q * (size_t)p->n + (size_t)gi] = (from->cuda ? tmp[q] : st[q])[e];
     }
   }
-  if (t->cuda && ntp_cuda_merge(t->cuda, all, total * sizeof *all, err, cap) != 0) goto done;
+  if (per_process(t) && hand_over_send(t, from, src, off, all, from_phys, to_phys, err, cap) != 0) goto done;
   for (size_t i = 0; i < t->np; i++) { /* the new run's global copies, then its slices */
     tparam *p = &t->p[i], *q = &from->p[i];
     float *dst[3] = {p->master, p->m, p->v}, *host[3] = {q->master, q->m, q->v};
@@ -978,6 +1068,7 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
   t->step = from->step;
   t->o = from->o;
   rc = t->sim || t->cuda ? scatter_state(t, err, cap) : 0;
+  if (per_process(t)) t->stale = true; /* the global copies hold only what this process's slices needed */
   goto done;
 oom:
   snprintf(err, cap, "out of memory");

@@ -391,8 +391,8 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
   } else {
     if (o->rank >= 0)
       printf("  resumed on %d GPUs in %.3f s (%.3f s after NCCL reported the lost peer): %.1f KiB of parameters and "
-             "optimizer state moved from the surviving replicas, merged across the survivors' processes through "
-             "NCCL (no checkpoint read)\n", np->world, now_s() - t0, now_s() - fr->detected, (double)moved / 1024.0);
+             "optimizer state moved from the surviving replicas, by NCCL send/recv between the survivors' "
+             "processes (no checkpoint read)\n", np->world, now_s() - t0, now_s() - fr->detected, (double)moved / 1024.0);
     else
       printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
              "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
@@ -553,12 +553,9 @@ static int train(const train_opts *o, ntpc_session *s) {
     printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", ran, total_s,
            (double)n * (double)ran / total_s, first, last);
   if (o->save_params) {
-    size_t want = np;
-    np = ntp_trainer_params(tr, &ps); /* one rank per process: gathered by every process, written by rank 0's */
-    if (np != want) {
-      snprintf(err, sizeof err, "gathering the trained parameters failed");
-      goto fail;
-    }
+    /* one rank per process: gathered by every process, written by rank 0's */
+    if (ntp_trainer_gather(tr, err, sizeof err) != 0) goto fail;
+    np = ntp_trainer_params(tr, &ps);
     /* the program now running: after a failure, the survivors' (its module names the same parameters) */
     bool writer = ntp_trainer_writes(tr);
     if (writer &&
