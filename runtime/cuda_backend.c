@@ -20,6 +20,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+int ntp_launcher_rank(int *rank, int *device) {
+  static const char *ranks[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+  static const char *locals[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
+  for (int i = 0; i < 3; i++) {
+    const char *r = getenv(ranks[i]);
+    if (!r) continue;
+    *rank = atoi(r);
+    const char *l = getenv(locals[i]);
+    *device = l ? atoi(l) : 0;
+    return 0;
+  }
+  return -1;
+}
+
 #if NTP_HAVE_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -87,7 +101,11 @@ static struct {
   FN(ncclGroupStart);
   FN(ncclGroupEnd);
   FN(ncclGetErrorString);
+  FN(ncclCommGetAsyncError); /* optional: NULL where the library lacks it */
 } cu;
+
+/* The last NCCL call that failed, by the NC macro (ntp_cuda_peer_lost reads it). */
+static ncclResult_t nccl_last = ncclSuccess;
 #undef FN
 
 /* NCCL only when ranks sit on separate GPUs. */
@@ -110,6 +128,7 @@ static int load_nccl(char *err, size_t cap) {
   GETN(ncclCommAbort) GETN(ncclAllReduce) GETN(ncclSend) GETN(ncclRecv) GETN(ncclGroupStart) GETN(ncclGroupEnd) GETN(ncclGetErrorString)
 #undef GETN
   *(void **)&cu.ncclCommShrink = dlsym(cu.nccl, "ncclCommShrink"); /* optional */
+  *(void **)&cu.ncclCommGetAsyncError = dlsym(cu.nccl, "ncclCommGetAsyncError");
   return 0;
 }
 
@@ -163,6 +182,7 @@ static int load_libs(char *err, size_t cap) {
   do {                                                                                                    \
     ncclResult_t n_ = (call);                                                                             \
     if (n_ != ncclSuccess) {                                                                              \
+      nccl_last = n_;                                                                                     \
       snprintf(err, cap, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cu.ncclGetErrorString(n_));          \
       goto fail;                                                                                          \
     }                                                                                                     \
@@ -773,6 +793,36 @@ static int compile_ranks(ntp_cuda *c, int arch, void **cubin, int *first, char *
   return failed >= 0 ? -1 : 0;
 }
 
+/* A unique id through a file: the first rank creates it and writes it to `path` (a temporary file
+ * renamed into place); the others wait for it, up to two minutes. */
+static int share_id(const char *path, bool first, ncclUniqueId *id, char *err, size_t cap) {
+  if (first) {
+    NC(cu.ncclGetUniqueId(id));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+      snprintf(err, cap, "cannot write the NCCL id to %s", path);
+      return -1;
+    }
+    return 0;
+  }
+  bool got = false;
+  for (int tries = 0; tries < 1200 && !got; tries++) { /* up to 2 minutes for the first rank */
+    FILE *f = fopen(path, "rb");
+    got = f && fread(id, sizeof *id, 1, f) == 1;
+    if (f) fclose(f);
+    if (!got) nanosleep(&(struct timespec){0, 100000000}, NULL);
+  }
+  if (!got) {
+    snprintf(err, cap, "no NCCL id appeared in %s", path);
+    return -1;
+  }
+  return 0;
+fail:
+  return -1;
+}
+
 /* The world communicator: given, created for all ranks of this process, or (one rank per
  * process) joined through a unique id that rank 0 writes to $NTP_NCCL_ID_FILE. */
 static int nccl_world(ntp_cuda *c, const ntp_cuda_options *o, char *err, size_t cap) {
@@ -794,28 +844,7 @@ static int nccl_world(ntp_cuda *c, const ntp_cuda_options *o, char *err, size_t 
   }
   ncclUniqueId id;
   int r = c->rank_lo;
-  if (r == 0) {
-    NC(cu.ncclGetUniqueId(&id));
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
-      snprintf(err, cap, "cannot write the NCCL id to %s", path);
-      return -1;
-    }
-  } else {
-    bool got = false;
-    for (int tries = 0; tries < 1200 && !got; tries++) { /* up to 2 minutes for rank 0 to start */
-      FILE *f = fopen(path, "rb");
-      got = f && fread(&id, sizeof id, 1, f) == 1;
-      if (f) fclose(f);
-      if (!got) nanosleep(&(struct timespec){0, 100000000}, NULL);
-    }
-    if (!got) {
-      snprintf(err, cap, "no NCCL id appeared in %s", path);
-      return -1;
-    }
-  }
+  if (share_id(path, r == 0, &id, err, cap) != 0) return -1;
   CU(cu.cudaSetDevice(c->dev[r]));
   NC(cu.ncclCommInitRank(&c->world[r], W, id, r));
   return 0;
@@ -1127,6 +1156,7 @@ fail:
 }
 
 int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
+  nccl_last = ncclSuccess;
   if (c->graphs && (!c->graph || c->graph_seed != seed || c->graph_stale) && capture_graph(c, seed, err, cap) != 0)
     return -1;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
@@ -1485,6 +1515,77 @@ int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, si
   return upload(c, t, host, err, cap);
 }
 
+bool ntp_cuda_runs_rank(const ntp_cuda *c, int r) { return local_rank(c, r); }
+
+bool ntp_cuda_all_here(const ntp_cuda *c) { return c->rank_lo == 0 && c->rank_hi == c->p->world; }
+
+int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap) {
+  if (ntp_cuda_all_here(c) || bytes == 0) return 0;
+  int r = c->rank_lo;
+  void *d = NULL;
+  CU(cu.cudaSetDevice(c->dev[r]));
+  CU(cu.cudaMalloc(&d, bytes));
+  CU(cu.cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  NC(cu.ncclAllReduce(d, d, bytes / 4, ncclInt32, ncclSum, c->world[r], c->stream[r]));
+  CU(cu.cudaStreamSynchronize(c->stream[r]));
+  CU(cu.cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost));
+  cu.cudaFree(d);
+  return 0;
+fail:
+  if (d) cu.cudaFree(d);
+  return -1;
+}
+
+int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
+                      char *err, size_t cap) {
+  int W = c->p->world, me = c->rank_lo;
+  size_t total = 0;
+  for (int q = 0; q < W; q++)
+    if (q != me) total += n_send[q] + n_recv[q];
+  if (total == 0) return 0;
+  float *d = NULL;
+  CU(cu.cudaSetDevice(c->dev[me]));
+  CU(cu.cudaMalloc((void **)&d, total * sizeof(float)));
+  size_t at = 0;
+  for (int q = 0; q < W; q++) /* the sends first, then the receives, each in rank order */
+    if (q != me && n_send[q]) {
+      CU(cu.cudaMemcpy(d + at, send[q], n_send[q] * sizeof(float), cudaMemcpyHostToDevice));
+      at += n_send[q];
+    }
+  NC(cu.ncclGroupStart());
+  size_t sat = 0, rat = at;
+  for (int q = 0; q < W; q++) {
+    if (q == me) continue;
+    if (n_send[q]) NC(cu.ncclSend(d + sat, n_send[q], ncclFloat32, q, c->world[me], c->stream[me]));
+    if (n_recv[q]) NC(cu.ncclRecv(d + rat, n_recv[q], ncclFloat32, q, c->world[me], c->stream[me]));
+    sat += n_send[q];
+    rat += n_recv[q];
+  }
+  NC(cu.ncclGroupEnd());
+  CU(cu.cudaStreamSynchronize(c->stream[me]));
+  for (int q = 0; q < W; q++)
+    if (q != me && n_recv[q]) {
+      CU(cu.cudaMemcpy(recv[q], d + at, n_recv[q] * sizeof(float), cudaMemcpyDeviceToHost));
+      at += n_recv[q];
+    }
+  cu.cudaFree(d);
+  return 0;
+fail:
+  if (d) cu.cudaFree(d);
+  return -1;
+}
+
+bool ntp_cuda_peer_lost(ntp_cuda *c) {
+  if (nccl_last == ncclRemoteError || nccl_last == ncclSystemError) return true;
+  for (int r = c->rank_lo; c->nccl && cu.ncclCommGetAsyncError && r < c->rank_hi; r++) {
+    ncclResult_t a = ncclSuccess;
+    if (c->world[r] && cu.ncclCommGetAsyncError(c->world[r], &a) == ncclSuccess &&
+        (a == ncclRemoteError || a == ncclSystemError))
+      return true;
+  }
+  return false;
+}
+
 /* ---- after a failure: the survivors' communicators (ntp_cuda_lose) ---------------------------- */
 
 #ifndef NCCL_SHRINK_ABORT
@@ -1498,11 +1599,81 @@ static bool on_dead_gpu(const ntp_cuda *c, int d) {
   return false;
 }
 
+/* ntp_cuda_lose with one rank per process: this process's rank survives; every communicator of
+ * it is aborted, and the world shrunk with the other survivors' processes (or made again from a
+ * unique id through $NTP_NCCL_ID_FILE.wN). */
+static int lose_one(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
+  int W = c->p->world, me = c->rank_lo, nexcl = 0;
+  int *excl = calloc((size_t)W, sizeof *excl);
+  c->dead = calloc((size_t)W, sizeof *c->dead);
+  s->devices = calloc((size_t)W, sizeof *s->devices);
+  s->world = calloc((size_t)W, sizeof *s->world);
+  if (!excl || !c->dead || !s->devices || !s->world) {
+    snprintf(err, cap, "out of memory");
+    goto fail;
+  }
+  if (dead[me]) {
+    snprintf(err, cap, "internal: rank %d, run by this process, is among the failed", me);
+    goto fail;
+  }
+  for (int r = 0; r < W; r++) {
+    c->dead[r] = dead[r];
+    if (dead[r]) {
+      excl[nexcl++] = r;
+    } else {
+      s->local += r < me;
+      s->n++;
+    }
+  }
+  for (int i = 0; i < s->n; i++) s->devices[i] = c->dev[me]; /* only this process's is known here */
+  for (int k = 0; k < c->nsets; k++) /* every group: a peer may wait in any of them */
+    if (c->group[me][k]) {
+      CU(cu.cudaSetDevice(c->dev[me]));
+      NC(cu.ncclCommAbort(c->group[me][k]));
+      c->group[me][k] = NULL;
+      s->aborted++;
+    }
+  const char *no = getenv("NTP_NCCL_NO_SHRINK");
+  s->shrunk = cu.ncclCommShrink && !(no && !strcmp(no, "1"));
+  s->how = s->shrunk ? "ncclCommShrink across the processes"
+           : cu.ncclCommShrink ? "ncclCommInitRank from a new unique id: NTP_NCCL_NO_SHRINK=1"
+                               : "ncclCommInitRank from a new unique id: libnccl has no ncclCommShrink";
+  CU(cu.cudaSetDevice(c->dev[me]));
+  if (s->shrunk) NC(cu.ncclCommShrink(c->world[me], excl, nexcl, (ncclComm_t *)&s->world[s->local], NULL, NCCL_SHRINK_ABORT));
+  NC(cu.ncclCommAbort(c->world[me]));
+  c->world[me] = NULL;
+  s->aborted++;
+  if (!s->shrunk) {
+    const char *path = getenv("NTP_NCCL_ID_FILE");
+    if (!path) {
+      snprintf(err, cap, "the survivors' world needs NTP_NCCL_ID_FILE (where the first survivor writes the new id)");
+      goto fail;
+    }
+    char p2[4200];
+    snprintf(p2, sizeof p2, "%s.w%d", path, s->n);
+    ncclUniqueId id;
+    if (share_id(p2, s->local == 0, &id, err, cap) != 0) goto fail;
+    NC(cu.ncclCommInitRank((ncclComm_t *)&s->world[s->local], s->n, id, s->local));
+  }
+  free(excl);
+  return 0;
+fail:
+  free(excl);
+  ntp_cuda_survivors_free(s);
+  return -1;
+}
+
 int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
   memset(s, 0, sizeof *s);
+  s->local = -1;
   int W = c->p->world, nexcl = 0;
+  if (c->nccl && c->own_world && c->rank_hi - c->rank_lo == 1 && W > 1) {
+    s->local = 0;
+    return lose_one(c, dead, s, err, cap);
+  }
   if (!c->nccl || c->rank_lo != 0 || c->rank_hi != W || !c->own_world) {
-    snprintf(err, cap, "losing ranks needs every rank in this process, on a GPU each, with its own communicators");
+    snprintf(err, cap, "losing ranks needs every rank in this process, on a GPU each, or one rank per process, with "
+             "its own communicators");
     return -1;
   }
   int *excl = calloc((size_t)W, sizeof *excl);
@@ -1753,4 +1924,25 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
   return ntp_cuda_available(err, cap);
 }
 void ntp_cuda_survivors_free(ntp_cuda_survivors *s) { memset(s, 0, sizeof *s); }
+bool ntp_cuda_runs_rank(const ntp_cuda *c, int r) {
+  (void)c, (void)r;
+  return true;
+}
+bool ntp_cuda_all_here(const ntp_cuda *c) {
+  (void)c;
+  return true;
+}
+int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap) {
+  (void)c, (void)host, (void)bytes;
+  return ntp_cuda_available(err, cap);
+}
+bool ntp_cuda_peer_lost(ntp_cuda *c) {
+  (void)c;
+  return false;
+}
+int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
+                      char *err, size_t cap) {
+  (void)c, (void)send, (void)n_send, (void)recv, (void)n_recv;
+  return ntp_cuda_available(err, cap);
+}
 #endif

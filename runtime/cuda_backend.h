@@ -44,15 +44,43 @@ int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes,
 /* 0 and the GPU when data is device memory (cudaPointerGetAttributes); -1 otherwise. */
 int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev);
 void ntp_cuda_free(ntp_cuda *c);
+/* Does rank r run in this process? (every rank does, but with one rank per process) */
+bool ntp_cuda_runs_rank(const ntp_cuda *c, int r);
+/* Does every rank of the program run in this process? */
+bool ntp_cuda_all_here(const ntp_cuda *c);
+/* One rank per process: every process's `bytes` (a multiple of 4) merged, in place: each 4-byte
+ * word becomes the sum, as int32, of the processes' words; so where at most one process sets a
+ * word and the others leave it 0, every process gets that word's bits exactly (an all-gather of
+ * disjoint pieces as one all-reduce on the world communicator). Nothing when every rank is here. */
+int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap);
+/* One rank per process: host floats to and from the other ranks' processes, as one group of
+ * ncclSend/ncclRecv on the world communicator: send[q] (n_send[q] floats) to rank q, recv[q]
+ * (n_recv[q]) from it; the entries of this process's own rank are ignored. Bits are kept. */
+int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
+                      char *err, size_t cap);
+/* After a call failed: did NCCL report a lost peer (ncclRemoteError or ncclSystemError from a call,
+ * or from ncclCommGetAsyncError on this process's world communicator)? */
+bool ntp_cuda_peer_lost(ntp_cuda *c);
 
-/* ---- after a failure (NCCL: every rank in this process, one GPU each) ---- */
+/* The rank and GPU a launcher gave this process: the first of torchrun (RANK, LOCAL_RANK), Slurm
+ * (SLURM_PROCID, SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK) whose
+ * rank variable is set; the GPU is the local rank (0 when unset). -1 when none is set. */
+int ntp_launcher_rank(int *rank, int *device);
+
+/* ---- after a failure (NCCL: every rank in this process, one GPU each; or one rank per process) ---- */
 /* The ranks marked in dead (by rank) have failed with their GPUs. On the survivors, every
  * communicator with a dead member is aborted (ncclCommAbort: a destroy would wait for the dead
  * peer), and the world comes back over the survivors alone: ncclCommShrink (NCCL_SHRINK_ABORT)
  * where the loaded libnccl has it and NTP_NCCL_NO_SHRINK is not 1, else a new ncclCommInitAll
  * over their GPUs. The dead ranks' own communicators, memory and streams are left as they are:
  * nothing touches a failed GPU again, in this call, in ntp_cuda_get of a survivor's memory, or
- * in ntp_cuda_free(c). c runs no step afterwards. */
+ * in ntp_cuda_free(c). c runs no step afterwards.
+ * With one rank per process (a dead rank's process is gone), every survivor process calls it:
+ * every communicator of c is aborted (a peer may be waiting in any of them, for a rank that left
+ * the step at its error), and the world shrunk with the others, or, without ncclCommShrink, made
+ * again by ncclCommInitRank from a unique id that the first survivor writes to
+ * $NTP_NCCL_ID_FILE.wN (N: the survivors). s->local is then this process's rank among the
+ * survivors and s->world[s->local] its world communicator; -1 with every rank here. */
 typedef struct ntp_cuda_survivors {
   int n;         /* the surviving ranks, in rank order */
   int *devices;  /* [n] their GPUs */
@@ -60,6 +88,7 @@ typedef struct ntp_cuda_survivors {
   int aborted;   /* communicators aborted */
   bool shrunk;   /* by ncclCommShrink; else ncclCommInitAll */
   const char *how; /* which, and why: "ncclCommShrink", "ncclCommInitAll (NTP_NCCL_NO_SHRINK=1)", ... */
+  int local;     /* one rank per process: this process's new rank; -1: every rank here */
 } ntp_cuda_survivors;
 int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap);
 /* the arrays, and the communicators ntp_cuda_create did not take (destroyed) */

@@ -81,21 +81,6 @@ int ntprt_model_get_info(const ntp_artifact *a, const ntp_model_info **info) {
   return NTP_OK;
 }
 
-/* torchrun, Slurm and Open MPI name the rank (and the local rank: the GPU) in the environment. */
-static int launcher_rank(int *rank, int *device) {
-  static const char *ranks[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
-  static const char *locals[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
-  for (int i = 0; i < 3; i++) {
-    const char *r = getenv(ranks[i]);
-    if (!r) continue;
-    *rank = atoi(r);
-    const char *l = getenv(locals[i]);
-    *device = l ? atoi(l) : 0;
-    return 0;
-  }
-  return -1;
-}
-
 /* A training library's instance: the trainer runs the program (every rank simulated on the cpu,
  * or every rank on the CUDA backend with co) and keeps the fp32 masters and moments; inputs are
  * host tensors, held here between the calls. */
@@ -151,7 +136,7 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     ntp_cuda_options co = {.loopback = o->loopback || prog->world == 1, .device = o->device,
                            .rank_hi = prog->world, .nccl_comm = o->nccl_comm};
     int rank = o->rank, device = o->device;
-    if (rank == NTP_RANK_FROM_ENV && launcher_rank(&rank, &device) != 0) {
+    if (rank == NTP_RANK_FROM_ENV && ntp_launcher_rank(&rank, &device) != 0) {
       ntp_program_free(prog), free(m);
       return fail(NTP_EINVAL, "no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)");
     }

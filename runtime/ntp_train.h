@@ -51,7 +51,14 @@ int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, con
  * parameters: each rank holds the fp32 master and moments of its own slices and updates them in
  * place from the gradient the backward summed there; the global norm counts every element once
  * (on its first holder). The global copies (ntp_trainer_params, checkpoints, dumps) are gathered
- * from the slices when asked for. */
+ * from the slices when asked for.
+ *
+ * With one rank per process (co->rank_lo + 1 == co->rank_hi, NCCL) the trainer holds that rank's
+ * slices; the loss, the slices' sums of squares and the gathered global copies are merged across
+ * the processes through NCCL (ntp_cuda_merge), so every process computes the same norm and update
+ * and every call that gathers (ntp_trainer_params after steps, ntp_trainer_save_state,
+ * ntp_checkpoint_save, ntp_trainer_take_state) is collective: every process makes it. Files are
+ * written by the process of rank 0 alone (ntp_trainer_writes); each process reads its own boxes. */
 struct ntp_cuda_options;
 int ntp_trainer_new_cuda(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
                          const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap);
@@ -66,6 +73,9 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
 int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap);
 /* The steps taken so far (a resumed trainer counts from its checkpoint's). */
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t);
+/* Does this process write what the run saves (state files, checkpoints, parameters)? Every
+ * process but, with one rank per process, those that do not run rank 0. */
+bool ntp_trainer_writes(const ntp_trainer *t);
 /* Every parameter's fp32 master and AdamW moments as one safetensors file (NAME, adamw.m.NAME,
  * adamw.v.NAME; global layout), written whole or not at all. */
 int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t cap);
@@ -88,6 +98,8 @@ const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t);
 /* The current parameters (the masters rounded to the module's dtype), in the module's order; a
  * sharded run gathers them from its ranks' slices first (0 if that fails). */
 size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params);
+/* The same gather, with its reason when it fails (replicas that diverged): 0 or -1. */
+int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap);
 void ntp_trainer_free(ntp_trainer *t);
 /* After a failure: `t` (a new run of the same module under the survivors' plan) takes the
  * parameters, masters, moments and step count of `from` (a sharded run) from its surviving ranks'
@@ -95,7 +107,10 @@ void ntp_trainer_free(ntp_trainer *t);
  * of from's rank r, to_phys of t's; NULL: the identity; dead: by physical GPU). *bytes_moved: what
  * crosses between physical GPUs (fp32 master and moments and the parameter, per element).
  * *missing > 0 (and nothing taken) when some elements' only copies were on failed ranks: the
- * caller falls back on a checkpoint. */
+ * caller falls back on a checkpoint. With one rank per process (t on the survivors' world) every
+ * survivor process calls it: each sends the elements whose chosen source slice it holds to the
+ * ranks whose new slices need them (those no new slice holds to all), by NCCL send/recv on t's
+ * world, and receives what its own new slices need. */
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap);
 /* The CUDA backend a trainer runs on (NULL: the CPU): after a failure through NCCL, its

@@ -76,6 +76,8 @@ typedef struct tslice {
   float *master, *m, *v;  /* host (simulation) or device (cuda) memory */
   unsigned char *own;     /* the elements the global norm counts here: those no earlier slice holds */
   unsigned char *own_dev; /* cuda: the same on the rank's GPU */
+  bool here;              /* its rank runs in this process (with one rank per process, one rank's slices
+                             are; the others' are known by their boxes only) */
 } tslice;
 
 struct ntp_trainer {
@@ -94,7 +96,15 @@ struct ntp_trainer {
   tslice *sl;                    /* sharded runs: every rank's parameter slices */
   size_t nsl;
   bool stale;                    /* the slices moved on since the global copies were gathered */
+  int32_t loss_rank;             /* cuda: the rank whose piece of the loss is read */
+  int32_t world;                 /* the program's ranks */
 };
+
+/* One rank per process (CUDA through NCCL, each process a rank): the trainer holds its rank's
+ * slices only, and what the host needs of the others (the loss, the gradients' norm, the global
+ * copies) is merged across the processes (ntp_cuda_merge: the word-wise sum of disjoint pieces,
+ * so every process gets each piece's bits exactly). */
+static bool per_process(const ntp_trainer *t) { return t->cuda && !ntp_cuda_all_here(t->cuda); }
 
 static double now_s(void) {
   struct timespec ts;
@@ -185,7 +195,7 @@ static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size
     const tparam *p = &t->p[pi];
     tslice *s = &t->sl[t->nsl++];
     *s = (tslice){.param = pi, .tensor = (int32_t)ti, .grad = -1, .rank = ts->rank, .box = ts->init_box,
-                  .n = box_volume(&ts->init_box)};
+                  .n = box_volume(&ts->init_box), .here = !t->cuda || ntp_cuda_runs_rank(t->cuda, ts->rank)};
     if (p->grad_output >= 0) {
       int32_t gv = m->outputs[p->grad_output].value;
       for (size_t k = 0; k < prog->npieces[gv] && s->grad < 0; k++) {
@@ -206,6 +216,7 @@ static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size
       claimed[pi][gi] = 1;
     }
     size_t bytes = (size_t)(s->n ? s->n : 1) * sizeof(float);
+    if (!s->here) continue; /* another process's */
     if (t->cuda) {
       if (ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->master, err, cap) != 0 ||
           ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->m, err, cap) != 0 ||
@@ -254,6 +265,7 @@ static int scatter_state(ntp_trainer *t, char *err, size_t cap) {
     tslice *s = &t->sl[i];
     tparam *p = &t->p[s->param];
     float *src[3] = {p->master, p->m, p->v}, *dst[3] = {s->master, s->m, s->v};
+    if (!s->here) continue;
     for (int k = 0; k < 3; k++) {
       box_copy(src[k], &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], true, NULL);
       if (t->cuda && ntp_cuda_put(t->cuda, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) goto fail;
@@ -275,9 +287,71 @@ fail:
   return -1;
 }
 
+/* The global copies from the slices of every process (one rank per process): each process puts the
+ * elements it owns (the norm's mask) of its slices into a zeroed copy of all the state, the copies
+ * are merged (every element has one owner: its bits come through exactly), the elements no rank
+ * holds stay as the host updated them; then this process's replicas are checked against it. */
+static int gather_merged(ntp_trainer *t, char *err, size_t cap) {
+  size_t total = 0, *off = calloc(t->np + 1, sizeof *off);
+  for (size_t i = 0; off && i < t->np; i++) off[i] = total, total += 3 * (size_t)t->p[i].n;
+  float *all = calloc(total + 1, sizeof *all), *tmp = slice_buffer(t, err, cap);
+  int rc = -1;
+  if (!off || !all || !tmp) {
+    snprintf(err, cap, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < t->nsl; i++) {
+    const tslice *s = &t->sl[i];
+    const tparam *p = &t->p[s->param];
+    float *src[3] = {s->master, s->m, s->v};
+    if (!s->here) continue;
+    for (int k = 0; k < 3; k++) {
+      if (ntp_cuda_get(t->cuda, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
+      box_copy(all + off[s->param] + (size_t)k * (size_t)p->n, &p->cur.shape, &s->box, tmp, false, s->own);
+    }
+  }
+  if (ntp_cuda_merge(t->cuda, all, total * sizeof *all, err, cap) != 0) goto done;
+  for (size_t i = 0; i < t->np; i++) {
+    tparam *p = &t->p[i];
+    float *dst[3] = {p->master, p->m, p->v};
+    for (int k = 0; k < 3; k++) {
+      float *mine = all + off[i] + (size_t)k * (size_t)p->n;
+      for (int64_t j = 0; j < p->nunheld; j++) mine[p->unheld[j]] = dst[k][p->unheld[j]];
+      memcpy(dst[k], mine, (size_t)p->n * sizeof(float));
+    }
+  }
+  for (size_t i = 0; i < t->nsl; i++) { /* this process's replicas hold what the owners do */
+    const tslice *s = &t->sl[i];
+    const tparam *p = &t->p[s->param];
+    if (!s->here || ntp_cuda_get(t->cuda, s->rank, tmp, s->master, (size_t)s->n * sizeof(float), err, cap) != 0) {
+      if (s->here) goto done;
+      continue;
+    }
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
+    for (int64_t e = 0; e < s->n; e++)
+      if (memcmp(&p->master[box_walk_next(&w)], &tmp[e], sizeof(float)) != 0) {
+        snprintf(err, cap, "internal: the replicas of '%s' diverged (rank %d, element %lld of its slice)", p->cur.name,
+                 s->rank, (long long)e);
+        goto done;
+      }
+  }
+  for (size_t i = 0; i < t->np; i++) {
+    memcpy(t->p[i].cur.f, t->p[i].master, (size_t)t->p[i].n * sizeof(float));
+    ntp_round_buf(t->p[i].cur.f, (size_t)t->p[i].n, mode_of(t->p[i].cur.dtype));
+  }
+  t->stale = false;
+  rc = 0;
+done:
+  free(off);
+  free(all);
+  free(tmp);
+  return rc;
+}
+
 /* The slices' state into the global copies (each element from the slice the norm counts it in). */
 static int gather_state(ntp_trainer *t, char *err, size_t cap) {
   if (!t->stale) return 0;
+  if (per_process(t)) return gather_merged(t, err, cap);
   float *tmp = slice_buffer(t, err, cap);
   if (!tmp) return -1;
   for (size_t i = 0; i < t->nsl; i++) {
@@ -359,6 +433,11 @@ int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t s
     snprintf(err, cap, "the model has no scalar loss output to train");
     ntp_trainer_free(t);
     return -1;
+  }
+  t->world = prog->world;
+  if (t->cuda) { /* the piece of the loss that is read: the first */
+    int32_t lv = m->outputs[t->loss_output].value;
+    t->loss_rank = prog->world > 0 && prog->npieces[lv] ? prog->tensors[prog->pieces[lv][0]].rank : 0;
   }
   size_t cap_p = 0;
   for (size_t i = 0; i < m->n_ops; i++) cap_p += m->ops[i].code == IR_PARAM;
@@ -468,17 +547,33 @@ static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, do
     *loss = h.f[0];
     free(h.f);
   }
-  if (!isfinite(*loss)) return 0;
   double sq = 0;
-  for (size_t i = 0; i < t->nsl; i++) {
+  if (t->cuda) { /* per slice its sum of squares; with one rank per process, each process's merged */
+    double *part = calloc(t->nsl + 1, sizeof *part);
+    if (!part) {
+      snprintf(err, cap, "out of memory");
+      return -1;
+    }
+    part[t->nsl] = ntp_cuda_runs_rank(t->cuda, t->loss_rank) ? *loss : 0.0;
+    for (size_t i = 0; i < t->nsl; i++)
+      if (t->sl[i].grad >= 0 && t->sl[i].here &&
+          ntp_cuda_sumsq(t->cuda, t->sl[i].grad, t->sl[i].own_dev, &part[i], err, cap) != 0) {
+        free(part);
+        return -1;
+      }
+    if (ntp_cuda_merge(t->cuda, part, (t->nsl + 1) * sizeof *part, err, cap) != 0) {
+      free(part);
+      return -1;
+    }
+    *loss = part[t->nsl];
+    for (size_t i = 0; i < t->nsl; i++)
+      if (t->sl[i].grad >= 0) sq += part[i];
+    free(part);
+  }
+  if (!isfinite(*loss)) return 0;
+  for (size_t i = 0; i < t->nsl && !t->cuda; i++) {
     const tslice *s = &t->sl[i];
     if (s->grad < 0) continue;
-    if (t->cuda) {
-      double x;
-      if (ntp_cuda_sumsq(t->cuda, s->grad, s->own_dev, &x, err, cap) != 0) return -1;
-      sq += x;
-      continue;
-    }
     const float *g = ntp_sim_tensor(t->sim, s->grad);
     for (int64_t e = 0; e < s->n; e++)
       if (s->own[e]) sq += (double)g[e] * g[e];
@@ -490,6 +585,7 @@ static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, do
     tslice *s = &t->sl[i];
     const tparam *p = &t->p[s->param];
     double wd = p->decay ? t->o.weight_decay : 0.0;
+    if (!s->here) continue;
     if (t->cuda) {
       ntp_cuda_adamw_args ca = {(float)a.lr, (float)a.b1, (float)a.b2, (float)a.c1, (float)a.c2, (float)a.eps,
                                 (float)wd, (float)scale};
@@ -628,7 +724,11 @@ size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params) {
   return gather_state(t, err, sizeof err) == 0 ? t->np : 0;
 }
 
+int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap) { return gather_state(t, err, cap); }
+
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
+
+bool ntp_trainer_writes(const ntp_trainer *t) { return !per_process(t) || ntp_cuda_runs_rank(t->cuda, 0); }
 
 /* The owned elements of slice s (its state in bufs: host memory) into the file, by runs of
  * elements contiguous in the global layout. */
@@ -711,6 +811,7 @@ static int load_slices(ntp_trainer *t, const ntp_safetensors *f, char *err, size
     tslice *s = &t->sl[i];
     const tparam *p = &t->p[s->param];
     float *dst[3] = {s->master, s->m, s->v};
+    if (!s->here) continue;
     for (int k = 2; k >= 0; k--) { /* the master last: tmp then holds it */
       snprintf(name, sizeof name, "%s%s", pre[k], p->cur.name);
       if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], err, cap) != 0 ||
@@ -759,7 +860,12 @@ int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t c
     }
   }
   err[0] = 0;
-  rc = sharded ? save_slices(t, path, ts, err, cap) : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
+  if (per_process(t)) /* every process gathers (through NCCL); rank 0's writes the whole file */
+    rc = gather_state(t, err, cap) != 0 ? -1
+         : !ntp_trainer_writes(t)       ? 0
+                                        : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
+  else
+    rc = sharded ? save_slices(t, path, ts, err, cap) : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
 done:
   for (size_t i = 0; names && i < 3 * t->np; i++) free(names[i]);
   free(names);
@@ -791,6 +897,92 @@ int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t ste
 
 /* ---- after a failure: the state from the surviving ranks (ntp_trainer_take_state) ---------- */
 
+/* What each element of the new run needs, in an order both sides of a transfer know: every new
+ * slice's elements (to its rank), then the elements no new slice holds (to every rank: each process
+ * updates them on the host). fn(ctx, param, global index, receiving rank). */
+static void hand_over_walk(const ntp_trainer *t, void (*fn)(void *, size_t, int64_t, int), void *ctx) {
+  for (size_t k = 0; k < t->nsl; k++) {
+    const tslice *s = &t->sl[k];
+    box_walk w = box_walk_start(&s->box, &t->p[s->param].cur.shape);
+    for (int64_t e = 0; e < s->n; e++) fn(ctx, (size_t)s->param, box_walk_next(&w), s->rank);
+  }
+  for (size_t i = 0; i < t->np; i++)
+    for (int64_t j = 0; j < t->p[i].nunheld; j++)
+      for (int q = 0; q < t->world; q++) fn(ctx, i, t->p[i].unheld[j], q);
+}
+
+typedef struct hand_over {
+  const ntp_trainer *t, *from;
+  int32_t *const *src;  /* per element: the slice of from it comes from; -1 the host's */
+  const int32_t *new_of_old; /* the new rank of each of from's ranks */
+  const size_t *off;
+  float *all;           /* this process's contributions; the received elements go here */
+  int me, pass;         /* pass 0 counts, 1 packs what this process sends, 2 unpacks what it receives */
+  size_t *ns, *nr;      /* per rank: elements to send, to receive (pass 0); the cursors of passes 1, 2 */
+  float **sb, **rb;
+} hand_over;
+
+static void hand_over_element(void *ctx, size_t param, int64_t gi, int rcv) {
+  hand_over *h = ctx;
+  int32_t sk = h->src[param][gi];
+  if (sk < 0) return; /* the host's: every process has it */
+  int snd = h->new_of_old[h->from->sl[sk].rank];
+  if (snd == rcv || (snd != h->me && rcv != h->me)) return;
+  float *a = h->all + h->off[param];
+  size_t n = (size_t)h->t->p[param].n;
+  if (h->pass == 0) {
+    if (snd == h->me) h->ns[rcv]++;
+    else h->nr[snd]++;
+  } else if (h->pass == 1 && snd == h->me) {
+    for (int q = 0; q < 3; q++) h->sb[rcv][3 * h->ns[rcv] + (size_t)q] = a[(size_t)q * n + (size_t)gi];
+    h->ns[rcv]++;
+  } else if (h->pass == 2 && rcv == h->me) {
+    for (int q = 0; q < 3; q++) a[(size_t)q * n + (size_t)gi] = h->rb[snd][3 * h->nr[snd] + (size_t)q];
+    h->nr[snd]++;
+  }
+}
+
+/* One rank per process: the elements this process's new slices need (and those no new slice
+ * holds) from the survivor process whose slice was chosen as their source, by NCCL send/recv of
+ * exactly those elements (masters and moments) between the survivors' processes. */
+static int hand_over_send(ntp_trainer *t, const ntp_trainer *from, int32_t *const *src, const size_t *off, float *all,
+                          const int32_t *from_phys, const int32_t *to_phys, char *err, size_t cap) {
+  int W = t->world, rc = -1;
+  hand_over h = {.t = t, .from = from, .src = src, .off = off, .all = all, .me = -1};
+  int32_t *new_of_old = calloc((size_t)from->world + 1, sizeof *new_of_old);
+  h.ns = calloc((size_t)W, sizeof *h.ns), h.nr = calloc((size_t)W, sizeof *h.nr);
+  h.sb = calloc((size_t)W, sizeof *h.sb), h.rb = calloc((size_t)W, sizeof *h.rb);
+  size_t *fs = calloc((size_t)W, sizeof *fs), *fr = calloc((size_t)W, sizeof *fr);
+  if (!new_of_old || !h.ns || !h.nr || !h.sb || !h.rb || !fs || !fr) goto oom;
+  for (int q = 0; q < W; q++)
+    if (ntp_cuda_runs_rank(t->cuda, q)) h.me = q;
+  for (int r = 0; r < from->world; r++) {
+    new_of_old[r] = -1;
+    for (int q = 0; q < W; q++)
+      if ((to_phys ? to_phys[q] : q) == (from_phys ? from_phys[r] : r)) new_of_old[r] = q;
+  }
+  h.new_of_old = new_of_old;
+  hand_over_walk(t, hand_over_element, &h);
+  for (int q = 0; q < W; q++) {
+    fs[q] = 3 * h.ns[q], fr[q] = 3 * h.nr[q];
+    if (!(h.sb[q] = malloc(fs[q] * sizeof(float) + 4)) || !(h.rb[q] = malloc(fr[q] * sizeof(float) + 4))) goto oom;
+    h.ns[q] = h.nr[q] = 0;
+  }
+  h.pass = 1;
+  hand_over_walk(t, hand_over_element, &h);
+  if (ntp_cuda_exchange(t->cuda, h.sb, fs, h.rb, fr, err, cap) != 0) goto done;
+  h.pass = 2;
+  hand_over_walk(t, hand_over_element, &h);
+  rc = 0;
+  goto done;
+oom:
+  snprintf(err, cap, "out of memory");
+done:
+  for (int q = 0; q < W && h.sb && h.rb; q++) free(h.sb[q]), free(h.rb[q]);
+  free(h.sb), free(h.rb), free(h.ns), free(h.nr), free(fs), free(fr), free(new_of_old);
+  return rc;
+}
+
 ntp_cuda *ntp_trainer_cuda(ntp_trainer *t) { return t->cuda; }
 
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
@@ -801,34 +993,30 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     snprintf(err, cap, "internal: %zu parameters against %zu", t->np, from->np);
     return -1;
   }
-  float *tmp[3] = {NULL, NULL, NULL};
-  int32_t **src = calloc(from->np + 1, sizeof *src); /* per element: the physical rank it comes from; -1 host */
+  float *tmp[3] = {NULL, NULL, NULL}, *all = NULL;
+  int32_t **src = calloc(from->np + 1, sizeof *src); /* per element: the slice of from it comes from; -1 host */
+  size_t *off = calloc(from->np + 1, sizeof *off), total = 0;
   int rc = -1;
-  if (!src) goto oom;
+  if (!src || !off) goto oom;
   for (int k = 0; k < 3; k++)
     if (!(tmp[k] = slice_buffer(from, err, cap))) goto done;
   for (size_t i = 0; i < from->np; i++) {
     tparam *p = &from->p[i];
+    off[i] = total;
+    total += 3 * (size_t)p->n;
     if (!(src[i] = malloc((size_t)(p->n ? p->n : 1) * sizeof **src))) goto oom;
     for (int64_t e = 0; e < p->n; e++) src[i][e] = -2; /* not found yet */
     for (int64_t j = 0; j < p->nunheld; j++) src[i][p->unheld[j]] = -1; /* the host's: valid as they are */
   }
-  /* every element from the first slice on a surviving rank that holds it */
+  /* every element from the first slice on a surviving rank that holds it (known from the boxes
+   * alone, so every process of a run with one rank per process chooses the same) */
   for (size_t k = 0; k < from->nsl; k++) {
     const tslice *s = &from->sl[k];
-    int32_t phys = from_phys ? from_phys[s->rank] : s->rank;
-    if (dead[phys]) continue;
-    tparam *p = &from->p[s->param];
-    float *st[3] = {s->master, s->m, s->v}, *g[3] = {p->master, p->m, p->v};
-    for (int q = 0; q < 3; q++)
-      if (from->cuda && ntp_cuda_get(from->cuda, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0)
-        goto done;
-    box_walk w = box_walk_start(&s->box, &p->cur.shape);
+    if (dead[from_phys ? from_phys[s->rank] : s->rank]) continue;
+    box_walk w = box_walk_start(&s->box, &from->p[s->param].cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
       int64_t gi = box_walk_next(&w);
-      if (src[s->param][gi] != -2) continue;
-      src[s->param][gi] = phys;
-      for (int q = 0; q < 3; q++) g[q][gi] = (from->cuda ? tmp[q] : st[q])[e];
+      if (src[s->param][gi] == -2) src[s->param][gi] = (int32_t)k;
     }
   }
   for (size_t i = 0; i < from->np; i++)
@@ -837,11 +1025,32 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     rc = 0;
     goto done;
   }
+  /* the chosen elements of this process's surviving slices into a zeroed copy of the state; with
+   * one rank per process each survivor then sends the others what their new slices need */
+  if (!(all = calloc(total + 1, sizeof *all))) goto oom;
+  for (size_t k = 0; k < from->nsl; k++) {
+    const tslice *s = &from->sl[k];
+    if (!s->here || dead[from_phys ? from_phys[s->rank] : s->rank]) continue;
+    const tparam *p = &from->p[s->param];
+    float *st[3] = {s->master, s->m, s->v};
+    bool got = !from->cuda;
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
+    for (int64_t e = 0; e < s->n; e++) {
+      int64_t gi = box_walk_next(&w);
+      if (src[s->param][gi] != (int32_t)k) continue;
+      for (int q = 0; q < 3 && !got; q++)
+        if (ntp_cuda_get(from->cuda, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
+      got = true;
+      for (int q = 0; q < 3; q++) all[off[s->param] + (size_t)q * (size_t)p->n + (size_t)gi] = (from->cuda ? tmp[q] : st[q])[e];
+    }
+  }
+  if (per_process(t) && hand_over_send(t, from, src, off, all, from_phys, to_phys, err, cap) != 0) goto done;
   for (size_t i = 0; i < t->np; i++) { /* the new run's global copies, then its slices */
     tparam *p = &t->p[i], *q = &from->p[i];
-    memcpy(p->master, q->master, (size_t)p->n * sizeof(float));
-    memcpy(p->m, q->m, (size_t)p->n * sizeof(float));
-    memcpy(p->v, q->v, (size_t)p->n * sizeof(float));
+    float *dst[3] = {p->master, p->m, p->v}, *host[3] = {q->master, q->m, q->v};
+    for (int k = 0; k < 3; k++)
+      for (int64_t e = 0; e < p->n; e++)
+        dst[k][e] = src[i][e] == -1 ? host[k][e] : all[off[i] + (size_t)k * (size_t)p->n + (size_t)e];
     memcpy(p->cur.f, p->master, (size_t)p->n * sizeof(float));
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
   }
@@ -851,19 +1060,23 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     int32_t to = to_phys ? to_phys[s->rank] : s->rank;
     box_walk w = box_walk_start(&s->box, &p->cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
-      int64_t gi = box_walk_next(&w);
-      if (src[s->param][gi] != to) *bytes_moved += 12 + (int64_t)dtype_bytes(p->cur.dtype);
+      int32_t from_slice = src[s->param][box_walk_next(&w)];
+      int32_t fr = from_slice < 0 ? -1 : from->sl[from_slice].rank;
+      if (fr < 0 || (from_phys ? from_phys[fr] : fr) != to) *bytes_moved += 12 + (int64_t)dtype_bytes(p->cur.dtype);
     }
   }
   t->step = from->step;
   t->o = from->o;
   rc = t->sim || t->cuda ? scatter_state(t, err, cap) : 0;
+  if (per_process(t)) t->stale = true; /* the global copies hold only what this process's slices needed */
   goto done;
 oom:
   snprintf(err, cap, "out of memory");
 done:
   for (size_t i = 0; src && i < from->np; i++) free(src[i]);
   free(src);
+  free(off);
+  free(all);
   for (int k = 0; k < 3; k++) free(tmp[k]);
   return rc;
 }

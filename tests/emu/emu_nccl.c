@@ -22,7 +22,17 @@
  *   terminates the parent's operations: the parent is then only to be freed (abort or destroy).
  * - ncclCommDestroy waits for its peers: destroying a communicator with a member on a failed GPU
  *   (NTP_EMU_FAIL_GPUS, emu.h) would hang, and stops the process here (emu_fatal).
- * The first ncclCommAbort or ncclCommShrink is when the GPUs of NTP_EMU_FAIL_GPUS fail. */
+ * The first ncclCommAbort or ncclCommShrink is when the GPUs of NTP_EMU_FAIL_GPUS fail.
+ *
+ * A peer process that dies (killed, or exited without its calls): every communicator's member
+ * records its process id in the fabric when it is created, and an operation waiting for a member
+ * whose process is gone (no /proc entry, or a zombie) fails with ncclRemoteError, as NCCL reports
+ * a peer lost after its timeout; ncclCommGetAsyncError then says ncclRemoteError too. The dead
+ * process's posted operations are taken off the board. The fabric's lock is a robust mutex, so a
+ * process killed while holding it does not stop the others. NCCL_SHRINK_ABORT terminates the
+ * parent's operations in every process (a peer waiting on it gets ncclRemoteError and can join
+ * the shrink), and the shrink matches its participants whatever calls each made on the parent
+ * before (a rank that failed out of an operation its peers never reached). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +43,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "emu.h"
@@ -42,7 +54,7 @@ enum { FREE, POSTED, DONE };
 enum { OP_INIT, OP_ALLREDUCE, OP_SEND, OP_RECV, OP_SPLIT, OP_SHRINK };
 static const char *const OP_NAME[] = {"ncclCommInitRank", "ncclAllReduce", "ncclSend", "ncclRecv", "ncclCommSplit",
                                       "ncclCommShrink"};
-enum { MAX_ABORTED = 256 };
+enum { MAX_ABORTED = 256, MAX_MEMBERS = 2048 };
 
 typedef struct board_op {
   int state, kind;
@@ -55,7 +67,13 @@ typedef struct board_op {
   uint64_t exclude;       /* shrink: the excluded ranks, a bit each */
   int new_rank, new_size; /* split and shrink results */
   uint64_t new_comm;
+  int pid; /* the posting process */
 } board_op;
+
+typedef struct member { /* rank `rank` of communicator `uid` lives in process `pid` */
+  uint64_t uid;
+  int rank, pid;
+} member;
 
 typedef struct fabric {
   pthread_mutex_t mu;
@@ -65,6 +83,8 @@ typedef struct fabric {
   board_op ops[MAX_OPS];
   uint64_t aborted[MAX_ABORTED]; /* communicators (uids) a member aborted */
   int naborted;
+  member members[MAX_MEMBERS];
+  int nmembers;
   char path[256];
 } fabric;
 
@@ -90,6 +110,7 @@ const char *ncclGetErrorString(ncclResult_t r) {
   case ncclInvalidArgument: return "invalid argument (emulated NCCL: see the message above)";
   case ncclInvalidUsage: return "invalid usage (emulated NCCL: see the message above)";
   case ncclSystemError: return "system error (emulated NCCL)";
+  case ncclRemoteError: return "remote process exited or there was a network error (emulated NCCL: see the message above)";
   default: return "internal error (emulated NCCL)";
   }
 }
@@ -107,6 +128,7 @@ static void fabric_init(fabric *f) {
   pthread_condattr_t ca;
   pthread_mutexattr_init(&ma);
   pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
   pthread_condattr_init(&ca);
   pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -130,6 +152,58 @@ static fabric *fabric_map(const char *path, bool create) {
     snprintf(f->path, sizeof f->path, "%s", path);
   }
   return f;
+}
+
+/* The fabric's lock: robust, so a process that died holding it leaves it usable. */
+static void fab_lock(fabric *f) {
+  if (pthread_mutex_lock(&f->mu) == EOWNERDEAD) pthread_mutex_consistent(&f->mu);
+}
+static void fab_wait(fabric *f, const struct timespec *until) {
+  if (pthread_cond_timedwait(&f->cv, &f->mu, until) == EOWNERDEAD) pthread_mutex_consistent(&f->mu);
+}
+
+/* ---- processes: who holds each rank, and whether it is still alive ----------------------------- */
+
+/* gone: no such process, or a zombie (killed, not yet reaped by its parent) */
+static bool pid_dead(int pid) {
+  if (pid <= 0 || pid == getpid()) return false;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *fp = fopen(path, "r");
+  if (!fp) return kill(pid, 0) != 0 && errno == ESRCH;
+  size_t n = fread(buf, 1, sizeof buf - 1, fp);
+  fclose(fp);
+  buf[n] = 0;
+  const char *rp = strrchr(buf, ')');
+  return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+/* records that this process holds rank `rank` of `uid` (the lock is held) */
+static void member_add(fabric *f, uint64_t uid, int rank) {
+  if (f->nmembers < MAX_MEMBERS) f->members[f->nmembers++] = (member){uid, rank, getpid()};
+}
+static int member_pid(fabric *f, uint64_t uid, int rank) {
+  for (int i = f->nmembers - 1; i >= 0; i--)
+    if (f->members[i].uid == uid && f->members[i].rank == rank) return f->members[i].pid;
+  return 0;
+}
+/* A rank of comm c (every rank; a send's or receive's peer only; a shrink's ranks not excluded)
+ * whose process has died: its rank, its pid in *pid; else -1. The lock is held. */
+static int dead_peer(fabric *f, uint64_t uid, int nranks, int kind, int peer, uint64_t exclude, int *pid) {
+  for (int r = 0; r < nranks; r++) {
+    if ((kind == OP_SEND || kind == OP_RECV) && r != peer) continue;
+    if (kind == OP_SHRINK && (exclude >> r & 1)) continue;
+    int p = member_pid(f, uid, r);
+    if (p && pid_dead(p)) {
+      *pid = p;
+      return r;
+    }
+  }
+  return -1;
+}
+/* what dead processes posted can never complete: off the board (the lock is held) */
+static void drop_dead_ops(fabric *f) {
+  for (int s = 0; s < MAX_OPS; s++)
+    if (f->ops[s].state != FREE && f->ops[s].pid != getpid() && pid_dead(f->ops[s].pid)) f->ops[s].state = FREE;
 }
 
 /* ---- the communicators alive in this process (a destroy looks for members on failed GPUs) ---- */
@@ -210,11 +284,13 @@ static int complete(fabric *f) {
       }
       continue;
     }
-    /* collectives: every rank of the communicator with the same sequence number */
+    /* collectives: every rank of the communicator with the same sequence number; a shrink: every
+     * rank's shrink of the communicator (the ranks may have made different calls on it before) */
     int idx[MAX_RANKS], n = 0;
     for (int j = 0; j < MAX_OPS && n <= x->nranks; j++) {
       board_op *y = &ops[j];
-      if (y->state == POSTED && y->comm == x->comm && y->seq == x->seq && y->kind != OP_SEND && y->kind != OP_RECV) {
+      bool same = x->kind == OP_SHRINK ? y->kind == OP_SHRINK : y->seq == x->seq && y->kind != OP_SHRINK;
+      if (y->state == POSTED && y->comm == x->comm && same && y->kind != OP_SEND && y->kind != OP_RECV) {
         if (y->kind != x->kind) {
           emu_fail("communicator mismatch: rank %d calls %s where rank %d calls %s (call %llu of the communicator)",
                    x->rank, OP_NAME[x->kind], y->rank, OP_NAME[y->kind], (unsigned long long)x->seq);
@@ -276,7 +352,10 @@ static int complete(fabric *f) {
                    (unsigned long long)x->exclude, ops[idx[k]].rank, (unsigned long long)ops[idx[k]].exclude);
           return -1;
         }
-      uint64_t uid = mix(mix(x->comm, x->seq), 0x5348524bull);
+      uint64_t seq = x->seq; /* the same for all: the least of theirs */
+      for (int k = 0; k < n; k++)
+        if (ops[idx[k]].seq < seq) seq = ops[idx[k]].seq;
+      uint64_t uid = mix(mix(x->comm, seq), 0x5348524bull);
       for (int k = 0; k < n; k++) {
         board_op *y = &ops[idx[k]];
         y->new_rank = __builtin_popcountll(~x->exclude & ((1ull << y->rank) - 1));
@@ -337,7 +416,7 @@ static ncclResult_t flush(void) {
       nqueue = 0;
       return ncclInvalidUsage;
     }
-  pthread_mutex_lock(&f->mu);
+  fab_lock(f);
   for (int i = 0; i < nqueue; i++) { /* post */
     pending *p = &queue[i];
     ncclComm_t c = p->comm;
@@ -352,7 +431,7 @@ static ncclResult_t flush(void) {
     board_op *x = &f->ops[slot];
     *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .rank = c->rank, .nranks = c->nranks, .peer = p->peer,
               .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color, .key = p->key,
-              .exclude = p->exclude};
+              .exclude = p->exclude, .pid = getpid()};
     x->seq = p->kind == OP_SEND ? c->send_seq[p->peer]++ : p->kind == OP_RECV ? c->recv_seq[p->peer]++ : c->coll_seq++;
     if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
       size_t n = p->count * esize(p->dtype);
@@ -365,6 +444,7 @@ static ncclResult_t flush(void) {
       memcpy(heap(f) + x->data, p->send, n);
     }
     p->slot = slot;
+    if (p->kind == OP_SHRINK) drop_dead_ops(f); /* after a failure: what the dead posted never completes */
   }
   if (complete(f) != 0) {
     rc = ncclInvalidUsage;
@@ -376,8 +456,17 @@ static ncclResult_t flush(void) {
     pending *p = &queue[i];
     board_op *x = &f->ops[p->slot];
     while (x->state != DONE) {
-      if (clique_aborted(f, p->comm->uid)) { /* NCCL reports it as a remote error */
-        emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort)", OP_NAME[p->kind], p->comm->rank);
+      if (p->kind != OP_SHRINK && clique_aborted(f, p->comm->uid)) { /* NCCL reports it as a remote error */
+        emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort or ncclCommShrink with "
+                 "NCCL_SHRINK_ABORT)", OP_NAME[p->kind], p->comm->rank);
+        rc = ncclRemoteError;
+        goto out;
+      }
+      int dpid = 0, dr = dead_peer(f, p->comm->uid, p->comm->nranks, p->kind, p->peer, p->exclude, &dpid);
+      if (dr >= 0) { /* a peer process is gone: what NCCL reports after its timeout */
+        emu_fail("%s on rank %d of a communicator of %d ranks: the process of rank %d (pid %d) has died", OP_NAME[p->kind],
+                 p->comm->rank, p->comm->nranks, dr, dpid);
+        drop_dead_ops(f);
         rc = ncclRemoteError;
         goto out;
       }
@@ -394,7 +483,7 @@ static ncclResult_t flush(void) {
       clock_gettime(CLOCK_MONOTONIC, &t);
       t.tv_nsec += 50000000;
       if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&f->cv, &f->mu, &t);
+      fab_wait(f, &t);
       if (complete(f) != 0) {
         rc = ncclInvalidUsage;
         goto out;
@@ -407,6 +496,7 @@ static ncclResult_t flush(void) {
     if (p->kind == OP_ALLREDUCE || p->kind == OP_RECV)
       memcpy(p->recv, heap(f) + x->result, p->count * esize(p->dtype));
     if (p->kind == OP_SHRINK && p->flags == NCCL_SHRINK_ABORT) p->comm->shrunk_abort = true;
+    if (p->kind == OP_INIT) member_add(f, p->comm->uid, p->comm->rank);
     if (p->kind == OP_SPLIT || p->kind == OP_SHRINK) {
       *p->newcomm = NULL;
       if (x->new_rank >= 0) {
@@ -418,6 +508,7 @@ static ncclResult_t flush(void) {
         *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = x->new_comm, .rank = x->new_rank, .nranks = x->new_size,
                                .device = p->comm->device, .all_local = p->comm->all_local};
         __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);
+        member_add(f, c->uid, c->rank);
         live_add(c);
         *p->newcomm = c;
       }
@@ -592,7 +683,7 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *exclude, int nexclude, ncclCom
     return ncclInvalidUsage;
   }
   int dev = -1, bad = member_on_failed_gpu(comm, &dev);
-  pthread_mutex_lock(&comm->fab->mu);
+  fab_lock(comm->fab);
   bool aborted = clique_aborted(comm->fab, comm->uid);
   pthread_mutex_unlock(&comm->fab->mu);
   if (flags == NCCL_SHRINK_DEFAULT && (bad >= 0 || aborted)) {
@@ -601,6 +692,13 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *exclude, int nexclude, ncclCom
     else emu_fail("ncclCommShrink(NCCL_SHRINK_DEFAULT) on rank %d: rank %d of the parent is on GPU %d, which has failed "
                   "(after a failure: NCCL_SHRINK_ABORT)", comm->rank, bad, dev);
     return ncclInvalidUsage;
+  }
+  if (flags == NCCL_SHRINK_ABORT) { /* the parent's operations end now, in every process */
+    fab_lock(comm->fab);
+    if (!clique_aborted(comm->fab, comm->uid) && comm->fab->naborted < MAX_ABORTED)
+      comm->fab->aborted[comm->fab->naborted++] = comm->uid;
+    pthread_cond_broadcast(&comm->fab->cv);
+    pthread_mutex_unlock(&comm->fab->mu);
   }
   return submit((pending){.comm = comm, .kind = OP_SHRINK, .exclude = mask, .flags = flags, .newcomm = newcomm});
 }
@@ -625,11 +723,22 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   emu_gpus_fail();
   if (!comm_ok(comm, "ncclCommAbort")) return ncclInvalidArgument;
   fabric *f = comm->fab;
-  pthread_mutex_lock(&f->mu); /* the peers' operations on it fail from now on */
+  fab_lock(f); /* the peers' operations on it fail from now on */
   if (!clique_aborted(f, comm->uid) && f->naborted < MAX_ABORTED) f->aborted[f->naborted++] = comm->uid;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
   comm_free(comm);
+  return ncclSuccess;
+}
+/* ncclRemoteError once a peer aborted the communicator or a member's process died; else success */
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
+  if (!comm_ok(comm, "ncclCommGetAsyncError")) return ncclInvalidArgument;
+  fabric *f = comm->fab;
+  fab_lock(f);
+  int pid = 0;
+  bool bad = clique_aborted(f, comm->uid) || dead_peer(f, comm->uid, comm->nranks, OP_ALLREDUCE, -1, 0, &pid) >= 0;
+  pthread_mutex_unlock(&f->mu);
+  *async = bad ? ncclRemoteError : ncclSuccess;
   return ncclSuccess;
 }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {

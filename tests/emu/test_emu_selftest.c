@@ -245,6 +245,32 @@ static cudaError_t c_nccl_peer_aborted(void) {
   cudaSetDevice(0);
   return as_cuda(ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], NULL) == ncclSuccess);
 }
+/* a peer process that dies (here: exits without its all-reduce, a zombie until reaped): the
+ * survivor's operation fails with ncclRemoteError instead of waiting out the timeout, and
+ * ncclCommGetAsyncError says so; any other outcome passes as "success", which this case fails */
+static cudaError_t c_nccl_dead_process(void) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return cudaErrorUnknown;
+  setenv("NTP_EMU_NCCL_TIMEOUT", "60", 1);
+  pid_t child = fork();
+  if (child == 0) {
+    ncclComm_t peer;
+    cudaSetDevice(1);
+    _exit(ncclCommInitRank(&peer, 2, id, 1) == ncclSuccess ? 0 : 3);
+  }
+  ncclComm_t comm;
+  float *buf;
+  cudaSetDevice(0);
+  cudaMalloc((void **)&buf, 64 * sizeof(float));
+  if (ncclCommInitRank(&comm, 2, id, 0) != ncclSuccess) return cudaErrorUnknown;
+  ncclResult_t r = ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, NULL), a = ncclSuccess;
+  ncclCommGetAsyncError(comm, &a);
+  int st;
+  waitpid(child, &st, 0);
+  unlink(id.internal + strlen("ntp-emu:")); /* the dead peer never lets go of the fabric */
+  bool seen = r == ncclRemoteError && a == ncclRemoteError && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  return seen ? cudaErrorUnknown : cudaSuccess;
+}
 /* NTP_EMU_FAIL_GPUS: GPU 1 fails at the first abort or shrink; then nothing may touch it */
 static cudaError_t c_failed_gpu_touched(void) {
   ncclComm_t comm[2];
@@ -368,6 +394,7 @@ static const struct {
     {"NCCL: an excluded rank calls ncclCommShrink", c_nccl_shrink_excluded, "an excluded rank does not call"},
     {"NCCL: the parent after NCCL_SHRINK_ABORT", c_nccl_shrunk_parent, "terminated this communicator"},
     {"NCCL: an operation after a peer's abort", c_nccl_peer_aborted, "a peer aborted the communicator"},
+    {"NCCL: a peer process that died", c_nccl_dead_process, "the process of rank 1 (pid"},
     {"a failed GPU's memory read", c_failed_gpu_touched, "cudaMemcpy (source) touches GPU 1, which has failed"},
     {"NCCL: a destroy that waits for a failed GPU", c_failed_peer_destroy, "ncclCommDestroy on rank 0 would hang"},
     {"NCCL: NCCL_SHRINK_DEFAULT after a failure", c_failed_peer_shrink_default, "after a failure: NCCL_SHRINK_ABORT"},

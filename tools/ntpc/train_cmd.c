@@ -4,11 +4,13 @@
  * (the model, the data, a diverging loss), 2 usage or environment, 3 internal. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cuda_backend.h"
@@ -46,6 +48,11 @@ static const char train_usage[] =
     "  --backend NAME     cpu (default) or cuda: every rank's forward, backward, gradient sync and\n"
     "                     AdamW on the GPUs (NVRTC kernels, cuBLASLt, NCCL)\n"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
+    "  --rank R|env       cuda: this process runs rank R alone, on GPU R (env: RANK and LOCAL_RANK,\n"
+    "                     as torchrun sets them; or Slurm's, Open MPI's); start one process per rank,\n"
+    "                     all with the same options and NTP_NCCL_ID_FILE (where rank 0 writes the NCCL\n"
+    "                     id). With --fail-at the failing GPU's process is killed (SIGKILL) and the\n"
+    "                     survivors' processes notice it through NCCL and go on\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
     "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
     "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
@@ -71,6 +78,7 @@ typedef struct train_opts {
   const char *file, *data, *model, *params, *save_params, *dump, *color;
   const char *params_format; /* the layout of --params and --save-params */
   bool cuda, loopback;
+  int rank, device; /* --rank: this process runs rank `rank` alone, on GPU `device`; -1: every rank */
   long steps;
   unsigned long long seed;
   bool shuffle, sharded;
@@ -109,6 +117,15 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
       o->shuffle = true;
     } else if (!strcmp(a, "--loopback")) {
       o->loopback = true;
+    } else if ((v = cli_option_value(argc, argv, &i, "--rank", &missing))) {
+      if (!strcmp(v, "env")) {
+        if (ntp_launcher_rank(&o->rank, &o->device) != 0)
+          return usage("--rank env: no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)%s", "");
+      } else if (!number(v, 0, &d) || d != floor(d) || d > 4095) {
+        return usage("--rank %s: expected a rank from 0, or env", v);
+      } else {
+        o->rank = o->device = (int)d;
+      }
     } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
       if (strcmp(v, "cpu") && strcmp(v, "cuda")) return usage("unknown backend '%s' (expected cpu or cuda)", v);
       o->cuda = !strcmp(v, "cuda");
@@ -217,6 +234,10 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
   if (o->loopback && !o->cuda) return usage("--loopback is a cuda-backend option (with --backend cuda)%s", "");
   if (o->nfail && !o->sharded) return usage("--fail-at needs a sharded run (--plan or --world)%s", "");
+  if (o->rank >= 0 && (!o->cuda || o->loopback || !o->sharded))
+    return usage("--rank runs one rank of a sharded run through NCCL: it needs --backend cuda and --plan or --world, "
+                 "without --loopback%s", "");
+  if (o->rank >= 0 && o->dump) return usage("--rank: --dump is not supported yet with one rank per process%s", "");
   return -1;
 }
 
@@ -289,6 +310,7 @@ typedef struct failover_run {
   ntp_program *keep[64];
   int nkeep;
   bool fired[64]; /* per --fail-at entry: happened (a run that went back to a checkpoint does not fail twice) */
+  double detected;  /* one rank per process: when NCCL reported the lost peer */
 } failover_run;
 
 static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
@@ -328,7 +350,16 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
     if (ntp_cuda_lose(ntp_trainer_cuda(*tr), lost, &sv, err, cap) != 0) return -1;
   }
   if (!(np = train_replan(&src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap))) goto fail;
-  if (nccl) {
+  if (nccl && sv.local >= 0) { /* one rank per process: this process's new rank runs on its own GPU */
+    if (sv.n != np->world || nphys[sv.local] != o->rank) {
+      snprintf(err, cap, "internal: %d survivors for a program of %d ranks, whose rank %d runs on GPU %d, not this "
+               "process's %d", sv.n, np->world, sv.local, nphys[sv.local], o->rank);
+      goto fail;
+    }
+    printf("  communicators: %d aborted (ncclCommAbort: every one of this process's), the world %s %d ranks (%s); "
+           "this process (GPU %d) is rank %d of them\n", sv.aborted, sv.shrunk ? "shrunk to" : "created again over the",
+           sv.n, sv.how, o->rank, sv.local);
+  } else if (nccl) {
     if (sv.n != np->world) {
       snprintf(err, cap, "internal: %d survivors' communicators for a program of %d ranks", sv.n, np->world);
       goto fail;
@@ -343,6 +374,7 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
   ntp_cuda_options co = nccl ? (ntp_cuda_options){.rank_hi = np->world, .device = sv.devices[0], .devices = sv.devices,
                                                   .nccl_world = sv.world}
                              : (ntp_cuda_options){.loopback = 1, .rank_hi = np->world};
+  if (nccl && sv.local >= 0) co.rank_lo = sv.local, co.rank_hi = sv.local + 1;
   if ((o->cuda ? ntp_trainer_new_cuda(np, aw, o->seed, NULL, &co, &ntr, err, cap)
                : ntp_trainer_new(np, aw, o->seed, NULL, &ntr, err, cap)) != 0 ||
       ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0)
@@ -357,8 +389,13 @@ static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, 
     printf("  the only copies of %lld elements were on the failed GPU: back to the checkpoint of step %lld (%s)\n",
            (long long)missing, (long long)ntp_trainer_steps_taken(ntr), o->ckpt);
   } else {
-    printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
-           "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
+    if (o->rank >= 0)
+      printf("  resumed on %d GPUs in %.3f s (%.3f s after NCCL reported the lost peer): %.1f KiB of parameters and "
+             "optimizer state moved from the surviving replicas, by NCCL send/recv between the survivors' "
+             "processes (no checkpoint read)\n", np->world, now_s() - t0, now_s() - fr->detected, (double)moved / 1024.0);
+    else
+      printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
+             "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
   }
   ntp_trainer_free(*tr); /* nothing on the failed GPUs is touched (ntp_cuda_lose) */
   ntp_cuda_survivors_free(&sv);
@@ -402,6 +439,14 @@ static int train(const train_opts *o, ntpc_session *s) {
   aw.steps = o->steps;
   /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
   ntp_cuda_options co = {.loopback = o->loopback || prog->world <= 1, .rank_hi = prog->world > 0 ? prog->world : 1};
+  if (o->rank >= 0) { /* one rank in this process: the others in theirs, joined through $NTP_NCCL_ID_FILE */
+    if (o->rank >= prog->world || prog->world < 2) {
+      snprintf(err, sizeof err, "--rank %d: the plan's world is %d ranks (one rank per process needs 2 or more)",
+               o->rank, prog->world);
+      goto fail;
+    }
+    co = (ntp_cuda_options){.rank_lo = o->rank, .rank_hi = o->rank + 1, .device = o->device};
+  }
   if ((o->cuda ? ntp_trainer_new_cuda(prog, &aw, o->seed, params, &co, &tr, err, sizeof err)
                : ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err)) != 0)
     goto fail;
@@ -430,7 +475,11 @@ static int train(const train_opts *o, ntpc_session *s) {
   printf("model %s: %zu parameters (%.3fM elements), dtype %s; batch %lld x %lld tokens from %s (%lld tokens)\n",
          m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)bi.rows, (long long)bi.len, o->data,
          (long long)ntp_tokens_count(data));
-  if (o->cuda)
+  if (o->rank >= 0)
+    printf("backend cuda nccl: rank %d of %d in this process (pid %ld, GPU %d; each rank in its own process, joined "
+           "through NTP_NCCL_ID_FILE; the loss and the gradients' norm merged across them through NCCL)\n", o->rank,
+           prog->world, (long)getpid(), o->device);
+  else if (o->cuda)
     printf("backend cuda%s: %d rank%s (each rank's forward, backward and AdamW on its GPU, the gradients summed over "
            "their holders)\n", co.loopback && prog->world > 1 ? " loopback" : prog->world > 1 ? " nccl" : "",
            co.rank_hi, co.rank_hi == 1 ? "" : "s");
@@ -446,16 +495,42 @@ static int train(const train_opts *o, ntpc_session *s) {
     int nnow = 0;
     for (int k = 0; k < o->nfail; k++)
       if (o->fail_step[k] == step + 1 && !fr.fired[k]) now[nnow++] = o->fail_rank[k], fr.fired[k] = true;
-    if (nnow) {
-      if (!fr.world0) fr.world0 = prog->world;
+    if (nnow && !fr.world0) fr.world0 = prog->world;
+    bool lost = nnow && o->rank >= 0; /* one rank per process: the step is to notice the failure */
+    for (int k = 0; lost && k < nnow; k++)
+      if (now[k] == o->rank) { /* this process's GPU fails: the process dies, as a killed one does */
+        printf("step %4ld: GPU %d fails: its process (pid %ld) is killed (SIGKILL)\n", step + 1, o->rank, (long)getpid());
+        fflush(stdout);
+        raise(SIGKILL);
+      }
+    if (nnow && !lost) {
       if (fail_over(&fr, step + 1, now, nnow, &prog, &tr, &phys, &aw, data, err, sizeof err) != 0) goto fail;
       m = &prog->global;
       step = (long)ntp_trainer_steps_taken(tr); /* the checkpoint's, when the run went back to it */
     }
+    int64_t pos, epoch;
+    ntp_tokens_position(data, &pos, &epoch);
+  again:
     if (ntp_tokens_next(data, bi.rows, bi.len, bi.vocab, tok, tgt, err, sizeof err) != 0) goto fail;
     ntp_train_stats st;
     bool dump = o->dump && step == 0;
-    if (ntp_trainer_step(tr, given, dump, &st, err, sizeof err) != 0) goto fail;
+    if (ntp_trainer_step(tr, given, dump, &st, err, sizeof err) != 0) {
+      if (!lost || !ntp_cuda_peer_lost(ntp_trainer_cuda(tr))) goto fail;
+      /* the survivors: NCCL said a peer is gone; the step is taken again by them, with the same batch */
+      fr.detected = now_s();
+      printf("step %4ld: NCCL reports a lost peer (%s)\n", step + 1, err);
+      ntp_tokens_seek(data, pos, epoch);
+      if (fail_over(&fr, step + 1, now, nnow, &prog, &tr, &phys, &aw, data, err, sizeof err) != 0) goto fail;
+      m = &prog->global;
+      step = (long)ntp_trainer_steps_taken(tr);
+      lost = false;
+      goto again;
+    }
+    if (lost) {
+      snprintf(err, sizeof err, "step %ld ran to its end though GPU %d failed before it: no NCCL call noticed", step + 1,
+               now[0]);
+      goto fail;
+    }
     if (dump && ntp_dump_tensors(ntp_trainer_last(tr), o->dump, err, sizeof err) != 0) {
       rc = 2;
       goto fail;
@@ -478,13 +553,17 @@ static int train(const train_opts *o, ntpc_session *s) {
     printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", ran, total_s,
            (double)n * (double)ran / total_s, first, last);
   if (o->save_params) {
+    /* one rank per process: gathered by every process, written by rank 0's */
+    if (ntp_trainer_gather(tr, err, sizeof err) != 0) goto fail;
     np = ntp_trainer_params(tr, &ps);
     /* the program now running: after a failure, the survivors' (its module names the same parameters) */
-    if (ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, ps, np, err, sizeof err) != 0) {
+    bool writer = ntp_trainer_writes(tr);
+    if (writer &&
+        ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, ps, np, err, sizeof err) != 0) {
       rc = 2;
       goto fail;
     }
-    printf("wrote %s\n", o->save_params);
+    if (writer) printf("wrote %s\n", o->save_params);
   }
   rc = 0;
   goto done;
@@ -504,7 +583,7 @@ done:
 }
 
 int ntpc_train_command(int argc, char **argv) {
-  train_opts o = {.steps = 10, .params_format = "ntp"};
+  train_opts o = {.steps = 10, .params_format = "ntp", .rank = -1};
   ntp_adamw_defaults(&o.adamw);
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
