@@ -1599,32 +1599,43 @@ static bool on_dead_gpu(const ntp_cuda *c, int d) {
   return false;
 }
 
+/* What both ways of losing ranks start with: the failed ranks marked (c->dead) and listed for
+ * ncclCommShrink (*excl, *nexcl), the survivors' arrays allocated, and whether the world is to be
+ * shrunk (the loaded NCCL has ncclCommShrink and NTP_NCCL_NO_SHRINK is not 1). */
+static int lose_begin(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, int **excl, int *nexcl, char *err,
+                      size_t cap) {
+  int W = c->p->world;
+  *nexcl = 0;
+  *excl = calloc((size_t)W, sizeof **excl);
+  c->dead = calloc((size_t)W, sizeof *c->dead);
+  s->devices = calloc((size_t)W, sizeof *s->devices);
+  s->world = calloc((size_t)W, sizeof *s->world);
+  if (!*excl || !c->dead || !s->devices || !s->world) {
+    snprintf(err, cap, "out of memory");
+    return -1;
+  }
+  for (int r = 0; r < W; r++) {
+    c->dead[r] = dead[r];
+    if (dead[r]) (*excl)[(*nexcl)++] = r;
+  }
+  const char *no = getenv("NTP_NCCL_NO_SHRINK");
+  s->shrunk = cu.ncclCommShrink && !(no && !strcmp(no, "1"));
+  return 0;
+}
+
 /* ntp_cuda_lose with one rank per process: this process's rank survives; every communicator of
  * it is aborted, and the world shrunk with the other survivors' processes (or made again from a
  * unique id through $NTP_NCCL_ID_FILE.wN). */
 static int lose_one(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
-  int W = c->p->world, me = c->rank_lo, nexcl = 0;
-  int *excl = calloc((size_t)W, sizeof *excl);
-  c->dead = calloc((size_t)W, sizeof *c->dead);
-  s->devices = calloc((size_t)W, sizeof *s->devices);
-  s->world = calloc((size_t)W, sizeof *s->world);
-  if (!excl || !c->dead || !s->devices || !s->world) {
-    snprintf(err, cap, "out of memory");
-    goto fail;
-  }
+  int W = c->p->world, me = c->rank_lo, nexcl;
+  int *excl = NULL;
+  if (lose_begin(c, dead, s, &excl, &nexcl, err, cap) != 0) goto fail;
   if (dead[me]) {
     snprintf(err, cap, "internal: rank %d, run by this process, is among the failed", me);
     goto fail;
   }
-  for (int r = 0; r < W; r++) {
-    c->dead[r] = dead[r];
-    if (dead[r]) {
-      excl[nexcl++] = r;
-    } else {
-      s->local += r < me;
-      s->n++;
-    }
-  }
+  for (int r = 0; r < W; r++)
+    if (!dead[r]) s->local += r < me, s->n++;
   for (int i = 0; i < s->n; i++) s->devices[i] = c->dev[me]; /* only this process's is known here */
   for (int k = 0; k < c->nsets; k++) /* every group: a peer may wait in any of them */
     if (c->group[me][k]) {
@@ -1633,8 +1644,6 @@ static int lose_one(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *
       c->group[me][k] = NULL;
       s->aborted++;
     }
-  const char *no = getenv("NTP_NCCL_NO_SHRINK");
-  s->shrunk = cu.ncclCommShrink && !(no && !strcmp(no, "1"));
   s->how = s->shrunk ? "ncclCommShrink across the processes"
            : cu.ncclCommShrink ? "ncclCommInitRank from a new unique id: NTP_NCCL_NO_SHRINK=1"
                                : "ncclCommInitRank from a new unique id: libnccl has no ncclCommShrink";
@@ -1666,7 +1675,7 @@ fail:
 int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
   memset(s, 0, sizeof *s);
   s->local = -1;
-  int W = c->p->world, nexcl = 0;
+  int W = c->p->world, nexcl;
   if (c->nccl && c->own_world && c->rank_hi - c->rank_lo == 1 && W > 1) {
     s->local = 0;
     return lose_one(c, dead, s, err, cap);
@@ -1676,19 +1685,10 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
              "its own communicators");
     return -1;
   }
-  int *excl = calloc((size_t)W, sizeof *excl);
-  c->dead = calloc((size_t)W, sizeof *c->dead);
-  s->devices = calloc((size_t)W, sizeof *s->devices);
-  s->world = calloc((size_t)W, sizeof *s->world);
-  if (!excl || !c->dead || !s->devices || !s->world) {
-    snprintf(err, cap, "out of memory");
-    goto fail;
-  }
-  for (int r = 0; r < W; r++) {
-    c->dead[r] = dead[r];
-    if (dead[r]) excl[nexcl++] = r;
-    else s->devices[s->n++] = c->dev[r];
-  }
+  int *excl = NULL;
+  if (lose_begin(c, dead, s, &excl, &nexcl, err, cap) != 0) goto fail;
+  for (int r = 0; r < W; r++)
+    if (!dead[r]) s->devices[s->n++] = c->dev[r];
   if (!s->n) {
     snprintf(err, cap, "no rank survives");
     goto fail;
@@ -1710,8 +1710,6 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
   }
   /* the world over the survivors: shrunk from the old one (its operations terminated first:
    * NCCL_SHRINK_ABORT), which is then aborted; or aborted and created again */
-  const char *no = getenv("NTP_NCCL_NO_SHRINK");
-  s->shrunk = cu.ncclCommShrink && !(no && !strcmp(no, "1"));
   s->how = s->shrunk ? "ncclCommShrink" : cu.ncclCommShrink ? "ncclCommInitAll: NTP_NCCL_NO_SHRINK=1"
                                                              : "ncclCommInitAll: libnccl has no ncclCommShrink";
   if (s->shrunk) {

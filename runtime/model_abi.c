@@ -368,14 +368,20 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
   return rc == 0 ? NTP_OK : fail(NTP_EINVAL, "%s", err);
 }
 
+/* The module's value of parameter `name`, or -1. */
+static int32_t param_value(const ntp_module *mod, const char *name) {
+  for (size_t i = 0; i < mod->n_ops; i++)
+    if (mod->ops[i].code == IR_PARAM && strcmp(mod->values[mod->ops[i].result].name, name) == 0)
+      return mod->ops[i].result;
+  return -1;
+}
+
 int ntprt_model_set_param(ntp_model *m, const char *name, const DLTensor *global) {
   CHECK_MODEL(m);
   if (!name) return fail(NTP_EINVAL, "the parameter name is NULL");
-  const ntp_module *mod = &m->prog->global;
-  for (size_t i = 0; i < mod->n_ops; i++)
-    if (mod->ops[i].code == IR_PARAM && strcmp(mod->values[mod->ops[i].result].name, name) == 0)
-      return set_value(m, mod->ops[i].result, global, "parameter");
-  return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+  int32_t v = param_value(&m->prog->global, name);
+  if (v < 0) return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+  return set_value(m, v, global, "parameter");
 }
 
 /* A training library's inputs as set: the `given` array its trainer runs with. */
@@ -471,37 +477,27 @@ int ntprt_model_get_param(ntp_model *m, const char *name, DLTensor *global) {
   if (!m->trainer && !m->sim)
     return fail(NTP_EINVAL, "ntp_model_get_param: the cuda backend keeps parameters on the GPUs (cpu backend or a "
                             "training library)");
-  if (!m->trainer) { /* the cpu backend's ranks hold the slices */
-    const ntp_module *mod = &m->prog->global;
-    int32_t v = -1;
-    for (size_t k = 0; k < mod->n_ops && v < 0; k++)
-      if (mod->ops[k].code == IR_PARAM && !strcmp(mod->values[mod->ops[k].result].name, name)) v = mod->ops[k].result;
-    if (v < 0) return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
-    int rc = check_dl(m, global, v, "parameter");
-    if (rc) return rc;
-    if (global->device.device_type != kDLCPU) return fail(NTP_EINVAL, "parameter '%s': a host tensor (kDLCPU) is needed", name);
-    char err[256];
-    ntp_host_tensor h;
-    if (ntp_sim_get(m->sim, v, m->seed, &h, err, sizeof err) != 0) return fail(NTP_ENOMEM, "%s", err);
-    from_host(&h, global);
-    free(h.f), free(h.i);
-    return NTP_OK;
+  int32_t v = param_value(&m->prog->global, name);
+  if (v < 0) return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+  int rc = check_dl(m, global, v, "parameter");
+  if (rc) return rc;
+  if (global->device.device_type != kDLCPU) return fail(NTP_EINVAL, "parameter '%s': a host tensor (kDLCPU) is needed", name);
+  if (m->trainer) { /* its masters, rounded to the model's dtype */
+    const ntp_host_tensor *ps;
+    size_t n = ntp_trainer_params(m->trainer, &ps);
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(ps[i].name, name) == 0) {
+        from_host(&ps[i], global);
+        return NTP_OK;
+      }
+    return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
   }
-  const ntp_host_tensor *ps;
-  size_t n = ntp_trainer_params(m->trainer, &ps);
-  const ntp_module *mod = &m->prog->global;
-  for (size_t i = 0; i < n; i++) {
-    if (strcmp(ps[i].name, name) != 0) continue;
-    int32_t v = -1;
-    for (size_t k = 0; k < mod->n_ops && v < 0; k++)
-      if (mod->ops[k].code == IR_PARAM && !strcmp(mod->values[mod->ops[k].result].name, name)) v = mod->ops[k].result;
-    int rc = check_dl(m, global, v, "parameter");
-    if (rc) return rc;
-    if (global->device.device_type != kDLCPU) return fail(NTP_EINVAL, "parameter '%s': a host tensor (kDLCPU) is needed", name);
-    from_host(&ps[i], global);
-    return NTP_OK;
-  }
-  return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
+  char err[256]; /* the cpu backend: the ranks hold the slices */
+  ntp_host_tensor h;
+  if (ntp_sim_get(m->sim, v, m->seed, &h, err, sizeof err) != 0) return fail(NTP_ENOMEM, "%s", err);
+  from_host(&h, global);
+  free(h.f), free(h.i);
+  return NTP_OK;
 }
 
 int ntprt_model_save_format(ntp_model *m, const char *path, const char *format) {

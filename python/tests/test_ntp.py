@@ -7,6 +7,7 @@ build/ntpc) and NTP_NATIVE_LIB the native library when the package is not instal
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 import ntp
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from ntpc_checks import dump  # noqa: E402  the --dump reader the command-line tests use
 NTPC = os.environ.get("NTPC", str(ROOT / "build" / "ntpc"))
 GPT2 = str(ROOT / "examples" / "gpt2.ntp")
 BYTE_GPT = str(ROOT / "examples" / "byte_gpt.ntp")
@@ -36,15 +39,6 @@ def ntpc(*args, cwd=None):
 
 def dims(d):
     return [a for k, v in d.items() for a in ("-D", f"{k}={v}")]
-
-
-def dump(d):
-    out = {}
-    for line in open(os.path.join(d, "manifest.tsv")):
-        kind, name, dtype, shape, fname = line.rstrip("\n").split("\t")
-        raw = np.fromfile(os.path.join(d, fname), dtype="<i4" if dtype == "i32" else "<f4")
-        out[name] = raw.reshape([int(s) for s in shape.split(",")] if shape else [])
-    return out
 
 
 @pytest.fixture(scope="module")

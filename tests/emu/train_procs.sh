@@ -19,11 +19,7 @@ ntpc=$1 py=$2
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 here=$(dirname "$0")
 fail=0
-# the text: the example models' sources, not the docs, which change with every edit (after one
-# edit of docs/training.md a bias at round-off level came out 1.9e-5 of the parameters' scale from
-# the CPU run's, in every CUDA mode alike)
-"$py" tools/make_tokens.py "$tmp/docs.bin" --text examples/byte_gpt.ntp examples/gpt2.ntp examples/llama_block.ntp >/dev/null || { echo "[FAIL] make_tokens"; exit 1; }
-common="--data $tmp/docs.bin --steps 3 --init-std 0.02 --eps 1e-4 --shuffle --seed 5 -q"
+. "$here/train_data.sh" # the token file and the options every run shares
 gpt="examples/byte_gpt.ntp -D B=2 -D S=16 -D D=64 -D H=8"
 plan=tests/plans/byte_gpt_two4.ntp
 

@@ -3,6 +3,7 @@
  * learning rate, gradient norm and throughput. Exit status: 0 ok, 1 errors in the input
  * (the model, the data, a diverging loss), 2 usage or environment, 3 internal. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stddef.h>
@@ -96,14 +97,8 @@ typedef struct train_opts {
 
 static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntpc train", fmt, arg); }
 
-static bool number(const char *v, double lo, double *out) {
-  char *end;
-  errno = 0;
-  double d = strtod(v, &end);
-  if (errno || end == v || *end || !isfinite(d) || d < lo) return false;
-  *out = d;
-  return true;
-}
+/* a finite number of at least lo (cli_number with no upper bound) */
+static bool number(const char *v, double lo, double *out) { return cli_number(v, lo, DBL_MAX, out); }
 
 static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   for (int i = 1; i < argc; i++) {
