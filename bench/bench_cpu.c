@@ -18,6 +18,7 @@
  *   - GEMM: ntp's GEMM throughput (ntp_cpu_matmul) and NumPy's (np.matmul in the same child)
  *     on the model's own GEMM shapes, each weighted by how often the model runs it, the two
  *     products timed alternately, and ntp's share of NumPy's.
+ *     A line per shape gives both sides' GFLOP/s and the share, so a low total can be traced.
  * The child runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment
  * (they may be set on machines whose OpenBLAS misbehaves; they would slow NumPy's), and prints
  * the BLAS threadpoolctl sees. Every ratio is measured within one run of this program, with
@@ -256,8 +257,15 @@ static double time_gemms(const gemms *g, int repeats, child *py, double *np) {
       tn[j] = have_np ? child_ask(py, "mm") : NAN;
       have_np = have_np && !isnan(tn[j]);
     }
-    total += (double)x->count * median(t, r);
-    if (have_np) total_np += (double)x->count * median(tn, r);
+    double mt = median(t, r), mn = have_np ? median(tn, r) : NAN, fl = 2.0 * (double)(x->batch * x->m * x->k * x->n);
+    total += (double)x->count * mt;
+    if (have_np) total_np += (double)x->count * mn;
+    /* per shape, so a low share can be traced to the shapes that lose it */
+    printf("    GEMM %lld x %lldx%lldx%lld%s%s, %lld times: ntp %.1f GFLOP/s", (long long)x->batch, (long long)x->m,
+           (long long)x->k, (long long)x->n, x->trans_b ? " (B^T)" : "", x->shared_b ? "" : " (batched B)",
+           (long long)x->count, fl / mt * 1e-9);
+    if (have_np) printf(", NumPy %.1f, share %.2f", fl / mn * 1e-9, mn / mt);
+    printf("\n");
     free(a);
     free(b);
     free(c);
