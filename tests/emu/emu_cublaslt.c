@@ -334,6 +334,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   return matmul_now(h, desc, al, A, Al, B, Bl, be, C, Cl, D, Dl, algo ? *algo : implicit, ws, wsbytes);
 }
 
+/* the bytes an operand covers, for the overlap check */
+typedef struct span {
+  const void *lo, *hi;
+  const char *what;
+} span;
+static span span_of(const void *p, const emu_layout *l, const char *what) {
+  uint64_t last = (l->rows - 1) + (l->cols - 1) * (uint64_t)l->ld + (uint64_t)(l->batch - 1) * (uint64_t)l->stride;
+  return (span){p, (const char *)p + (last + 1) * tbytes(l->type), what};
+}
+
 static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, float al, const void *A,
                                  cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, float be,
                                  const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
@@ -405,6 +415,18 @@ static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, 
              (unsigned long long)nbg, d->bias_type_set ? " (and no BIAS_DATA_TYPE)" : "");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  /* what it writes may share no byte with what it reads, nor with each other: on a GPU the
+   * tiles of one would race with the reads of another (in place, C = D, is allowed) */
+  span spans[] = {span_of(D, o, "D"), {0}, span_of(A, a, "A"), span_of(B, b, "B"), {0}, {0}};
+  if (bgrad) spans[1] = (span){d->bias, (const char *)d->bias + nbg * tbytes(o->type), "the bias gradient"};
+  if (dgelu) spans[4] = span_of(d->aux, &(emu_layout){LAYOUT_MAGIC, o->type, m, n, d->aux_ld, 0, 1}, "the aux matrix");
+  if (with_bias) spans[5] = (span){d->bias, (const char *)d->bias + m * tbytes(bias_t), "the bias"};
+  for (int w = 0; w < 2; w++)
+    for (int x = w + 1; x < 6; x++)
+      if (spans[w].lo && spans[x].lo && spans[w].lo < spans[x].hi && spans[x].lo < spans[w].hi) {
+        emu_fail("cublasLtMatmul: %s overlaps %s", spans[w].what, spans[x].what);
+        return CUBLAS_STATUS_INVALID_VALUE;
+      }
   /* op(A) as m x k rows and op(B) as n x k rows in fp32: contiguous dot products */
   float *pa = malloc(sizeof(float) * (m * k + 1)), *pb = malloc(sizeof(float) * (n * k + 1));
   float *acc = malloc(sizeof(float) * (m * n + 1));

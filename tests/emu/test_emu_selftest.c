@@ -439,6 +439,12 @@ static cudaError_t c_cublaslt_bgrad_type(void) { /* the bias gradient is D's typ
   cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
   return lt_run(&c, NULL, NULL, 0) ? cudaSuccess : cudaErrorUnknown;
 }
+static cudaError_t c_cublaslt_bgrad_overlap(void) { /* an output over an input: a race on a GPU */
+  lt_case c;
+  lt_setup(&c, CUBLASLT_EPILOGUE_DGELU_BGRAD, EM);
+  cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.daux, sizeof c.daux);
+  return lt_run(&c, NULL, NULL, 0) ? cudaSuccess : cudaErrorUnknown;
+}
 static cudaError_t c_cublaslt_workspace(void) { /* the heuristic's algorithm, given less workspace than it needs */
   lt_case c;
   lt_setup(&c, CUBLASLT_EPILOGUE_DEFAULT, 0);
@@ -519,6 +525,7 @@ static const struct {
     {"cuBLASLt: BGRADA and BGRADB against loops", c_cublaslt_bgrad, NULL},
     {"cuBLASLt: DGELU with an aux ld not a multiple of 8", c_cublaslt_aux_ld, "an EPILOGUE_AUX_LD divisible by 8"},
     {"cuBLASLt: a bias gradient with a bias data type", c_cublaslt_bgrad_type, "(and no BIAS_DATA_TYPE)"},
+    {"cuBLASLt: a bias gradient over the aux matrix", c_cublaslt_bgrad_overlap, "the bias gradient overlaps the aux matrix"},
     {"cuBLASLt: less workspace than the algorithm needs", c_cublaslt_workspace, "needs 320 bytes of workspace, given 316"},
     {"graphs: capture, refuse a synchronous copy, replay", c_graph_replay, NULL},
 };

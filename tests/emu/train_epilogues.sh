@@ -20,8 +20,10 @@ fail=0
 train() {
   name=$1
   shift
-  if ! NTP_VERBOSE=1 "$ntpc" train "$@" $common --save-params "$tmp/$name.st" >"$tmp/$name.out" 2>&1; then
-    echo "[FAIL] $name: ntpc train exited $?"
+  NTP_VERBOSE=1 "$ntpc" train "$@" $common --save-params "$tmp/$name.st" >"$tmp/$name.out" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "[FAIL] $name: ntpc train exited $rc"
     cat "$tmp/$name.out"
     fail=1
     return 1
