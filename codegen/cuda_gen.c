@@ -182,7 +182,7 @@ ntp_shape cg_tshape(gen *g, int32_t t) { return box_shape(&g->p->tensors[t].box)
 /* Starts the kernel of a step; cg_finish_kernel() names it, or finds it written already. */
 void cg_kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32_t smem) {
   const sh_step *st = &g->p->steps[step];
-  g->m->steps[step] = (cg_step){.kind = CG_KERNEL, .kernel = -1, .bias = -1, .out = -1, .grid = grid, .block = block,
+  g->m->steps[step] = (cg_step){.kind = CG_KERNEL, .kernel = -1, .bias = -1, .aux = -1, .mm = -1, .out = -1, .grid = grid, .block = block,
                                 .smem = smem, .arg0 = (int32_t)g->m->nargs};
   g->kstep = step;
   g->kstart = g->m->len;
@@ -363,7 +363,7 @@ static int32_t cg_next_step(gen *g, int32_t s) {
 
 /* Can step `nx` be fused after the step producing `prev`? Same shape, prev read only here. */
 static bool cg_fusable(gen *g, int32_t prev_result, int32_t nx) {
-  if (nx < 0) return false;
+  if (nx < 0 || g->m->steps[nx].kind != CG_NONE) return false; /* taken by a GEMM's epilogue */
   const sh_step *st = &g->p->steps[nx];
   if (!cg_is_ew(st->op.code)) return false;
   const sh_tensor *pt = &g->p->tensors[prev_result], *rt = &g->p->tensors[st->op.result];
@@ -445,7 +445,7 @@ static void cg_declare_chain(gen *g, const int32_t *chain, int n, int32_t reg) {
 }
 
 /* Do tensors a and b share bytes? (Persistent tensors and the arena are separate memory.) */
-static bool overlap(gen *g, int32_t a, int32_t b) {
+bool cg_overlap(gen *g, int32_t a, int32_t b) {
   const sh_tensor *x = &g->p->tensors[a], *y = &g->p->tensors[b];
   if (x->persistent != y->persistent || x->rank != y->rank) return false;
   int64_t xe = x->offset + box_volume(&x->box) * (int64_t)dtype_bytes(x->dtype);
@@ -467,7 +467,7 @@ static bool output_safe(gen *g, const int32_t *chain, int n, int32_t out) {
     for (int a = 0; a < st->op.nargs; a++) {
       int32_t t = st->op.args[a];
       if (k > 0 && t == g->p->steps[chain[k - 1]].op.result) continue; /* a register */
-      if (!overlap(g, t, out)) continue;
+      if (!cg_overlap(g, t, out)) continue;
       const sh_tensor *x = &g->p->tensors[t];
       ntp_shape xs = box_shape(&x->box);
       if (x->offset != o->offset || x->dtype != o->dtype || !shape_eq(&xs, &os)) return false;
@@ -488,7 +488,7 @@ static int cg_collect_chain(gen *g, int32_t first, int32_t *chain, int max) {
       break;
     chain[n++] = nx;
   }
-  for (int k = 1; k < n; k++) g->m->steps[chain[k]] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .out = -1};
+  for (int k = 1; k < n; k++) g->m->steps[chain[k]] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .aux = -1, .mm = -1, .out = -1};
   return n;
 }
 
@@ -714,7 +714,7 @@ static void gen_attention(gen *g, int32_t s) {
 static void gen_gemm(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t a = st->op.args[0], b = st->op.args[1], out = st->op.result;
-  cg_step cs = {.kind = CG_GEMM, .kernel = -1, .epilogue = CG_EPI_NONE, .bias = -1, .out = out};
+  cg_step cs = {.kind = CG_GEMM, .kernel = -1, .epilogue = CG_EPI_NONE, .bias = -1, .aux = -1, .mm = s, .out = out};
   ntp_shape bs = cg_tshape(g, b), os = cg_tshape(g, out);
   int32_t nx = cg_next_step(g, s);
   if (bs.ndim == 2 && cg_fusable(g, out, nx) && g->p->steps[nx].op.code == IR_ADD) {
@@ -723,21 +723,21 @@ static void gen_gemm(gen *g, int32_t s) {
     ntp_shape vs = cg_tshape(g, other);
     int32_t res = ad->op.result;
     if (other != out && vs.ndim == 1 && vs.dim[0] == os.dim[os.ndim - 1] &&
-        g->p->tensors[other].dtype == g->p->tensors[out].dtype && !overlap(g, res, a) && !overlap(g, res, b) &&
-        !overlap(g, res, other)) {
+        g->p->tensors[other].dtype == g->p->tensors[out].dtype && !cg_overlap(g, res, a) && !cg_overlap(g, res, b) &&
+        !cg_overlap(g, res, other)) {
       cs.epilogue = CG_EPI_BIAS;
       cs.bias = other;
       cs.out = res;
-      g->m->steps[nx] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .out = -1};
+      g->m->steps[nx] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .aux = -1, .mm = -1, .out = -1};
     }
   }
   nx = cg_next_step(g, cs.out == out ? s : nx);
   if (bs.ndim == 2 && cg_fusable(g, cs.out, nx) && g->p->steps[nx].op.code == IR_GELU) {
     int32_t res = g->p->steps[nx].op.result;
-    if (!overlap(g, res, a) && !overlap(g, res, b) && (cs.bias < 0 || !overlap(g, res, cs.bias))) {
+    if (!cg_overlap(g, res, a) && !cg_overlap(g, res, b) && (cs.bias < 0 || !cg_overlap(g, res, cs.bias))) {
       cs.epilogue = cs.epilogue == CG_EPI_BIAS ? CG_EPI_GELU_BIAS : CG_EPI_GELU;
       cs.out = res;
-      g->m->steps[nx] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .out = -1};
+      g->m->steps[nx] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .aux = -1, .mm = -1, .out = -1};
     }
   }
   g->m->steps[s] = cs;
@@ -881,10 +881,11 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
   for (size_t s = 0; s < p->n_steps && !backward; s++)
     backward = p->steps[s].kind == SH_COMPUTE && p->steps[s].op.code >= IR_CROSS_ENTROPY;
   if (backward) cg_out(m, "%s", cg_grad_prelude);
+  cg_fold_backward_gemms(&g); /* the backward steps cuBLASLt's epilogues take: no kernel for them */
   cg_out(m, "struct ntp_args { i64 v[%d]; }; /* offsets and name hashes, per launch */\n", CG_MAX_ARGS);
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
-    if (st->kind != SH_COMPUTE || st->rank != rank || m->steps[s].kind == CG_FUSED) continue;
+    if (st->kind != SH_COMPUTE || st->rank != rank || m->steps[s].kind != CG_NONE) continue; /* or taken */
     switch (st->op.code) {
     case IR_INPUT:
     case IR_PARAM: gen_init(&g, (int32_t)s); break;

@@ -41,6 +41,12 @@ ntp_shape cg_tshape(gen *g, int32_t t);
 /* starts the kernel of a step (its name is written when it is finished) */
 void cg_kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32_t smem);
 
+/* cuda_gen.c: do tensors a and b share bytes? */
+bool cg_overlap(gen *g, int32_t a, int32_t b);
+/* cuda_gen_bwd_gemm.c: marks the backward steps that GEMM epilogues take (DGELU, DGELU_BGRAD,
+ * BGRADA/B) in the module's step list, before any kernel is written */
+void cg_fold_backward_gemms(gen *g);
+
 /* cuda_gen_grad.c: the loss and the backward ops; false when `code` is none of them */
 bool cg_gen_grad_step(gen *g, int32_t step);
 /* the device functions those kernels call, appended to the prelude */

@@ -176,6 +176,8 @@ static void cuda_rank(program_image *b, const sh_program *p, const cg_module *c)
     i32(b, x->kernel);
     u32(b, (uint32_t)x->epilogue);
     i32(b, x->bias);
+    i32(b, x->aux);
+    i32(b, x->mm);
     i32(b, x->out);
     i64(b, x->grid);
     i32(b, x->block);

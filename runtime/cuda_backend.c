@@ -284,15 +284,17 @@ static const char opt_src[] =
     "}\n";
 enum { OPT_PARTIALS = 1024 }; /* blocks of ntp_sumsq */
 
+/* What a heuristic's answer depends on: one query per distinct key (the model's GEMMs repeat a
+ * few shapes layer after layer), shared by the ranks of one GPU. */
 typedef struct gemm_shape {
   int64_t n, cols, k, batch; /* column-major D is n x cols, over k, in batch strided batches */
   int32_t trans, dtype, epilogue, bias_dtype;
-  cublasLtHandle_t lt;
+  int device;
 } gemm_shape;
 
 static bool same_shape(const gemm_shape *x, const gemm_shape *y) {
   return x->n == y->n && x->cols == y->cols && x->k == y->k && x->batch == y->batch && x->trans == y->trans &&
-         x->dtype == y->dtype && x->epilogue == y->epilogue && x->bias_dtype == y->bias_dtype && x->lt == y->lt;
+         x->dtype == y->dtype && x->epilogue == y->epilogue && x->bias_dtype == y->bias_dtype && x->device == y->device;
 }
 
 typedef struct gemm {
@@ -301,6 +303,7 @@ typedef struct gemm {
   cublasLtMatmulHeuristicResult_t algo;
   gemm_shape shape; /* the heuristic's answer is reused for every GEMM of the same shape */
   bool ready;
+  bool queried;     /* this GEMM's shape was asked of the heuristic (the first of its shape) */
 } gemm;
 
 struct ntp_cuda {
@@ -311,8 +314,9 @@ struct ntp_cuda {
   int *dev;               /* per rank: its GPU */
   cudaStream_t *stream;   /* per rank (loopback: all the same stream) */
   cublasLtHandle_t *lt;   /* per rank (loopback: shared) */
-  void **workspace;
-  size_t workspace_bytes;
+  void **workspace;       /* per rank (loopback: shared): the most its GEMMs' algorithms need */
+  size_t *workspace_size;
+  size_t workspace_cap;   /* the most an algorithm may ask for (NTP_CUBLASLT_WORKSPACE) */
   unsigned char **arena, **persist, **staging; /* per rank, device memory */
   size_t *staging_bytes;
   cudaLibrary_t *lib;     /* per rank */
@@ -363,6 +367,52 @@ static cudaDataType_t cuda_type(ntp_dtype dt) {
  * With trans_a (a weight's gradient: A stored [K, M]) the stored A is A^T's column-major
  * transpose, so cuBLASLt's B operand is transposed; a batch of such A cannot fold into M, and
  * a shared right operand is then a batch of stride 0. */
+static cublasLtEpilogue_t lt_epilogue(cg_epilogue e) {
+  switch (e) {
+  case CG_EPI_NONE: return CUBLASLT_EPILOGUE_DEFAULT;
+  case CG_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+  case CG_EPI_GELU: return CUBLASLT_EPILOGUE_GELU;
+  case CG_EPI_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+  case CG_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+  case CG_EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  case CG_EPI_BGRADA: return CUBLASLT_EPILOGUE_BGRADA;
+  case CG_EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADB;
+  case CG_EPI_COUNT: break;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT; /* not reached: the image reader refuses other values */
+}
+
+/* The epilogue's attributes: the bias (read), or the bias gradient (written: cuBLASLt's type is
+ * D's, no data type set); DGELU's aux matrix, the GELU input, laid out as D (ld = D's rows). */
+static int gemm_epilogue(ntp_cuda *c, const cg_step *cs, gemm *g, int64_t N, char *err, size_t cap) {
+  if (cs->epilogue == CG_EPI_NONE) return 0;
+  cublasLtEpilogue_t epi = lt_epilogue(cs->epilogue);
+  LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (cs->bias >= 0) {
+    const void *bias = dev_ptr(c, cs->bias);
+    LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  }
+  if (cs->bias >= 0 && (cs->epilogue == CG_EPI_BIAS || cs->epilogue == CG_EPI_GELU_BIAS)) {
+    cudaDataType_t bt = cuda_type(c->p->tensors[cs->bias].dtype);
+    LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  }
+  if (cs->aux >= 0) {
+    const void *aux = dev_ptr(c, cs->aux);
+    int64_t ld = N;
+    LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+  }
+  return 0;
+fail:
+  return -1;
+}
+
+/* Row-major C[M,N] = A[M,K] B (B: [K,N], or [N,K] with trans_b) as column-major
+ * C^T (N x M) = op(B^T) (N x K) * A^T (K x M); a batched right operand is a strided batch.
+ * With trans_a (a weight's gradient: A stored [K, M]) the stored A is A^T's column-major
+ * transpose, so cuBLASLt's B operand is transposed; a batch of such A cannot fold into M, and
+ * a shared right operand is then a batch of stride 0. st is the matmul step (cs->mm), which
+ * may be earlier than the step cs stands at (a GEMM run at its act_grad's step). */
 static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *g, char *err, size_t cap) {
   const ntp_tensor *ta = &c->p->tensors[st->op.args[0]], *tb = &c->p->tensors[st->op.args[1]];
   ntp_shape as = box_shape(&ta->box), bs = box_shape(&tb->box);
@@ -377,18 +427,7 @@ static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *
   LT(cu.cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-  if (cs->epilogue != CG_EPI_NONE) { /* bias (over the rows of the column-major D: the features) and GELU */
-    cublasLtEpilogue_t epi = cs->epilogue == CG_EPI_BIAS   ? CUBLASLT_EPILOGUE_BIAS
-                             : cs->epilogue == CG_EPI_GELU ? CUBLASLT_EPILOGUE_GELU
-                                                           : CUBLASLT_EPILOGUE_GELU_BIAS;
-    LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (cs->bias >= 0) {
-      const void *bias = dev_ptr(c, cs->bias);
-      cudaDataType_t bt = cuda_type(c->p->tensors[cs->bias].dtype);
-      LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-      LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    }
-  }
+  if (gemm_epilogue(c, cs, g, N, err, cap) != 0) goto fail;
   LT(cu.cublasLtMatrixLayoutCreate(&g->a, t, (uint64_t)(tr ? K : N), (uint64_t)(tr ? N : K), tr ? K : N));
   if (ta_) LT(cu.cublasLtMatrixLayoutCreate(&g->b, t, (uint64_t)M, (uint64_t)K, M));
   else LT(cu.cublasLtMatrixLayoutCreate(&g->b, t, (uint64_t)K, (uint64_t)cols, K));
@@ -406,8 +445,10 @@ static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *
   g->shape = (gemm_shape){.n = N, .cols = cols, .k = K, .batch = bbatch ? batch : 1, .trans = tr | ta_ << 1,
                           .dtype = (int32_t)t,
                           .epilogue = cs->epilogue, .bias_dtype = cs->bias >= 0 ? (int32_t)c->p->tensors[cs->bias].dtype : -1,
-                          .lt = c->lt[st->rank]};
-  for (size_t s = 0; s < c->p->n_steps; s++) /* one heuristic query per distinct shape */
+                          .device = c->dev[st->rank]};
+  /* one heuristic query per distinct shape and GPU. The answer also depends on the bias and aux
+   * pointers' alignment: every tensor starts on a 256-byte boundary of its block, so all alike */
+  for (size_t s = 0; s < c->p->n_steps; s++)
     if (c->gemms[s].ready && same_shape(&c->gemms[s].shape, &g->shape)) {
       g->algo = c->gemms[s].algo;
       g->ready = true;
@@ -415,18 +456,18 @@ static int gemm_setup(ntp_cuda *c, const ntp_step *st, const cg_step *cs, gemm *
     }
   cublasLtMatmulPreference_t pref;
   LT(cu.cublasLtMatmulPreferenceCreate(&pref));
-  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->workspace_bytes,
-                                             sizeof c->workspace_bytes));
+  uint64_t ws = c->workspace_cap;
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   int found = 0;
   cublasStatus_t hs =
       cu.cublasLtMatmulAlgoGetHeuristic(c->lt[st->rank], g->op, g->a, g->b, g->c, g->c, pref, 1, &g->algo, &found);
   cu.cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-    snprintf(err, cap, "cuBLASLt has no algorithm for a %lldx%lldx%lld %s GEMM", (long long)cols, (long long)N,
-             (long long)K, dtype_name(ta->dtype));
+    snprintf(err, cap, "cuBLASLt has no algorithm for a %lldx%lldx%lld %s GEMM (epilogue %s)", (long long)cols,
+             (long long)N, (long long)K, dtype_name(ta->dtype), cg_epilogue_name(cs->epilogue));
     return -1;
   }
-  g->ready = true;
+  g->ready = g->queried = true;
   return 0;
 fail:
   return -1;
@@ -893,6 +934,63 @@ fail:
   return -1;
 }
 
+/* The most workspace a GEMM's algorithm may ask for: NTP_CUBLASLT_WORKSPACE bytes (a K, M or G
+ * suffix multiplies), 32 MiB by default (cuBLAS's recommendation for Hopper). */
+static int workspace_cap(size_t *bytes, char *err, size_t cap) {
+  const char *e = getenv("NTP_CUBLASLT_WORKSPACE");
+  *bytes = (size_t)32 << 20;
+  if (!e || !*e) return 0;
+  char *end;
+  unsigned long long v = strtoull(e, &end, 10);
+  int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (end == e || *e == '-' || (shift && *++end) || *end || v > (1ull << 40) >> shift) {
+    snprintf(err, cap, "NTP_CUBLASLT_WORKSPACE='%s' is not a size in bytes (e.g. 33554432, 32M)", e);
+    return -1;
+  }
+  *bytes = (size_t)(v << shift);
+  return 0;
+}
+
+/* Each GPU's workspace, sized once, after every algorithm is chosen: the most any GEMM that
+ * uses it needs (loopback: one for all ranks; none at all when no algorithm needs any). */
+static int alloc_workspaces(ntp_cuda *c, char *err, size_t cap) {
+  for (size_t s = 0; s < c->p->n_steps; s++) {
+    const ntp_step *st = &c->p->steps[s];
+    if (!c->gemms[s].ready) continue;
+    int owner = c->nccl ? st->rank : c->rank_lo;
+    if (c->gemms[s].algo.workspaceSize > c->workspace_size[owner]) c->workspace_size[owner] = c->gemms[s].algo.workspaceSize;
+  }
+  for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    int owner = c->nccl ? r : c->rank_lo;
+    if (owner == r && c->workspace_size[r]) {
+      CU(cu.cudaSetDevice(c->dev[r]));
+      CU(cu.cudaMalloc(&c->workspace[r], c->workspace_size[r]));
+    }
+    c->workspace[r] = c->workspace[owner];
+  }
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  return 0;
+fail:
+  return -1;
+}
+
+void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out) {
+  *out = (ntp_cuda_gemms){0};
+  for (size_t s = 0; s < c->p->n_steps; s++) {
+    const gemm *g = &c->gemms[s];
+    if (!g->ready) continue;
+    out->gemms++;
+    out->shapes += g->queried;
+    out->epilogues[c->cuda[c->p->steps[s].rank].steps[s].epilogue]++;
+  }
+  for (int r = c->rank_lo; r < c->rank_hi; r++)
+    if (c->nccl || r == c->rank_lo) {
+      out->gpus++;
+      if (c->workspace_size[r] > out->workspace) out->workspace = c->workspace_size[r];
+    }
+  out->workspace_cap = c->workspace_cap;
+}
+
 int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **out, char *err, size_t cap) {
   *out = NULL;
   if (!p->cuda) {
@@ -917,12 +1015,12 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   c->rank_hi = c->nccl && o->rank_hi > o->rank_lo ? o->rank_hi : W;
   if (c->nccl && load_nccl(err, cap) != 0) goto fail;
 #define ALLOC(field) c->field = calloc((size_t)W + 1, sizeof *c->field)
-  ALLOC(dev); ALLOC(stream); ALLOC(lt); ALLOC(workspace); ALLOC(arena); ALLOC(persist); ALLOC(staging);
+  ALLOC(dev); ALLOC(stream); ALLOC(lt); ALLOC(workspace); ALLOC(workspace_size); ALLOC(arena); ALLOC(persist); ALLOC(staging);
   ALLOC(staging_bytes); ALLOC(lib); ALLOC(kern); ALLOC(world);
 #undef ALLOC
   c->gemms = calloc(p->n_steps + 1, sizeof *c->gemms);
   c->filled = calloc(p->n_tensors + 1, sizeof *c->filled);
-  if (!c->dev || !c->stream || !c->lt || !c->workspace || !c->arena || !c->persist || !c->staging ||
+  if (!c->dev || !c->stream || !c->lt || !c->workspace || !c->workspace_size || !c->arena || !c->persist || !c->staging ||
       !c->staging_bytes || !c->lib || !c->kern || !c->world || !c->gemms || !c->filled)
     goto fail;
   for (int r = c->rank_lo; c->nccl && o->nccl_world && r < c->rank_hi; r++) { /* taken over at once */
@@ -944,7 +1042,7 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
              c->rank_hi - c->rank_lo, c->rank_hi - c->rank_lo, o->device, ndev);
     goto fail;
   }
-  c->workspace_bytes = 32u << 20;
+  if (workspace_cap(&c->workspace_cap, err, cap) != 0) goto fail;
   /* staging for packed transfers: the most one rank sends plus receives in one step */
   for (size_t s = 0; s < p->n_steps; s++) {
     const ntp_step *st = &p->steps[s];
@@ -973,11 +1071,9 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
     if (c->nccl || r == c->rank_lo) {
       CU(cu.cudaStreamCreate(&c->stream[r]));
       LT(cu.cublasLtCreate(&c->lt[r]));
-      CU(cu.cudaMalloc(&c->workspace[r], c->workspace_bytes));
     } else { /* loopback: one stream, one handle */
       c->stream[r] = c->stream[c->rank_lo];
       c->lt[r] = c->lt[c->rank_lo];
-      c->workspace[r] = c->workspace[c->rank_lo];
     }
     CU(cu.cudaMalloc((void **)&c->arena[r], (size_t)p->mem[r].arena_bytes + 256));
     CU(cu.cudaMalloc((void **)&c->persist[r], (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 256));
@@ -1004,8 +1100,10 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
     const ntp_step *st = &p->steps[s];
     if (st->kind != SH_COMPUTE || !local_rank(c, st->rank) || p->cuda[st->rank].steps[s].kind != CG_GEMM) continue;
     CU(cu.cudaSetDevice(c->dev[st->rank]));
-    if (gemm_setup(c, st, &p->cuda[st->rank].steps[s], &c->gemms[s], err, cap) != 0) goto fail;
+    const cg_step *cs = &p->cuda[st->rank].steps[s];
+    if (gemm_setup(c, &p->steps[cs->mm], cs, &c->gemms[s], err, cap) != 0) goto fail;
   }
+  if (alloc_workspaces(c, err, cap) != 0) goto fail;
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
   *out = c;
   for (int r = 0; r < W; r++) free(cubins[r]);
@@ -1111,9 +1209,10 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
     if (c->nccl) CU(cu.cudaSetDevice(c->dev[r]));
     if (cs->kind == CG_GEMM) {
       gemm *g = &c->gemms[s];
-      unsigned char *a = dev_ptr(c, st->op.args[0]), *b = dev_ptr(c, st->op.args[1]), *d = dev_ptr(c, cs->out);
+      const ntp_op *mm = &p->steps[cs->mm].op; /* this step's, or the earlier matmul run here */
+      unsigned char *a = dev_ptr(c, mm->args[0]), *b = dev_ptr(c, mm->args[1]), *d = dev_ptr(c, cs->out);
       LT(cu.cublasLtMatmul(c->lt[r], g->op, &one, b, g->a, a, g->b, &zero, d, g->c, d, g->c, &g->algo.algo,
-                           c->workspace[r], c->workspace_bytes, c->stream[r]));
+                           c->workspace[r], g->algo.workspaceSize, c->stream[r]));
       continue;
     }
     if (cs->kind != CG_KERNEL) continue;
@@ -1823,6 +1922,7 @@ void ntp_cuda_free(ntp_cuda *c) {
   free(c->stream);
   free(c->lt);
   free(c->workspace);
+  free(c->workspace_size);
   free(c->arena);
   free(c->persist);
   free(c->staging);
@@ -1943,4 +2043,17 @@ int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, flo
   (void)c, (void)send, (void)n_send, (void)recv, (void)n_recv;
   return ntp_cuda_available(err, cap);
 }
+void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out) {
+  (void)c;
+  *out = (ntp_cuda_gemms){0};
+}
 #endif
+
+void ntp_cuda_gemm_line(const ntp_cuda_gemms *s, char *buf, size_t cap) {
+  int n = snprintf(buf, cap, "cuBLASLt: %d GEMMs, %d distinct shapes (one heuristic query each), workspace %zu bytes "
+                   "per GPU on %d (algorithms allowed %zu); epilogues:", s->gemms, s->shapes, s->workspace, s->gpus,
+                   s->workspace_cap);
+  for (int e = 0; e < CG_EPI_COUNT && n > 0 && (size_t)n < cap; e++)
+    n += snprintf(buf + n, cap - (size_t)n, " %s %d", cg_epilogue_name((cg_epilogue)e), s->epilogues[e]);
+}
+

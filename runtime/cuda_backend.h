@@ -44,6 +44,17 @@ int ntp_cuda_copy_to_host(ntp_cuda *c, void *dst, const void *src, size_t bytes,
 /* 0 and the GPU when data is device memory (cudaPointerGetAttributes); -1 otherwise. */
 int ntp_cuda_device_of(ntp_cuda *c, const void *data, int *dev);
 void ntp_cuda_free(ntp_cuda *c);
+/* The GEMMs this process runs, for NTP_VERBOSE: how many, the distinct shapes (one cuBLASLt
+ * heuristic query each), the workspace (the largest of any GPU's, sized from the chosen
+ * algorithms; at most workspace_cap, NTP_CUBLASLT_WORKSPACE), and how many per epilogue. */
+typedef struct ntp_cuda_gemms {
+  int gemms, shapes, gpus;
+  size_t workspace, workspace_cap;
+  int epilogues[CG_EPI_COUNT];
+} ntp_cuda_gemms;
+void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out);
+/* the summary as one line, "cuBLASLt: ..." (no newline) */
+void ntp_cuda_gemm_line(const ntp_cuda_gemms *s, char *buf, size_t cap);
 /* Does rank r run in this process? (every rank does, but with one rank per process) */
 bool ntp_cuda_runs_rank(const ntp_cuda *c, int r);
 /* Does every rank of the program run in this process? */

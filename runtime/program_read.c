@@ -391,9 +391,11 @@ static void cuda_rank(reader *r, const ntp_program *p, ntp_rank_code *c) {
     if (kind > CG_FUSED) fail(r, "step kind %u", kind);
     x->kind = (cg_step_kind)kind;
     x->kernel = i32(r);
-    if ((epi = u32(r)) > CG_EPI_GELU_BIAS) fail(r, "epilogue %u", epi);
+    if ((epi = u32(r)) >= CG_EPI_COUNT) fail(r, "epilogue %u", epi);
     x->epilogue = (cg_epilogue)epi;
     index_ok(r, x->bias = i32(r), -1, p->n_tensors, "tensor");
+    index_ok(r, x->aux = i32(r), -1, p->n_tensors, "tensor");
+    index_ok(r, x->mm = i32(r), -1, p->n_steps, "step");
     index_ok(r, x->out = i32(r), -1, p->n_tensors, "tensor");
     x->grid = i64(r);
     x->block = i32(r);
@@ -406,6 +408,18 @@ static void cuda_rank(reader *r, const ntp_program *p, ntp_rank_code *c) {
         fail(r, "step %zu's launch", s);
     }
     if (!r->bad && x->kind == CG_GEMM && x->out < 0) fail(r, "step %zu's GEMM writes nothing", s);
+    if (!r->bad && x->kind == CG_GEMM &&
+        (x->mm < 0 || (size_t)x->mm > s || p->steps[x->mm].kind != SH_COMPUTE || p->steps[x->mm].op.code != IR_MATMUL ||
+         p->steps[x->mm].rank != p->steps[s].rank))
+      fail(r, "step %zu's GEMM computes no matmul of its rank", s);
+    bool needs_aux = x->epilogue == CG_EPI_DGELU || x->epilogue == CG_EPI_DGELU_BGRAD;
+    bool needs_bias = x->epilogue != CG_EPI_NONE && x->epilogue != CG_EPI_GELU && x->epilogue != CG_EPI_DGELU;
+    if (!r->bad && x->kind == CG_GEMM && ((x->aux >= 0) != needs_aux || (x->bias >= 0) != needs_bias))
+      fail(r, "step %zu's GEMM epilogue %s without its tensors", s, cg_epilogue_name(x->epilogue));
+    for (int k = 0; k < 3 && !r->bad && x->kind == CG_GEMM; k++) { /* the GEMM's own rank's memory */
+      int32_t t = k == 0 ? x->out : k == 1 ? x->bias : x->aux;
+      if (t >= 0 && p->tensors[t].rank != p->steps[s].rank) fail(r, "step %zu's GEMM uses another rank's tensor", s);
+    }
   }
   c->nargs = count(r, 8, "kernel arguments");
   c->args = alloc(r, c->nargs, sizeof *c->args);

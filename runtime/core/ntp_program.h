@@ -27,7 +27,7 @@
 #include "ntp_types.h"
 
 #define NTP_PROGRAM_MAGIC "NTPPROG"
-#define NTP_PROGRAM_VERSION 1
+#define NTP_PROGRAM_VERSION 2
 
 /* ---- the global (unsharded) module: what the CPU reference runs ---- */
 typedef struct ntp_value {
@@ -103,8 +103,24 @@ typedef struct ntp_rank_mem {
 } ntp_rank_mem;
 
 typedef enum { CG_NONE, CG_KERNEL, CG_GEMM, CG_FUSED } cg_step_kind;
-/* What a GEMM's epilogue adds to the product before its one rounding (cuBLASLt epilogues). */
-typedef enum { CG_EPI_NONE, CG_EPI_BIAS, CG_EPI_GELU, CG_EPI_GELU_BIAS } cg_epilogue;
+/* What a GEMM's epilogue does with the product before its one rounding (cuBLASLt epilogues):
+ * forward, a bias over the output features and/or GELU; backward, GELU's derivative at the saved
+ * GELU input (DGELU, with the bias gradient of its result: DGELU_BGRAD) or the bias gradient of
+ * one operand summed over the GEMM's k (BGRADA: cuBLASLt's A, the IR's right operand; BGRADB:
+ * cuBLASLt's B, the IR's left). X-macro: the enum and the names (cg_epilogue_name) from one list. */
+#define CG_EPILOGUES(X) X(NONE) X(BIAS) X(GELU) X(GELU_BIAS) X(DGELU) X(DGELU_BGRAD) X(BGRADA) X(BGRADB)
+typedef enum {
+#define CG_EPI_ENUM(n) CG_EPI_##n,
+  CG_EPILOGUES(CG_EPI_ENUM)
+#undef CG_EPI_ENUM
+  CG_EPI_COUNT
+} cg_epilogue;
+static inline const char *cg_epilogue_name(cg_epilogue e) {
+#define CG_EPI_NAME(n) #n,
+  static const char *const names[] = {CG_EPILOGUES(CG_EPI_NAME)};
+#undef CG_EPI_NAME
+  return (unsigned)e < CG_EPI_COUNT ? names[e] : "?";
+}
 
 /* Values a launch passes in its argument block (`struct ntp_args { i64 v[CG_MAX_ARGS]; }`, the
  * kernel's last parameter): its tensors' byte offsets and an init kernel's name hash. Nothing
@@ -116,8 +132,12 @@ typedef enum { CG_EPI_NONE, CG_EPI_BIAS, CG_EPI_GELU, CG_EPI_GELU_BIAS } cg_epil
 typedef struct cg_step {
   cg_step_kind kind;    /* CG_FUSED: done by the kernel (or GEMM epilogue) of an earlier step */
   int32_t kernel;       /* index into kernels, for CG_KERNEL */
-  cg_epilogue epilogue; /* CG_GEMM: a bias over the output columns and/or GELU, fused */
-  int32_t bias;         /* CG_GEMM with a bias: its tensor ([N], the product's dtype) */
+  cg_epilogue epilogue; /* CG_GEMM: what its epilogue does (above) */
+  int32_t bias;         /* CG_GEMM with a bias: its tensor ([N], the product's dtype); with a bias
+                           gradient (DGELU_BGRAD, BGRADA/B): the tensor it writes (the sum_to's) */
+  int32_t aux;          /* CG_GEMM with DGELU: the GELU input it reads (cuBLASLt's aux), else -1 */
+  int32_t mm;           /* CG_GEMM: the matmul step it computes: this step, or an earlier one when
+                           the GEMM runs at the step of the act_grad it took into its epilogue */
   int32_t out;          /* CG_GEMM: the tensor written (the last fused step's result) */
   int64_t grid;         /* CG_KERNEL: blocks (1-D) */
   int32_t block, smem;  /* CG_KERNEL: threads per block, dynamic shared memory bytes */

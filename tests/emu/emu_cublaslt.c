@@ -18,10 +18,12 @@ typedef struct emu_desc {
   cublasComputeType_t compute;
   cudaDataType_t scale;
   cublasOperation_t ta, tb;
-  cublasLtEpilogue_t epilogue; /* DEFAULT, BIAS, GELU or GELU_BIAS */
-  const void *bias;            /* one value per row of D */
+  cublasLtEpilogue_t epilogue; /* DEFAULT, BIAS, GELU, GELU_BIAS, DGELU, DGELU_BGRAD, BGRADA, BGRADB */
+  const void *bias;            /* BIAS: one value per row of D, read; BGRAD: the gradient, written */
   cudaDataType_t bias_type;
   bool bias_type_set;
+  const void *aux; /* DGELU: the GELU input, laid out as D with leading dimension aux_ld */
+  int64_t aux_ld;
 } emu_desc;
 typedef struct emu_layout {
   int magic;
@@ -104,8 +106,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     uint32_t e;
     memcpy(&e, buf, sizeof e);
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU &&
-        e != CUBLASLT_EPILOGUE_GELU_BIAS) {
-      emu_fail("cublasLtMatmulDescSetAttribute: epilogue %u is not emulated (DEFAULT, BIAS, GELU, GELU_BIAS)", e);
+        e != CUBLASLT_EPILOGUE_GELU_BIAS && e != CUBLASLT_EPILOGUE_DGELU && e != CUBLASLT_EPILOGUE_DGELU_BGRAD &&
+        e != CUBLASLT_EPILOGUE_BGRADA && e != CUBLASLT_EPILOGUE_BGRADB) {
+      emu_fail("cublasLtMatmulDescSetAttribute: epilogue %u is not emulated (DEFAULT, BIAS, GELU, GELU_BIAS, DGELU, "
+               "DGELU_BGRAD, BGRADA, BGRADB)", e);
       return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     x->epilogue = (cublasLtEpilogue_t)e;
@@ -113,6 +117,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
   }
   if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER && n == sizeof(void *)) {
     memcpy(&x->bias, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER && n == sizeof(void *)) {
+    memcpy(&x->aux, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD && n == sizeof(int64_t)) {
+    memcpy(&x->aux_ld, buf, n);
     return CUBLAS_STATUS_SUCCESS;
   }
   if (a == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE && n == sizeof(int32_t)) {
@@ -215,17 +227,31 @@ static bool shapes(const emu_desc *d, const emu_layout *A, const emu_layout *B, 
   return true;
 }
 
+/* The emulated algorithm, in the opaque cublasLtMatmulAlgo_t: a mark and the workspace it was
+ * chosen with. Like a split-k algorithm it wants workspace, 4 bytes per element of D when the
+ * preference allows as much (none otherwise), so that a caller that passes less than
+ * workspaceSize to cublasLtMatmul, or workspace that is not device memory, is caught. */
+enum { ALGO_MAGIC = 0x4c54414c };
+static uint64_t algo_workspace(const cublasLtMatmulAlgo_t *algo, bool *ok) {
+  *ok = algo && algo->data[0] == ALGO_MAGIC;
+  return *ok ? algo->data[1] : 0;
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int want,
                                               cublasLtMatmulHeuristicResult_t *res, int *found) {
-  (void)pref;
   *found = 0;
+  if (!pref || ((emu_pref *)pref)->magic != PREF_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
   if (!h || ((emu_handle *)h)->magic != HANDLE_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
   uint64_t m, n, k;
   if (want < 1 || !shapes((emu_desc *)desc, (emu_layout *)a, (emu_layout *)b, (emu_layout *)c, (emu_layout *)d, &m, &n, &k))
     return CUBLAS_STATUS_INVALID_VALUE;
   memset(&res[0], 0, sizeof res[0]);
+  uint64_t need = 4 * m * n * (uint64_t)((emu_layout *)d)->batch;
+  res[0].workspaceSize = need <= ((emu_pref *)pref)->workspace ? need : 0;
+  res[0].algo.data[0] = ALGO_MAGIC;
+  res[0].algo.data[1] = res[0].workspaceSize;
   res[0].state = CUBLAS_STATUS_SUCCESS;
   res[0].wavesCount = 1.0f;
   *found = 1;
@@ -237,6 +263,13 @@ static float load(const void *p, cudaDataType_t t, int64_t i) { return emu_load(
 static void store(void *p, cudaDataType_t t, int64_t i, float f) { emu_store(p, format(t), (size_t)i, f); }
 
 static size_t tbytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+/* GELU's derivative (the tanh form's), in fp32 as the generated act_grad kernel computes it */
+static float dgelu_at(float x) {
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  float t = tanhf(c * (x + a * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+}
 
 /* the bytes a layout's batches span from its base pointer */
 static bool extent(const void *p, const emu_layout *l, const char *what) {
@@ -258,8 +291,8 @@ static bool extent(const void *p, const emu_layout *l, const char *what) {
 
 static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, float al, const void *A,
                                  cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, float be,
-                                 const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl, void *ws,
-                                 size_t wsbytes);
+                                 const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                                 cublasLtMatmulAlgo_t algo, void *ws, size_t wsbytes);
 
 /* a GEMM recorded by a stream capture: every argument (the scalars by value, as cuBLASLt reads
  * host scalars at the call); the descriptors must outlive the graph, as with cuBLASLt */
@@ -272,11 +305,12 @@ typedef struct gemm_node {
   void *D, *ws;
   cublasLtMatrixLayout_t Al, Bl, Cl, Dl;
   size_t wsbytes;
+  cublasLtMatmulAlgo_t algo;
 } gemm_node;
 static int run_gemm(void *ctx) {
   gemm_node *g = ctx;
-  return matmul_now(g->h, g->desc, g->alpha, g->A, g->Al, g->B, g->Bl, g->beta, g->C, g->Cl, g->D, g->Dl, g->ws,
-                    g->wsbytes) == CUBLAS_STATUS_SUCCESS
+  return matmul_now(g->h, g->desc, g->alpha, g->A, g->Al, g->B, g->Bl, g->beta, g->C, g->Cl, g->D, g->Dl, g->algo,
+                    g->ws, g->wsbytes) == CUBLAS_STATUS_SUCCESS
              ? 0
              : -1;
 }
@@ -285,24 +319,35 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, const void *beta,
                               const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes, cudaStream_t stream) {
-  (void)algo;
   if (!emu_device_ok(emu_current_device(), "cublasLtMatmul")) return CUBLAS_STATUS_EXECUTION_FAILED;
+  /* no algorithm: cuBLASLt queries its heuristic itself; the emulator's answer then needs no workspace */
+  const cublasLtMatmulAlgo_t implicit = {.data = {ALGO_MAGIC, 0}};
   float al, be;
   memcpy(&al, alpha, 4);
   memcpy(&be, beta, 4);
   if (emu_capturing(stream)) {
     gemm_node *g = malloc(sizeof *g);
     if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
-    *g = (gemm_node){sizeof *g, h, desc, al, be, A, B, C, D, ws, Al, Bl, Cl, Dl, wsbytes};
+    *g = (gemm_node){sizeof *g, h, desc, al, be, A, B, C, D, ws, Al, Bl, Cl, Dl, wsbytes, algo ? *algo : implicit};
     return emu_capture(stream, run_gemm, g) == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
   }
-  return matmul_now(h, desc, al, A, Al, B, Bl, be, C, Cl, D, Dl, ws, wsbytes);
+  return matmul_now(h, desc, al, A, Al, B, Bl, be, C, Cl, D, Dl, algo ? *algo : implicit, ws, wsbytes);
+}
+
+/* the bytes an operand covers, for the overlap check */
+typedef struct span {
+  const void *lo, *hi;
+  const char *what;
+} span;
+static span span_of(const void *p, const emu_layout *l, const char *what) {
+  uint64_t last = (l->rows - 1) + (l->cols - 1) * (uint64_t)l->ld + (uint64_t)(l->batch - 1) * (uint64_t)l->stride;
+  return (span){p, (const char *)p + (last + 1) * tbytes(l->type), what};
 }
 
 static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, float al, const void *A,
                                  cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, float be,
-                                 const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl, void *ws,
-                                 size_t wsbytes) {
+                                 const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                                 cublasLtMatmulAlgo_t algo, void *ws, size_t wsbytes) {
   const emu_desc *d = (const emu_desc *)desc;
   const emu_layout *a = (const emu_layout *)Al, *b = (const emu_layout *)Bl, *c = (const emu_layout *)Cl,
                    *o = (const emu_layout *)Dl;
@@ -314,6 +359,16 @@ static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, 
   }
   uint64_t m, n, k;
   if (!shapes(d, a, b, c, o, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+  bool ours;
+  uint64_t need = algo_workspace(&algo, &ours);
+  if (!ours) {
+    emu_fail("cublasLtMatmul: the algorithm is not one cublasLtMatmulAlgoGetHeuristic returned");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (wsbytes < need || (need && !ws)) {
+    emu_fail("cublasLtMatmul: the algorithm needs %llu bytes of workspace, given %zu", (unsigned long long)need, wsbytes);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
   if (ws && wsbytes && !emu_find(ws, wsbytes)) {
     emu_fail("cublasLtMatmul: the workspace (%zu bytes) is not device memory", wsbytes);
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -326,6 +381,11 @@ static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, 
   }
   bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
   bool with_gelu = d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+  bool dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU || d->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  int bgrad = d->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD ? 'D'
+              : d->epilogue == CUBLASLT_EPILOGUE_BGRADA    ? 'A'
+              : d->epilogue == CUBLASLT_EPILOGUE_BGRADB    ? 'B'
+                                                           : 0;
   /* the bias: one value per row of D, of D's type unless set; the same for every batch */
   cudaDataType_t bias_t = d->bias_type_set ? d->bias_type : o->type;
   if (with_bias && (!d->bias || !emu_find(d->bias, m * tbytes(bias_t)))) {
@@ -333,6 +393,40 @@ static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, 
              (unsigned long long)m);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  if ((dgelu || bgrad) && (a->batch > 1 || be != 0.0f)) {
+    emu_fail("cublasLtMatmul: the %s epilogue is emulated for one unbatched GEMM with beta 0",
+             dgelu ? "DGELU" : "bias-gradient");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  /* DGELU's aux: the GELU input as D is laid out, ld a multiple of 8 and no less than D's rows
+   * (cuBLASLt's rule), of D's type (the default aux type, the only one emulated) */
+  if (dgelu && (!d->aux || d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)m)) {
+    emu_fail("cublasLtMatmul: DGELU needs EPILOGUE_AUX_POINTER and an EPILOGUE_AUX_LD divisible by 8 and at least "
+             "the %llu rows of D (given %p, ld %lld)", (unsigned long long)m, d->aux, (long long)d->aux_ld);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (dgelu && !extent(d->aux, &(emu_layout){LAYOUT_MAGIC, o->type, m, n, d->aux_ld, 0, 1}, "the aux matrix"))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  /* the bias gradient: written, D's type (no bias data type may be set: cuBLASLt's is Ctype), one
+   * value per row of D (DGELU_BGRAD, BGRADA) or per column (BGRADB) */
+  uint64_t nbg = bgrad == 'B' ? n : m;
+  if (bgrad && (d->bias_type_set || !d->bias || !emu_find(d->bias, nbg * tbytes(o->type)))) {
+    emu_fail("cublasLtMatmul: the bias gradient needs BIAS_POINTER to %llu values of D's type in device memory%s",
+             (unsigned long long)nbg, d->bias_type_set ? " (and no BIAS_DATA_TYPE)" : "");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  /* what it writes may share no byte with what it reads, nor with each other: on a GPU the
+   * tiles of one would race with the reads of another (in place, C = D, is allowed) */
+  span spans[] = {span_of(D, o, "D"), {0}, span_of(A, a, "A"), span_of(B, b, "B"), {0}, {0}};
+  if (bgrad) spans[1] = (span){d->bias, (const char *)d->bias + nbg * tbytes(o->type), "the bias gradient"};
+  if (dgelu) spans[4] = span_of(d->aux, &(emu_layout){LAYOUT_MAGIC, o->type, m, n, d->aux_ld, 0, 1}, "the aux matrix");
+  if (with_bias) spans[5] = (span){d->bias, (const char *)d->bias + m * tbytes(bias_t), "the bias"};
+  for (int w = 0; w < 2; w++)
+    for (int x = w + 1; x < 6; x++)
+      if (spans[w].lo && spans[x].lo && spans[w].lo < spans[x].hi && spans[x].lo < spans[w].hi) {
+        emu_fail("cublasLtMatmul: %s overlaps %s", spans[w].what, spans[x].what);
+        return CUBLAS_STATUS_INVALID_VALUE;
+      }
   /* op(A) as m x k rows and op(B) as n x k rows in fp32: contiguous dot products */
   float *pa = malloc(sizeof(float) * (m * k + 1)), *pb = malloc(sizeof(float) * (n * k + 1));
   float *acc = malloc(sizeof(float) * (m * n + 1));
@@ -365,8 +459,18 @@ static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, 
         if (with_bias) v += load(d->bias, bias_t, (int64_t)i);
         if (with_gelu) /* cuBLASLt's GELU: the tanh form */
           v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+        if (dgelu) /* the tanh form's derivative at the GELU input */
+          v = v * dgelu_at(load(d->aux, o->type, (int64_t)(i + j * (uint64_t)d->aux_ld)));
         store(db, o->type, at, v);
       }
+    /* bias gradients, summed in fp32 in order: DGELU_BGRAD over D's columns (of the values as
+     * stored), BGRADA over op(A)'s k, BGRADB over op(B)'s k; rounded once to D's type */
+    for (uint64_t i = 0; bgrad && i < nbg; i++) {
+      float sum = 0.0f;
+      for (uint64_t kk = 0; kk < (bgrad == 'D' ? n : k); kk++)
+        sum += bgrad == 'D' ? load(db, o->type, (int64_t)(i + kk * (uint64_t)o->ld)) : bgrad == 'A' ? pa[i * k + kk] : pb[i * k + kk];
+      store((void *)d->bias, o->type, (int64_t)i, sum);
+    }
   }
   free(pa), free(pb), free(acc);
   return CUBLAS_STATUS_SUCCESS;

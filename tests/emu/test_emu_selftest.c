@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <nccl.h>
 #include <nvrtc.h>
 #include <stdbool.h>
@@ -341,6 +342,126 @@ static cudaError_t c_cublaslt_gemm(void) { /* column-major, op(A) = A^T, a strid
   return cudaSuccess;
 }
 
+/* The backward's epilogues against plain loops: D (m x n) = op(A) op(B) with op(A) = A (m x k,
+ * ld m) and op(B) = B^T (B stored n x k, ld n), as the backend's weight-gradient GEMMs are. */
+enum { EM = 16, EN = 5, EK = 6 };
+typedef struct lt_case {
+  float a[EM * EK], b[EN * EK], aux[EM * EN], d[EM * EN], bias[EM];
+  float *da, *db, *daux, *dd, *dbias;
+  cublasLtHandle_t h;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld;
+} lt_case;
+static float lt_rand(unsigned *x) { *x = *x * 1664525u + 1013904223u; return (float)(*x >> 8) / 16777216.0f * 4.0f - 2.0f; }
+static void lt_setup(lt_case *c, cublasLtEpilogue_t e, int64_t aux_ld) {
+  unsigned seed = 7;
+  for (int i = 0; i < EM * EK; i++) c->a[i] = lt_rand(&seed);
+  for (int i = 0; i < EN * EK; i++) c->b[i] = lt_rand(&seed);
+  for (int i = 0; i < EM * EN; i++) c->aux[i] = lt_rand(&seed);
+  cudaMalloc((void **)&c->da, sizeof c->a), cudaMalloc((void **)&c->db, sizeof c->b);
+  cudaMalloc((void **)&c->daux, sizeof c->aux), cudaMalloc((void **)&c->dd, sizeof c->d);
+  cudaMalloc((void **)&c->dbias, sizeof c->bias);
+  cudaMemcpy(c->da, c->a, sizeof c->a, cudaMemcpyHostToDevice), cudaMemcpy(c->db, c->b, sizeof c->b, cudaMemcpyHostToDevice);
+  cudaMemcpy(c->daux, c->aux, sizeof c->aux, cudaMemcpyHostToDevice);
+  cublasOperation_t t = CUBLAS_OP_T;
+  cublasLtCreate(&c->h);
+  cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t);
+  cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+  cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c->dbias, sizeof c->dbias);
+  if (e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+    cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->daux, sizeof c->daux);
+    cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+  }
+  cublasLtMatrixLayoutCreate(&c->la, CUDA_R_32F, EM, EK, EM);
+  cublasLtMatrixLayoutCreate(&c->lb, CUDA_R_32F, EN, EK, EN);
+  cublasLtMatrixLayoutCreate(&c->ld, CUDA_R_32F, EM, EN, EM);
+}
+static bool lt_run(lt_case *c, const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes) {
+  float one = 1, zero = 0;
+  if (cublasLtMatmul(c->h, c->op, &one, c->da, c->la, c->db, c->lb, &zero, c->dd, c->ld, c->dd, c->ld, algo, ws, wsbytes,
+                     NULL) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  cudaMemcpy(c->d, c->dd, sizeof c->d, cudaMemcpyDeviceToHost);
+  cudaMemcpy(c->bias, c->dbias, sizeof c->bias, cudaMemcpyDeviceToHost);
+  return true;
+}
+static bool close_to(float x, double want) { return fabs(x - want) <= 1e-5 * (1.0 + fabs(want)); }
+static double dgelu_ref(double x) { /* the tanh form's derivative, in double */
+  double c = 0.7978845608028654, k = 0.044715, t = tanh(c * (x + k * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * k * x * x);
+}
+static double prod_ref(const lt_case *c, int i, int j) {
+  double s = 0;
+  for (int k = 0; k < EK; k++) s += (double)c->a[i + k * EM] * c->b[j + k * EN];
+  return s;
+}
+static cudaError_t c_cublaslt_dgelu_bgrad(void) {
+  lt_case c;
+  lt_setup(&c, CUBLASLT_EPILOGUE_DGELU_BGRAD, EM);
+  if (!lt_run(&c, NULL, NULL, 0)) return cudaErrorUnknown;
+  for (int i = 0; i < EM; i++) {
+    double sum = 0;
+    for (int j = 0; j < EN; j++) {
+      double want = prod_ref(&c, i, j) * dgelu_ref(c.aux[i + j * EM]);
+      if (!close_to(c.d[i + j * EM], want)) return cudaErrorUnknown;
+      sum += c.d[i + j * EM];
+    }
+    if (!close_to(c.bias[i], sum)) return cudaErrorUnknown; /* over D's columns */
+  }
+  return cudaSuccess;
+}
+static cudaError_t c_cublaslt_bgrad(void) {
+  for (int which = 0; which < 2; which++) {
+    lt_case c;
+    lt_setup(&c, which == 0 ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB, 0);
+    if (!lt_run(&c, NULL, NULL, 0)) return cudaErrorUnknown;
+    for (int i = 0; i < EM; i++)
+      for (int j = 0; j < EN; j++)
+        if (!close_to(c.d[i + j * EM], prod_ref(&c, i, j))) return cudaErrorUnknown;
+    for (int i = 0; i < (which == 0 ? EM : EN); i++) { /* op(A)'s rows, or op(B)'s columns, summed over k */
+      double sum = 0;
+      for (int k = 0; k < EK; k++) sum += which == 0 ? c.a[i + k * EM] : c.b[i + k * EN];
+      if (!close_to(c.bias[i], sum)) return cudaErrorUnknown;
+    }
+  }
+  return cudaSuccess;
+}
+static cudaError_t c_cublaslt_aux_ld(void) { /* cuBLASLt: the aux ld a multiple of 8 */
+  lt_case c;
+  lt_setup(&c, CUBLASLT_EPILOGUE_DGELU, EM + 4);
+  return lt_run(&c, NULL, NULL, 0) ? cudaSuccess : cudaErrorUnknown;
+}
+static cudaError_t c_cublaslt_bgrad_type(void) { /* the bias gradient is D's type: no bias data type */
+  lt_case c;
+  lt_setup(&c, CUBLASLT_EPILOGUE_BGRADB, 0);
+  int32_t bt = CUDA_R_16BF;
+  cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+  return lt_run(&c, NULL, NULL, 0) ? cudaSuccess : cudaErrorUnknown;
+}
+static cudaError_t c_cublaslt_bgrad_overlap(void) { /* an output over an input: a race on a GPU */
+  lt_case c;
+  lt_setup(&c, CUBLASLT_EPILOGUE_DGELU_BGRAD, EM);
+  cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.daux, sizeof c.daux);
+  return lt_run(&c, NULL, NULL, 0) ? cudaSuccess : cudaErrorUnknown;
+}
+static cudaError_t c_cublaslt_workspace(void) { /* the heuristic's algorithm, given less workspace than it needs */
+  lt_case c;
+  lt_setup(&c, CUBLASLT_EPILOGUE_DEFAULT, 0);
+  cublasLtMatmulPreference_t pref;
+  uint64_t most = 1 << 20;
+  cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &most, sizeof most);
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(c.h, c.op, c.la, c.lb, c.ld, c.ld, pref, 1, &res, &found);
+  if (found != 1 || res.workspaceSize == 0) return cudaErrorUnknown;
+  void *ws;
+  cudaMalloc(&ws, res.workspaceSize);
+  if (!lt_run(&c, &res.algo, ws, res.workspaceSize)) return cudaErrorUnknown; /* enough */
+  return lt_run(&c, &res.algo, ws, res.workspaceSize - 4) ? cudaSuccess : cudaErrorUnknown;
+}
+
 /* a captured graph replays the launches with the argument values of the capture; a synchronous
  * copy during a capture is refused */
 static cudaError_t c_graph_replay(void) {
@@ -400,6 +521,12 @@ static const struct {
     {"NCCL: NCCL_SHRINK_DEFAULT after a failure", c_failed_peer_shrink_default, "after a failure: NCCL_SHRINK_ABORT"},
     {"cuBLASLt: an epilogue it does not emulate", c_cublaslt_epilogue, "epilogue 2 is not emulated"},
     {"cuBLASLt: transposed, strided-batch GEMM", c_cublaslt_gemm, NULL},
+    {"cuBLASLt: DGELU_BGRAD against loops", c_cublaslt_dgelu_bgrad, NULL},
+    {"cuBLASLt: BGRADA and BGRADB against loops", c_cublaslt_bgrad, NULL},
+    {"cuBLASLt: DGELU with an aux ld not a multiple of 8", c_cublaslt_aux_ld, "an EPILOGUE_AUX_LD divisible by 8"},
+    {"cuBLASLt: a bias gradient with a bias data type", c_cublaslt_bgrad_type, "(and no BIAS_DATA_TYPE)"},
+    {"cuBLASLt: a bias gradient over the aux matrix", c_cublaslt_bgrad_overlap, "the bias gradient overlaps the aux matrix"},
+    {"cuBLASLt: less workspace than the algorithm needs", c_cublaslt_workspace, "needs 320 bytes of workspace, given 316"},
     {"graphs: capture, refuse a synchronous copy, replay", c_graph_replay, NULL},
 };
 

@@ -1,4 +1,4 @@
-# train_data.sh — sourced by train.sh and train_procs.sh (with $py and $tmp set): the token file
+# train_data.sh — sourced by train.sh, train_epilogues.sh and train_procs.sh (with $py and $tmp set): the token file
 # both train on and the options every run shares, so that their runs compare with each other's.
 # The text: the example models' sources, not the docs, which change with every edit (after one
 # edit of docs/training.md a bias at round-off level came out 1.9e-5 of the parameters' scale from

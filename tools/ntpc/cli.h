@@ -25,4 +25,9 @@ int ntpc_train_command(int argc, char **argv);
 /* `ntpc goodput` (goodput_cmd.c) */
 int ntpc_goodput_command(int argc, char **argv);
 
+/* With NTP_VERBOSE set (and not "0"): the CUDA backend's GEMM summary line on stdout
+ * (ntp_cuda_gemm_line: distinct shapes, workspace, epilogues); nothing for a NULL backend. */
+struct ntp_cuda;
+void cli_verbose_gemms(const struct ntp_cuda *c);
+
 #endif

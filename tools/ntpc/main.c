@@ -322,6 +322,7 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
     goto done;
   }
   if (ntp_cuda_create(p, &co, &c, err, sizeof err) != 0) goto done;
+  cli_verbose_gemms(c);
   if (params && ntp_cuda_load(c, params, err, sizeof err) != 0) {
     rc = 1;
     goto done;

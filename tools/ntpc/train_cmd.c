@@ -481,6 +481,7 @@ static int train(const train_opts *o, ntpc_session *s) {
   else if (o->sharded)
     printf("sharded: %d ranks simulated on the cpu backend (each rank's forward, backward and AdamW on its slices, the "
            "gradients summed over their holders)\n", prog->world);
+  if (o->cuda) cli_verbose_gemms(ntp_trainer_cuda(tr));
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
          (long long)aw.warmup, aw.lr * aw.min_lr_frac, aw.beta1, aw.beta2, aw.eps, aw.weight_decay, aw.clip);
   double first = NAN, last = NAN, total_s = 0;
