@@ -24,5 +24,7 @@ int ntpc_plan_command(int argc, char **argv);
 int ntpc_train_command(int argc, char **argv);
 /* `ntpc goodput` (goodput_cmd.c) */
 int ntpc_goodput_command(int argc, char **argv);
+/* `ntpc calibrate` (calibrate_cmd.c): measures the local GPUs, writes a device profile */
+int ntpc_calibrate_command(int argc, char **argv);
 
 #endif
