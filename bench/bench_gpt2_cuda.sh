@@ -114,7 +114,7 @@ CC=${CC:-cc}
   { cat "$W/cc.log" >&2; fail "compiling bench/bench_model.c"; }
 direct=1
 # shellcheck disable=SC2046
-"$CC" -std=c17 -O2 -DNTP_BENCH_DIRECT -I"$BUILD/include/ntp" -Iruntime bench/bench_model.c \
+"$CC" -std=c17 -O2 -DNTP_BENCH_DIRECT -I"$BUILD/include/ntp" -Iruntime -Itools bench/bench_model.c \
   "$BUILD/libntprt.a" "$BUILD/libntpc.a" "$BUILD/libntpcore.a" $(pkg-config --libs json-c 2>/dev/null || echo -ljson-c) -lopenblas -fopenmp -ldl -lm \
   -o "$W/bench_model_direct" 2>"$W/cc2.log" || {
   direct=0

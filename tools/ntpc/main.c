@@ -15,6 +15,7 @@
 #include "outfile.h"
 #include "session_program.h"
 #include "cuda_backend.h"
+#include "layer_times.h"
 
 #include "ntpc.h"
 #include "ntprt.h"
@@ -303,26 +304,6 @@ static void free_inputs(const ntp_module *m, ntp_host_tensor **given) {
   free(given);
 }
 
-/* NTP_CUDA_PROFILE=layers: the last forward's device time per layer, in step order ("layer NAME
- * SECONDS"; the model-level steps as "(model)"), what bench/cost_model_error.sh compares with the
- * planner's prediction. */
-static int print_layer_times(ntp_cuda *c, const ntp_program *p) {
-  const char *prof = getenv("NTP_CUDA_PROFILE");
-  if (!prof || strcmp(prof, "layers") != 0) return 0;
-  size_t n = p->global.n_layers + 1;
-  double *t = calloc(n, sizeof *t);
-  char err[512];
-  if (!t || ntp_cuda_layer_times(c, t, n, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc: error: cuda: %s\n", t ? err : "out of memory");
-    free(t);
-    return -1;
-  }
-  for (size_t l = 0; l + 1 < n; l++) printf("layer %s %.9g\n", p->global.layers[l], t[l]);
-  printf("layer (model) %.9g\n", t[n - 1]);
-  free(t);
-  return 0;
-}
-
 /* The CUDA run: kernels generated for every rank, NVRTC (cached), cuBLASLt; outputs compared
  * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
 static int run_cuda(const ir_module *summary, const ntp_program *p, const options *o) {
@@ -366,7 +347,10 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
          co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
          p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
   rc = 0;
-  if (print_layer_times(c, p) != 0) goto done;
+  if (layer_times_print(stdout, c, p, err, sizeof err) != 0) {
+    rc = 2;
+    goto done;
+  }
   double gfloor = grad_floor(&ref, p->global.dtype);
   for (size_t i = 0; i < res.n_outputs; i++) {
     fputs("output ", stdout);
