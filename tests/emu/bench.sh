@@ -19,9 +19,13 @@ for row in "GEMMs / bare cuBLASLt" "layernorm / copy bandwidth" "host us per lay
 done
 export NTP_EMU_GPUS=0
 for s in gpu_all.sh bench_gpt2_cuda.sh cost_model_error.sh; do
-  NTP_NO_BUILD=1 NTP_BUILD_DIR=$build bash "bench/$s" >"$out/none.log" 2>&1 || { cat "$out/none.log" >&2; fail "$s without a GPU: exit $?"; }
+  NTP_NO_BUILD=1 NTP_BUILD_DIR=$build bash "bench/$s" >"$out/none.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || { cat "$out/none.log" >&2; fail "$s without a GPU: exit $rc"; }
   grep -q "no GPU: " "$out/none.log" || { cat "$out/none.log" >&2; fail "$s without a GPU: no 'no GPU' line"; }
 done
-"$build/bench/bench_kernels" >"$out/none.log" 2>&1 || fail "bench_kernels without a GPU: exit $?"
+"$build/bench/bench_kernels" >"$out/none.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || fail "bench_kernels without a GPU: exit $rc"
 grep -q "^bench_kernels: no GPU: " "$out/none.log" || fail "bench_kernels without a GPU: no 'no GPU' line"
 echo "bench.sh: ok"
