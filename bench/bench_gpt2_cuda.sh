@@ -39,8 +39,6 @@
 # Exit status: 0 measured (or no GPU: a line says so, nothing is measured), 1 a step failed,
 # 2 build failure.
 set -u
-cd "$(dirname "$0")/.." || exit 2
-ROOT=$PWD
 ITERS=${NTP_BENCH_ITERS:-5}
 E2E_ITERS=${NTP_BENCH_E2E_ITERS:-3}
 B=${NTP_BENCH_B:-8}
@@ -51,50 +49,16 @@ DEFS=(-D "B=$B" -D "S=$S" -D "D=$D" -D "H=$H" -D "L=$L" -D "V=$V")
 STEP_TIMEOUT=${NTP_BENCH_TIMEOUT:-300}
 T_START=$(date +%s.%N)
 
-# --- build (as tests/gpu/check.sh) ------------------------------------------------------------
-BUILD=${NTP_BUILD_DIR:-build}
-if [ -f "$BUILD/CMakeCache.txt" ]; then
-  home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
-  if [ -n "$home" ] && [ "$(cd "$home" 2>/dev/null && pwd -P)" != "$(pwd -P)" ]; then
-    echo "bench: $BUILD was configured for $home, not $ROOT; using build-gpu" >&2
-    BUILD=build-gpu
-  fi
-fi
-if [ "${NTP_NO_BUILD:-0}" != 1 ]; then
-  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || { echo "bench: cmake configure failed" >&2; exit 2; }
-  fi
-  cmake --build "$BUILD" -j"$(nproc 2>/dev/null || echo 4)" >/dev/null 2>&1 || {
-    cmake --build "$BUILD" -j1 2>&1 | tail -30 >&2
-    echo "bench: build failed" >&2
-    exit 2
-  }
-fi
-NTPC=$BUILD/ntpc
-[ -x "$NTPC" ] || { echo "bench: $NTPC not found" >&2; exit 2; }
+# the build, the GPU probe, the work directory W (bench/bench_lib.sh)
+BENCH=bench
+# shellcheck source=bench/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
+[ "$BACKEND" != cuda ] || bench_probe
 
-if [ "$BACKEND" = cuda ]; then
-probe=$("$NTPC" run examples/elementwise.ntp --backend cuda --iters 0 -D B=1 -D S=2 -D D=8 2>&1)
-prc=$?
-if [ $prc -eq 2 ]; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "bench: FAIL: nvidia-smi lists a GPU, but ntpc cannot use it:" >&2
-    echo "$probe" >&2
-    exit 1
-  fi
-  echo "bench: no GPU: nothing measured ($(echo "$probe" | head -1))"
-  exit 0
-fi
-[ $prc -eq 0 ] || { echo "bench: FAIL: probe run failed (exit $prc):" >&2; echo "$probe" >&2; exit 1; }
-fi
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/ntp-bench.XXXXXX")
-trap 'rm -rf "$W"' EXIT
 CACHE=$W/nvrtc-cache
 mkdir -p "$CACHE"
-fail() { echo "bench: FAIL: $*" >&2; exit 1; }
-# key=value from a log
-kv() { sed -n "s/^$1=//p" "$2" | tail -1; }
+fail() { bench_fail "$@"; }
+kv() { bench_kv "$@"; }
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 
 FLOPS=$(awk -v B="$B" -v S="$S" -v D="$D" -v L="$L" -v V="$V" \
@@ -117,10 +81,7 @@ CC=${CC:-cc}
 "$CC" -std=c17 -O2 -Iruntime bench/bench_model.c -ldl -lm -o "$W/bench_model" 2>"$W/cc.log" ||
   { cat "$W/cc.log" >&2; fail "compiling bench/bench_model.c"; }
 direct=1
-# shellcheck disable=SC2046
-"$CC" -std=c17 -O2 -DNTP_BENCH_DIRECT -I"$BUILD/include/ntp" -Iruntime -Itools bench/bench_model.c \
-  "$BUILD/libntprt.a" "$BUILD/libntpc.a" "$BUILD/libntpcore.a" $(pkg-config --libs json-c 2>/dev/null || echo -ljson-c) -lopenblas -fopenmp -ldl -lm \
-  -o "$W/bench_model_direct" 2>"$W/cc2.log" || {
+bench_build_direct "$W/bench_model_direct" 2>"$W/cc2.log" || {
   direct=0
   echo "note: the direct driver did not build (device time not measured):" >&2
   head -5 "$W/cc2.log" >&2
