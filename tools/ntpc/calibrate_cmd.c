@@ -362,9 +362,9 @@ int ntpc_calibrate_command(int argc, char **argv) {
            "Written by ntpc calibrate, %s. Each line's comment says where its figure comes from.\n"
            "%sUse: ntpc plan MODEL --world W --profile THIS_FILE",
            k->measured, k->quick ? "--quick: small shapes and few repetitions, a check of the tool, not for planning.\n" : "");
-  char path[256];
-  snprintf(path, sizeof path, "%s", out ? out : "");
-  if (!out) snprintf(path, sizeof path, "%s.prof", k->prof.name);
+  char def_path[48]; /* NAME.prof: NAME is at most 31 characters */
+  snprintf(def_path, sizeof def_path, "%s.prof", k->prof.name);
+  const char *path = out ? out : def_path;
   if ((rc = write_profile(k, path)) == 0) printf("calibrate: wrote %s (profile '%s', %s)\n", path, k->prof.name, k->measured);
   goto done;
 fail:
