@@ -45,9 +45,9 @@ if [ $QUICK = 1 ]; then
   export NTP_BENCH_B=1 NTP_BENCH_S=16 NTP_BENCH_D=64 NTP_BENCH_H=2 NTP_BENCH_L=2 NTP_BENCH_V=256
   export NTP_BENCH_ITERS=1 NTP_BENCH_E2E_ITERS=1
 fi
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-[ "${gpus:-0}" -ge 1 ] || gpus=2 # the emulated GPU: collectives over 2
-step calibrate "$NTPC" calibrate "${quick[@]}" --gpus "$gpus" -o "$OUT/calibrated.prof"
+gpus=() # collectives over every visible GPU; on the emulated GPU over 2 of its 8
+[ $EMU = 0 ] || gpus=(--gpus 2)
+step calibrate "$NTPC" calibrate "${quick[@]}" "${gpus[@]}" -o "$OUT/calibrated.prof"
 [ -f "$OUT/calibrated.prof" ] && export NTP_BENCH_PROFILE=$OUT/calibrated.prof
 step cost_model bench/cost_model_error.sh
 step gpt2 bench/bench_gpt2_cuda.sh
