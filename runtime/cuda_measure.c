@@ -322,8 +322,8 @@ fail:
 
 /* ---- collectives ---------------------------------------------------------------------------- */
 
-int ntp_measure_collective(int ngpus, ntp_measure_coll kind, size_t bytes, int iters, double *seconds, char *err,
-                           size_t cap) {
+int ntp_measure_collective(int ngpus, ntp_measure_coll kind, const size_t *sizes, int nsizes, int iters, double *seconds,
+                           char *err, size_t cap) {
   if (load(err, cap) != 0) return -1;
   void *nc = ntp_cuda_dl("nccl", err, cap);
   if (!nc) return -1;
@@ -345,8 +345,10 @@ int ntp_measure_collective(int ngpus, ntp_measure_coll kind, size_t bytes, int i
     return -1;
   }
   int rc = -1;
-  size_t n = bytes / 2 / (size_t)ngpus * (size_t)ngpus; /* bf16 elements, a multiple of the ranks */
-  size_t part = n / (size_t)ngpus;
+  size_t most = 0;
+  for (int j = 0; j < nsizes; j++)
+    if (sizes[j] > most) most = sizes[j];
+  size_t nmax = most / 2 + (size_t)ngpus; /* bf16 elements of the largest buffer, rounded up */
   ncclComm_t *comm = calloc((size_t)ngpus, sizeof *comm);
   int *devs = calloc((size_t)ngpus, sizeof *devs);
   void **in = calloc((size_t)ngpus, sizeof *in), **out = calloc((size_t)ngpus, sizeof *out);
@@ -359,9 +361,9 @@ int ntp_measure_collective(int ngpus, ntp_measure_coll kind, size_t bytes, int i
     devs[r] = r;
     CU(m.cudaSetDevice(r));
     if (timer_new(&t[r], err, cap) != 0) goto fail;
-    CU(m.cudaMalloc(&in[r], n * 2 + 256));
-    CU(m.cudaMalloc(&out[r], n * 2 + 256));
-    CU(m.cudaMemsetAsync(in[r], 0x3c, n * 2, t[r].s));
+    CU(m.cudaMalloc(&in[r], nmax * 2 + 256));
+    CU(m.cudaMalloc(&out[r], nmax * 2 + 256));
+    CU(m.cudaMemsetAsync(in[r], 0x3c, nmax * 2, t[r].s));
     CU(m.cudaStreamSynchronize(t[r].s));
   }
   ncclResult_t nr = init(comm, ngpus, devs);
@@ -370,32 +372,41 @@ int ntp_measure_collective(int ngpus, ntp_measure_coll kind, size_t bytes, int i
     memset(comm, 0, (size_t)ngpus * sizeof *comm);
     goto fail;
   }
-  for (int i = -1; i < iters; i++) {
-    if (i == 0) {
-      CU(m.cudaSetDevice(0));
-      CU(m.cudaEventRecord(t[0].a, t[0].s));
+  for (int j = 0; j < nsizes; j++) { /* one communicator for every size */
+    size_t n = sizes[j] / 2 / (size_t)ngpus * (size_t)ngpus; /* bf16 elements, a multiple of the ranks */
+    size_t part = n / (size_t)ngpus;
+    for (int i = -1; i < iters; i++) {
+      if (i == 0) {
+        for (int r = 0; r < ngpus; r++) { /* every rank idle: the events time this size alone */
+          CU(m.cudaSetDevice(r));
+          CU(m.cudaStreamSynchronize(t[r].s));
+        }
+        CU(m.cudaSetDevice(0));
+        CU(m.cudaEventRecord(t[0].a, t[0].s));
+      }
+      nr = gstart();
+      for (int r = 0; r < ngpus && nr == ncclSuccess; r++) {
+        m.cudaSetDevice(r);
+        nr = kind == NTP_MEASURE_ALL_REDUCE ? ar(in[r], out[r], n, ncclBfloat16, ncclSum, comm[r], t[r].s)
+             : kind == NTP_MEASURE_REDUCE_SCATTER ? rs(in[r], out[r], part, ncclBfloat16, ncclSum, comm[r], t[r].s)
+                                                  : ag(in[r], out[r], part, ncclBfloat16, comm[r], t[r].s);
+      }
+      ncclResult_t ne = gend();
+      if (nr == ncclSuccess) nr = ne;
+      if (nr != ncclSuccess) {
+        snprintf(err, cap, "%s of %zu bytes over %d GPUs failed (NCCL error %d)", calls[kind], sizes[j], ngpus, (int)nr);
+        goto fail;
+      }
     }
-    nr = gstart();
-    for (int r = 0; r < ngpus && nr == ncclSuccess; r++) {
-      m.cudaSetDevice(r);
-      nr = kind == NTP_MEASURE_ALL_REDUCE ? ar(in[r], out[r], n, ncclBfloat16, ncclSum, comm[r], t[r].s)
-           : kind == NTP_MEASURE_REDUCE_SCATTER ? rs(in[r], out[r], part, ncclBfloat16, ncclSum, comm[r], t[r].s)
-                                                : ag(in[r], out[r], part, ncclBfloat16, comm[r], t[r].s);
+    for (int r = 1; r < ngpus; r++) { /* the slowest rank ends the measurement */
+      CU(m.cudaSetDevice(r));
+      CU(m.cudaStreamSynchronize(t[r].s));
     }
-    ncclResult_t ne = gend();
-    if (nr == ncclSuccess) nr = ne;
-    if (nr != ncclSuccess) {
-      snprintf(err, cap, "%s of %zu bytes over %d GPUs failed (NCCL error %d)", calls[kind], bytes, ngpus, (int)nr);
-      goto fail;
-    }
+    CU(m.cudaSetDevice(0));
+    CU(m.cudaEventRecord(t[0].b, t[0].s));
+    if (timer_read(&t[0], iters, &seconds[j], err, cap) != 0) goto fail;
   }
-  for (int r = 1; r < ngpus; r++) { /* the slowest rank ends the measurement */
-    CU(m.cudaSetDevice(r));
-    CU(m.cudaStreamSynchronize(t[r].s));
-  }
-  CU(m.cudaSetDevice(0));
-  CU(m.cudaEventRecord(t[0].b, t[0].s));
-  rc = timer_read(&t[0], iters, seconds, err, cap);
+  rc = 0;
 fail:
   for (int r = 0; t && r < ngpus; r++) {
     m.cudaSetDevice(r);
@@ -439,9 +450,9 @@ int ntp_measure_launch(int dev, int iters, double *seconds, char *err, size_t ca
   (void)dev, (void)iters, (void)seconds;
   return no_cuda(err, cap);
 }
-int ntp_measure_collective(int ngpus, ntp_measure_coll kind, size_t bytes, int iters, double *seconds, char *err,
-                           size_t cap) {
-  (void)ngpus, (void)kind, (void)bytes, (void)iters, (void)seconds;
+int ntp_measure_collective(int ngpus, ntp_measure_coll kind, const size_t *sizes, int nsizes, int iters, double *seconds,
+                           char *err, size_t cap) {
+  (void)ngpus, (void)kind, (void)sizes, (void)nsizes, (void)iters, (void)seconds;
   return no_cuda(err, cap);
 }
 #endif

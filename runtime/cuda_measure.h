@@ -30,10 +30,11 @@ int ntp_measure_launch(int dev, int iters, double *seconds, char *err, size_t ca
 
 typedef enum { NTP_MEASURE_ALL_REDUCE, NTP_MEASURE_REDUCE_SCATTER, NTP_MEASURE_ALL_GATHER, NTP_MEASURE_NCOLLS } ntp_measure_coll;
 const char *ntp_measure_coll_name(ntp_measure_coll k); /* "all-reduce", ... (the profile's names) */
-/* One collective over GPUs 0 .. ngpus-1 (ncclCommInitAll, one thread): `bytes` is the whole
- * buffer (all-reduce: each rank's; reduce-scatter: each rank's input; all-gather: each rank's
- * output), bf16. -1 with a message when libnccl lacks the call. */
-int ntp_measure_collective(int ngpus, ntp_measure_coll kind, size_t bytes, int iters, double *seconds, char *err,
-                           size_t cap);
+/* One collective over GPUs 0 .. ngpus-1 (one ncclCommInitAll for every size, one thread), at each
+ * of sizes[0 .. nsizes) bytes (the whole buffer: all-reduce: each rank's; reduce-scatter: each
+ * rank's input; all-gather: each rank's output), bf16: seconds[j] for sizes[j]. -1 with a message
+ * when libnccl lacks the call. */
+int ntp_measure_collective(int ngpus, ntp_measure_coll kind, const size_t *sizes, int nsizes, int iters, double *seconds,
+                           char *err, size_t cap);
 
 #endif
