@@ -24,6 +24,20 @@ grep "^collective intra all-gather " "$tmp/emu.prof" | grep -q "not measured: li
 "$ntpc" check examples/gpt2.ntp -D B=2 -D S=16 -D D=64 -D H=4 -D V=256 -D L=2 --plan "$tmp/plan.ntp" >/dev/null ||
   fail "the plan made with the profile does not check"
 
+# usage errors: exit 2 and the reason
+"$ntpc" calibrate --gpus 0 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "gpus needs a count of 1 or more" "$tmp/err" || fail "--gpus 0: exit $rc"
+"$ntpc" calibrate --frobnicate 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "unexpected argument '--frobnicate'" "$tmp/err" || fail "an unknown option: exit $rc"
+"$ntpc" calibrate --quick --base nope -o "$tmp/nope.prof" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "unknown base profile 'nope'" "$tmp/err" && [ ! -e "$tmp/nope.prof" ] || fail "--base nope: exit $rc"
+"$ntpc" calibrate --quick --gpus 99 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q -- "--gpus 99, but 8 GPUs are visible" "$tmp/err" || fail "--gpus 99: exit $rc"
+# --base FILE: what is not measured comes from that file, and says so
+"$ntpc" calibrate --quick --gpus 1 --base profiles/a100.prof --name mine -o "$tmp/mine.prof" >/dev/null 2>&1 || fail "--base FILE"
+grep -q "^name mine$" "$tmp/mine.prof" && grep "^link inter " "$tmp/mine.prof" | grep -q "2.5e+10  # from the base profile profiles/a100.prof" ||
+  fail "--base FILE: the unmeasured lines do not come from it"
+
 # no GPU: exit 1, one clear line, no file
 NTP_EMU_GPUS=0 "$ntpc" calibrate --quick -o "$tmp/none.prof" >"$tmp/out" 2>"$tmp/err"
 rc=$?
