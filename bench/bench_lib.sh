@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/bench_lib.sh — what the GPU benchmarks share (sourced, not run): the build, the probe for a
 # usable GPU (no GPU: one "NAME: no GPU: ..." line and exit 0), the work directory, the direct
 # driver (bench_model.c against the static libraries). The scripts honour the emulated GPU's

@@ -5,6 +5,7 @@
 # measured line says so, the planner reads it and plans with it; and with no GPU at all
 # (NTP_EMU_GPUS=0) the command exits 1 with a line saying why, writing nothing.
 set -u
+# shellcheck disable=SC2015 # "A && B || fail": fail when any check does not hold
 ntpc=$1
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 fail() { echo "calibrate.sh: FAIL: $*" >&2; exit 1; }
