@@ -4,8 +4,8 @@
 # kernel, launches, an NCCL all-reduce over 2 emulated GPUs), the profile is written, every
 # measured line says so, the planner reads it and plans with it; and with no GPU at all
 # (NTP_EMU_GPUS=0) the command exits 1 with a line saying why, writing nothing.
-set -u
 # shellcheck disable=SC2015 # "A && B || fail": fail when any check does not hold
+set -u
 ntpc=$1
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 fail() { echo "calibrate.sh: FAIL: $*" >&2; exit 1; }
