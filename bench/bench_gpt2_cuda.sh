@@ -14,6 +14,9 @@
 #   4. forwards through the runtime directly (bench_model built with -DNTP_BENCH_DIRECT against
 #      libntpc/libntprt): the device time of the forward (CUDA events around the step list, what
 #      `ntpc run --backend cuda` prints), and TFLOP/s from it.
+#   5. GPT-2 in PyTorch on the same GPU, dims and dtype (bench/bench_torch.py: eager, and
+#      torch.compile): ntp's device time / theirs, both measured in this run; without torch (or
+#      without CUDA for it) the rows say why.
 # Parameters get synthetic values once (ntp_model_set_param / ntp_cuda_set), so the timed
 # forwards do not re-run the initialisation kernels.
 #
@@ -26,7 +29,8 @@
 # the usual convention, e.g. nanoGPT's estimate_mfu (6N + 12*L*D*S per token for training =
 # 3 x this forward). GPT-2 124M at B=8, S=1024: 2.024e12 + 0.309e12 = 2.333e12 FLOPs.
 #
-# Environment: NTP_BENCH_ITERS (timed forwards for the device time, default 5);
+# Environment: NTP_BENCH_ITERS (timed forwards for the device time, default 5); NTP_BENCH_PYTHON
+# (the interpreter with torch; default build/pyenv/bin/python when it imports torch, else python3);
 # NTP_BENCH_E2E_ITERS (timed forwards through the C ABI, default 3: each one moves the logits to
 # the host, seconds at this size); NTP_BENCH_B, _S, _D, _H, _L, _V (the dims, default 8, 1024, 768,
 # 12, 12, 50257); NTP_BUILD_DIR (default build); NTP_NO_BUILD=1; NTP_BENCH_TIMEOUT (seconds per
@@ -35,8 +39,6 @@
 # Exit status: 0 measured (or no GPU: a line says so, nothing is measured), 1 a step failed,
 # 2 build failure.
 set -u
-cd "$(dirname "$0")/.." || exit 2
-ROOT=$PWD
 ITERS=${NTP_BENCH_ITERS:-5}
 E2E_ITERS=${NTP_BENCH_E2E_ITERS:-3}
 B=${NTP_BENCH_B:-8}
@@ -47,50 +49,16 @@ DEFS=(-D "B=$B" -D "S=$S" -D "D=$D" -D "H=$H" -D "L=$L" -D "V=$V")
 STEP_TIMEOUT=${NTP_BENCH_TIMEOUT:-300}
 T_START=$(date +%s.%N)
 
-# --- build (as tests/gpu/check.sh) ------------------------------------------------------------
-BUILD=${NTP_BUILD_DIR:-build}
-if [ -f "$BUILD/CMakeCache.txt" ]; then
-  home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
-  if [ -n "$home" ] && [ "$(cd "$home" 2>/dev/null && pwd -P)" != "$(pwd -P)" ]; then
-    echo "bench: $BUILD was configured for $home, not $ROOT; using build-gpu" >&2
-    BUILD=build-gpu
-  fi
-fi
-if [ "${NTP_NO_BUILD:-0}" != 1 ]; then
-  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || { echo "bench: cmake configure failed" >&2; exit 2; }
-  fi
-  cmake --build "$BUILD" -j"$(nproc 2>/dev/null || echo 4)" >/dev/null 2>&1 || {
-    cmake --build "$BUILD" -j1 2>&1 | tail -30 >&2
-    echo "bench: build failed" >&2
-    exit 2
-  }
-fi
-NTPC=$BUILD/ntpc
-[ -x "$NTPC" ] || { echo "bench: $NTPC not found" >&2; exit 2; }
+# the build, the GPU probe, the work directory W (bench/bench_lib.sh)
+BENCH=bench
+# shellcheck source=bench/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
+[ "$BACKEND" != cuda ] || bench_probe
 
-if [ "$BACKEND" = cuda ]; then
-probe=$("$NTPC" run examples/elementwise.ntp --backend cuda --iters 0 -D B=1 -D S=2 -D D=8 2>&1)
-prc=$?
-if [ $prc -eq 2 ]; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "bench: FAIL: nvidia-smi lists a GPU, but ntpc cannot use it:" >&2
-    echo "$probe" >&2
-    exit 1
-  fi
-  echo "bench: no GPU: nothing measured ($(echo "$probe" | head -1))"
-  exit 0
-fi
-[ $prc -eq 0 ] || { echo "bench: FAIL: probe run failed (exit $prc):" >&2; echo "$probe" >&2; exit 1; }
-fi
-
-W=$(mktemp -d "${TMPDIR:-/tmp}/ntp-bench.XXXXXX")
-trap 'rm -rf "$W"' EXIT
 CACHE=$W/nvrtc-cache
 mkdir -p "$CACHE"
-fail() { echo "bench: FAIL: $*" >&2; exit 1; }
-# key=value from a log
-kv() { sed -n "s/^$1=//p" "$2" | tail -1; }
+fail() { bench_fail "$@"; }
+kv() { bench_kv "$@"; }
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 
 FLOPS=$(awk -v B="$B" -v S="$S" -v D="$D" -v L="$L" -v V="$V" \
@@ -113,10 +81,7 @@ CC=${CC:-cc}
 "$CC" -std=c17 -O2 -Iruntime bench/bench_model.c -ldl -lm -o "$W/bench_model" 2>"$W/cc.log" ||
   { cat "$W/cc.log" >&2; fail "compiling bench/bench_model.c"; }
 direct=1
-# shellcheck disable=SC2046
-"$CC" -std=c17 -O2 -DNTP_BENCH_DIRECT -I"$BUILD/include/ntp" -Iruntime bench/bench_model.c \
-  "$BUILD/libntprt.a" "$BUILD/libntpc.a" "$BUILD/libntpcore.a" $(pkg-config --libs json-c 2>/dev/null || echo -ljson-c) -lopenblas -fopenmp -ldl -lm \
-  -o "$W/bench_model_direct" 2>"$W/cc2.log" || {
+bench_build_direct "$W/bench_model_direct" 2>"$W/cc2.log" || {
   direct=0
   echo "note: the direct driver did not build (device time not measured):" >&2
   head -5 "$W/cc2.log" >&2
@@ -156,6 +121,29 @@ if [ $direct = 1 ]; then
 fi
 tf_e2e=$(awk -v f="$FLOPS" -v ms="$e2e" 'BEGIN { if (ms > 0) printf "%.2f", f / (ms * 1e-3) / 1e12 }')
 
+# 5. PyTorch on the same GPU, same dims and dtype, in this run: eager and torch.compile
+# (bench/bench_torch.py; the interpreter: NTP_BENCH_PYTHON, else build/pyenv's, else python3)
+PY=${NTP_BENCH_PYTHON:-}
+if [ -z "$PY" ]; then
+  PY=python3
+  [ -x "$BUILD/pyenv/bin/python" ] && "$BUILD/pyenv/bin/python" -c 'import torch' 2>/dev/null && PY=$BUILD/pyenv/bin/python
+fi
+eager="" compiled="" torch_why=""
+if [ "$BACKEND" = cuda ]; then
+  timeout "$STEP_TIMEOUT" "$PY" bench/bench_torch.py "${DEFS[@]}" --iters "$ITERS" >"$W/torch.log" 2>&1
+  trc=$?
+  eager=$(kv eager_ms "$W/torch.log")
+  compiled=$(kv compile_ms "$W/torch.log")
+  torch_why=$(kv torch_missing "$W/torch.log")
+  [ $trc -eq 0 ] || [ -n "$torch_why" ] || torch_why="bench_torch.py exited $trc: $(tail -1 "$W/torch.log")"
+  [ -n "$compiled" ] || [ -n "$torch_why" ] || torch_why=$(kv compile_missing "$W/torch.log")
+else
+  torch_why="backend $BACKEND: no GPU run to compare with"
+fi
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b }'; }
+r_eager=$(ratio "$dev" "$eager")
+r_comp=$(ratio "$dev" "$compiled")
+
 echo
 {
   echo "measure|value|how"
@@ -173,6 +161,16 @@ echo
   fi
   echo "forward, C ABI end to end|${e2e} ms (min ${e2e_min})|ntp_model_forward on the host clock, logits copied out, mean of $E2E_ITERS"
   echo "throughput, end to end|${tf_e2e} TFLOP/s|$FLOPS FLOPs / end-to-end time"
+  if [ -n "$r_eager" ]; then
+    echo "ntp / PyTorch eager|${r_eager} (${dev} / ${eager} ms)|device times, same GPU and run; target <= 0.70"
+  else
+    echo "ntp / PyTorch eager|not measured|${torch_why:-no ntp device time}"
+  fi
+  if [ -n "$r_comp" ]; then
+    echo "ntp / torch.compile|${r_comp} (${dev} / ${compiled} ms)|device times, same GPU and run; target <= 0.95"
+  else
+    echo "ntp / torch.compile|not measured|${torch_why:-$(kv compile_missing "$W/torch.log" 2>/dev/null)}"
+  fi
 } | awk -F'|' '
   { for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n = NR }
   END { for (r = 1; r <= n; r++) { l = ""
@@ -180,8 +178,8 @@ echo
                                      l = l (i > 1 ? " | " : "") sprintf("%-" w[i] "s", x) }
           sub(/ +$/, "", l); print l } }'
 echo
-echo "host overhead per layer: not measured yet"
-echo "bare cuBLASLt on the same GEMM shapes: not measured yet"
+echo "GEMMs against bare cuBLASLt, kernels against the copy bandwidth, host time per layer: bench/bench_kernels"
+echo "(bench/gpu_all.sh runs every benchmark)"
 [ "${bad_abi:-0}" = 0 ] || echo "WARNING: $bad_abi non-finite output values (synthetic parameters)"
 echo "total $(elapsed "$T_START") s"
 exit 0

@@ -207,6 +207,12 @@ int ntp_cuda_available(char *err, size_t cap) {
   return 0;
 }
 
+void *ntp_cuda_dl(const char *which, char *err, size_t cap) {
+  if (!strcmp(which, "nccl")) return load_nccl(err, cap) == 0 ? cu.nccl : NULL;
+  if (load_libs(err, cap) != 0) return NULL;
+  return !strcmp(which, "cudart") ? cu.rt : !strcmp(which, "cublasLt") ? cu.lt : NULL;
+}
+
 /* ---- collectives on one GPU: three kernels over boxes ----------------------------------- */
 
 typedef struct box_geom {
@@ -349,6 +355,11 @@ struct ntp_cuda {
   cudaGraphExec_t graph;
   uint64_t graph_seed;
   bool graph_stale;
+  /* profiling (ntp_cuda_profile_layers): an event where the step list enters another layer */
+  bool profile;
+  cudaEvent_t *prof_ev;  /* [n_steps + 1] */
+  int32_t *prof_layer;   /* [n_steps + 1]: the layer of the steps after event i */
+  int nprof;             /* events recorded in the last run */
 };
 
 static bool local_rank(const ntp_cuda *c, int r) { return r >= c->rank_lo && r < c->rank_hi; }
@@ -1105,6 +1116,8 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   }
   if (alloc_workspaces(c, err, cap) != 0) goto fail;
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
+  const char *prof = getenv("NTP_CUDA_PROFILE"); /* layers: per-layer device times */
+  if (prof && !strcmp(prof, "layers") && ntp_cuda_profile_layers(c, true, err, cap) != 0) goto fail;
   *out = c;
   for (int r = 0; r < W; r++) free(cubins[r]);
   free(cubins), free(first);
@@ -1189,6 +1202,57 @@ int ntp_cuda_load(ntp_cuda *c, const ntp_safetensors *f, char *err, size_t cap) 
   return 0;
 }
 
+/* ---- per-layer device times (ntp_cuda_profile_layers) ---------------------------------------
+ * An event on the first rank's stream wherever the step list enters another layer (and one at
+ * its end): the time between two events is the device time of the steps of one layer, as the
+ * first rank's stream sees it (with every rank on one GPU: all of them). */
+static int profile_mark(ntp_cuda *c, int32_t layer, char *err, size_t cap) {
+  if (c->nprof > 0 && c->prof_layer[c->nprof - 1] == layer) return 0;
+  if (c->nprof > (int)c->p->n_steps) return 0;
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  CU(cu.cudaEventRecord(c->prof_ev[c->nprof], c->stream[c->rank_lo]));
+  c->prof_layer[c->nprof++] = layer;
+  return 0;
+fail:
+  return -1;
+}
+
+int ntp_cuda_profile_layers(ntp_cuda *c, bool on, char *err, size_t cap) {
+  if (on && !c->prof_ev) {
+    c->prof_ev = calloc(c->p->n_steps + 1, sizeof *c->prof_ev);
+    c->prof_layer = calloc(c->p->n_steps + 1, sizeof *c->prof_layer);
+    if (!c->prof_ev || !c->prof_layer) {
+      snprintf(err, cap, "out of memory (profiling events)");
+      return -1;
+    }
+    CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+    for (size_t i = 0; i <= c->p->n_steps; i++) CU(cu.cudaEventCreate(&c->prof_ev[i]));
+  }
+  c->profile = on;
+  c->nprof = 0;
+  return 0;
+fail:
+  return -1;
+}
+
+int ntp_cuda_layer_times(const ntp_cuda *c, double *seconds, size_t n, char *err, size_t cap) {
+  for (size_t l = 0; l < n; l++) seconds[l] = 0;
+  if (!c->profile) {
+    snprintf(err, cap, "layer profiling is off (ntp_cuda_profile_layers, NTP_CUDA_PROFILE=layers)");
+    return -1;
+  }
+  for (int i = 0; i + 1 < c->nprof; i++) {
+    float ms = 0;
+    CU(cu.cudaEventElapsedTime(&ms, c->prof_ev[i], c->prof_ev[i + 1]));
+    int32_t l = c->prof_layer[i];
+    size_t at = l >= 0 && (size_t)l + 1 < n ? (size_t)l : n - 1; /* model level: the last entry */
+    if (n) seconds[at] += ms / 1e3;
+  }
+  return 0;
+fail:
+  return -1;
+}
+
 /* Enqueues the step list on the streams: initialisation first (fused kernels may read a
  * parameter earlier in the list than its initialisation step), then everything else in order. */
 static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
@@ -1199,6 +1263,7 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
     const ntp_step *st = &p->steps[s];
     bool init = st->kind == SH_COMPUTE && (st->op.code == IR_PARAM || st->op.code == IR_INPUT);
     if (init != (pass == 0)) continue;
+    if (c->profile && pass == 1 && profile_mark(c, st->layer, err, cap) != 0) return -1;
     if (st->kind == SH_COMM) {
       if (c->nccl ? run_comm_nccl(c, (int32_t)s, st, err, cap) : run_comm_loopback(c, st, err, cap)) return -1;
       continue;
@@ -1224,6 +1289,7 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
     CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)cs->grid, 1, 1},
                            (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
   }
+  if (c->profile && profile_mark(c, INT32_MIN, err, cap) != 0) return -1; /* the end of the last layer */
   return 0;
 fail:
   return -1;
@@ -1256,11 +1322,13 @@ fail:
 
 int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
   nccl_last = ncclSuccess;
-  if (c->graphs && (!c->graph || c->graph_seed != seed || c->graph_stale) && capture_graph(c, seed, err, cap) != 0)
+  c->nprof = 0;
+  bool graphs = c->graphs && !c->profile; /* events between layers need the steps launched one by one */
+  if (graphs && (!c->graph || c->graph_seed != seed || c->graph_stale) && capture_graph(c, seed, err, cap) != 0)
     return -1;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev0, c->stream[c->rank_lo]));
-  if (c->graphs) CU(cu.cudaGraphLaunch(c->graph, c->stream[c->rank_lo]));
+  if (graphs) CU(cu.cudaGraphLaunch(c->graph, c->stream[c->rank_lo]));
   else if (enqueue_steps(c, seed, err, cap) != 0) return -1;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev1, c->stream[c->rank_lo]));
@@ -1917,6 +1985,10 @@ void ntp_cuda_free(ntp_cuda *c) {
   bool ev_dead = c->dev && on_dead_gpu(c, c->dev[c->rank_lo]); /* created there */
   if (c->ev0) ev_dead ? abandon(c->ev0) : (void)cu.cudaEventDestroy(c->ev0);
   if (c->ev1) ev_dead ? abandon(c->ev1) : (void)cu.cudaEventDestroy(c->ev1);
+  for (size_t i = 0; c->prof_ev && i <= c->p->n_steps; i++)
+    if (c->prof_ev[i]) ev_dead ? abandon(c->prof_ev[i]) : (void)cu.cudaEventDestroy(c->prof_ev[i]);
+  free(c->prof_ev);
+  free(c->prof_layer);
   free(c->dead);
   free(c->dev);
   free(c->stream);
@@ -2016,6 +2088,18 @@ int ntp_cuda_tensor_put(ntp_cuda *c, int32_t t, const float *host, char *err, si
   return ntp_cuda_available(err, cap);
 }
 void ntp_cuda_free(ntp_cuda *c) { (void)c; }
+void *ntp_cuda_dl(const char *which, char *err, size_t cap) {
+  (void)which;
+  return ntp_cuda_available(err, cap), NULL;
+}
+int ntp_cuda_profile_layers(ntp_cuda *c, bool on, char *err, size_t cap) {
+  (void)c, (void)on;
+  return ntp_cuda_available(err, cap);
+}
+int ntp_cuda_layer_times(const ntp_cuda *c, double *seconds, size_t n, char *err, size_t cap) {
+  (void)c, (void)seconds, (void)n;
+  return ntp_cuda_available(err, cap);
+}
 int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
   (void)c, (void)dead;
   memset(s, 0, sizeof *s);

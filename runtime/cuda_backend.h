@@ -128,6 +128,18 @@ typedef struct ntp_cuda_adamw_args {
 int ntp_cuda_adamw(ntp_cuda *c, int32_t param, int32_t grad, float *master, float *m, float *v,
                    const ntp_cuda_adamw_args *h, char *err, size_t cap);
 
+/* ---- measurement (ntpc calibrate, bench/) ---- */
+/* Per-layer device times: while on, ntp_cuda_run launches the steps one by one (no CUDA graph)
+ * with a CUDA event on the first rank's stream wherever the step list enters another layer;
+ * NTP_CUDA_PROFILE=layers turns it on at ntp_cuda_create. ntp_cuda_layer_times gives the last
+ * run's seconds per global layer (seconds[l], l < n - 1; the model-level steps, and layers past
+ * n - 2, in seconds[n - 1]); the initialisation steps are not counted. */
+int ntp_cuda_profile_layers(ntp_cuda *c, bool on, char *err, size_t cap);
+int ntp_cuda_layer_times(const ntp_cuda *c, double *seconds, size_t n, char *err, size_t cap);
+/* The dlopen handle of "cudart", "cublasLt" or "nccl", loaded as the backend loads them
+ * (NTP_CUDART_LIB, ...): runtime/cuda_measure.c fetches what it calls from the same libraries. */
+void *ntp_cuda_dl(const char *which, char *err, size_t cap);
+
 /* The NVRTC JIT with its disk cache: key = hash of (source, options, NVRTC version, arch),
  * in $NTP_CACHE_DIR (default ~/.cache/ntp), written to a temporary file and renamed into
  * place; NTP_NO_CACHE=1 bypasses it. *hit tells whether the cache served the CUBIN. */

@@ -60,6 +60,30 @@ const char *plan_profile_text(const char *name);
 bool plan_profile_parse(const char *text, const char *file, plan_profile *out, char *err, size_t cap);
 bool plan_profile_load(const char *path, plan_profile *out, char *err, size_t cap);
 
+/* ---- writing a profile (ntpc calibrate; profile_write.c) ---- */
+/* Where each line of a written profile came from: its trailing comment ("measured on DEVICE at
+ * DATE: ...", "from h200 (datasheet or assumption, see profiles/h200.prof)"). Empty: no comment. */
+typedef struct plan_profile_notes {
+  char header[512];                          /* comment lines at the top ('\n'-separated, without '#') */
+  char flops[NTP_DTYPE_COUNT][384];
+  char gemm[384], attn[384], mem_bw[384], mem_cap[384], mem_eff[384], launch[384];
+  char link[PLAN_NLEVELS][384];
+  char coll[PLAN_NLEVELS][PLAN_NCOLLS][384];
+} plan_profile_notes;
+/* The profile as text plan_profile_parse reads back to the same numbers (every key, %.6g, curve
+ * sizes in bytes); false when writing failed. */
+bool plan_profile_write(FILE *out, const plan_profile *p, const plan_profile_notes *notes);
+/* A curve from measured (x, y) pairs in any order: pairs with the same x averaged, sorted by x,
+ * y clamped to the parser's [0.0001, 1]; at most PLAN_CURVE_MAX points (the first ones). */
+plan_curve plan_fit_curve(const double *x, const double *y, int n);
+/* A collective's efficiency curve from timings: seconds[i] to move a message of bytes[i], each
+ * rank sending traffic x bytes[i] over a link of link_bw bytes/s, after a fixed latency (the
+ * time of a tiny message): plan_coll_time's inverse at each size. */
+plan_curve plan_fit_collective(const double *bytes, const double *seconds, int n, double traffic, double link_bw,
+                               double latency);
+/* The built-in profile whose name the device's name contains ("NVIDIA H200" -> h200), else NULL. */
+const char *plan_profile_closest(const char *device);
+
 /* ================================ primitive costs ================================ */
 
 /* C[M,N] = A[M,K] B[K,N]: max(compute at the shape's efficiency, memory traffic) + launch. */

@@ -24,6 +24,8 @@ int ntpc_plan_command(int argc, char **argv);
 int ntpc_train_command(int argc, char **argv);
 /* `ntpc goodput` (goodput_cmd.c) */
 int ntpc_goodput_command(int argc, char **argv);
+/* `ntpc calibrate` (calibrate_cmd.c): measures the local GPUs, writes a device profile */
+int ntpc_calibrate_command(int argc, char **argv);
 
 /* With NTP_VERBOSE set (and not "0"): the CUDA backend's GEMM summary line on stdout
  * (ntp_cuda_gemm_line: distinct shapes, workspace, epilogues); nothing for a NULL backend. */

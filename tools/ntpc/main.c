@@ -15,6 +15,7 @@
 #include "outfile.h"
 #include "session_program.h"
 #include "cuda_backend.h"
+#include "layer_times.h"
 
 #include "ntpc.h"
 #include "ntprt.h"
@@ -34,6 +35,8 @@ static const char usage_text[] =
     "       ntpc train FILE --data TOKENS --steps N [--lr X]  train with AdamW (see 'ntpc train --help')\n"
     "       ntpc goodput FILE [--gpus N --domain D --tp T]  throughput and goodput under GPU failures, by policy\n"
     "                     (see 'ntpc goodput --help')\n"
+    "       ntpc calibrate [-o FILE] [--quick]  measure the local GPU(s), write a device profile for\n"
+    "                     'ntpc plan --profile' (see 'ntpc calibrate --help')\n"
     "       ntpc FILE --emit=KIND [-o OUT]     print a stage: tokens, ast, ir, sharded-ir, rank:N, report, cuda, image\n"
     "       ntpc --help | --version\n"
     "\n"
@@ -345,6 +348,10 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
          co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
          p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
   rc = 0;
+  if (layer_times_print(stdout, c, p, err, sizeof err) != 0) {
+    rc = 2;
+    goto done;
+  }
   double gfloor = grad_floor(&ref, p->global.dtype);
   for (size_t i = 0; i < res.n_outputs; i++) {
     fputs("output ", stdout);
@@ -619,6 +626,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "train") == 0) return ntpc_train_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "goodput") == 0) return ntpc_goodput_command(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "calibrate") == 0) return ntpc_calibrate_command(argc - 1, argv + 1);
   options o = {.world = -1, .iters = 10, .params_format = "ntp"};
   ntp_outfile_install_cleanup(); /* a killed ntpc leaves no temporary or half-built file */
   ntpc_session *s = ntpc_session_new();

@@ -41,6 +41,8 @@ static const char plan_usage[] =
     "  --name PLAN        name of the written plan (default MODEL_wW_GPU, + _failR1_R2)\n"
     "  -o FILE            the plan file (default PLAN.ntp in the current directory)\n"
     "  --svg FILE         the picture (default PLAN.svg in the current directory)\n"
+    "  --layer-times FILE the predicted time of every layer, one 'layer NAME SECONDS' a line\n"
+    "                     (bench/cost_model_error.sh compares them with measured layer times)\n"
     "  --quanta N         memory resolution of the search (default 1024 units of the free memory)\n"
     "  --color=WHEN       auto | always | never (diagnostics)\n"
     "\n"
@@ -82,6 +84,7 @@ static bool is_ident(const char *s) {
 
 typedef struct plan_opts {
   const char *file, *model, *plan_file, *plan_name, *gpu, *profile, *out, *svg, *name, *color, *fail;
+  const char *layer_times; /* --layer-times FILE */
   const char *defines[256];
   int ndefines;
   long world, nodes_of, quanta;
@@ -239,6 +242,30 @@ static int write_svg(const plan_model *pm, const plan_solution *sol, const plan_
   return 0;
 }
 
+/* --layer-times FILE: the predicted seconds of every planned layer ("layer NAME SECONDS": its
+ * kernels and the ops that follow it, its reductions and its redistribution), then the
+ * model-level work as "layer (model) SECONDS": what bench/cost_model_error.sh compares with the
+ * device times NTP_CUDA_PROFILE=layers measures. */
+static int write_layer_times(const plan_model *pm, const plan_solution *sol, const char *path) {
+  char err[512];
+  ntp_outfile out;
+  if (ntp_outfile_open(&out, path, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
+    return 2;
+  }
+  for (int32_t i = 0; i < sol->nlayers; i++) {
+    const plan_layer_out *l = &sol->layers[i];
+    fprintf(out.f, "layer %s %.9g\n", plan_model_layer(pm, i)->name, l->compute_s + l->comm_s + l->redist_s);
+  }
+  fprintf(out.f, "layer (model) %.9g\n", sol->const_s);
+  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
+    return 2;
+  }
+  printf("wrote %s\n", path);
+  return 0;
+}
+
 /* "3,9" -> ranks; false on a malformed list */
 static bool parse_fail(const char *s, int32_t *out, int32_t *n, int32_t cap) {
   *n = 0;
@@ -304,6 +331,7 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
     else if (strcmp(a, "--train") == 0) o.train = true;
     else if ((v = cli_option_value(argc, argv, &i, "--name", &missing))) o.name = v;
     else if ((v = cli_option_value(argc, argv, &i, "--svg", &missing))) o.svg = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--layer-times", &missing))) o.layer_times = v;
     else if ((v = cli_option_value(argc, argv, &i, "--quanta", &missing))) {
       if (!parse_long(v, 16, 1 << 16, &o.quanta)) return usage_fail("--quanta expects 16 to 65536, got '%s'", v);
     } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
@@ -402,6 +430,7 @@ static int plan_healthy(plan_job *j) {
   title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
   rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile);
   if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
+  if (!rc && o.layer_times) rc = write_layer_times(pm, &sol, o.layer_times);
   plan_solution_free(&sol);
 done:
   free(header);
