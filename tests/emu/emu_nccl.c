@@ -411,6 +411,34 @@ static double now(void) {
   return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Posts call p (its sequence number taken) on the board: its slot, or -1 after emu_fail() (the
+ * lock is held). The data of an all-reduce or a send is read now. */
+static int board_post(fabric *f, const pending *p) {
+  ncclComm_t c = p->comm;
+  int slot = -1;
+  for (int s = 0; s < MAX_OPS && slot < 0; s++)
+    if (f->ops[s].state == FREE) slot = s;
+  if (slot < 0) {
+    emu_fail("emulated NCCL: more than %d operations in flight", MAX_OPS);
+    return -1;
+  }
+  board_op *x = &f->ops[slot];
+  *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .seq = p->seq, .rank = c->rank, .nranks = c->nranks,
+                  .peer = p->peer, .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color,
+                  .key = p->key, .exclude = p->exclude, .pid = getpid()};
+  if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
+    size_t n = p->count * esize(p->dtype);
+    x->data = heap_alloc(f, n);
+    if (x->data == UINT64_MAX) {
+      x->state = FREE;
+      emu_fail("emulated NCCL: the shared heap is full");
+      return -1;
+    }
+    memcpy(heap(f) + x->data, p->send, n);
+  }
+  return slot;
+}
+
 static ncclResult_t flush_streams(void);
 
 /* The group's communicator calls (init, split, shrink) complete here, on the host; its
@@ -431,29 +459,11 @@ static ncclResult_t flush(void) {
   fab_lock(f);
   for (int i = 0; i < nqueue; i++) { /* post */
     pending *p = &queue[i];
-    ncclComm_t c = p->comm;
-    int slot = -1;
-    for (int s = 0; s < MAX_OPS && slot < 0; s++)
-      if (f->ops[s].state == FREE) slot = s;
+    p->seq = p->comm->coll_seq++;
+    int slot = board_post(f, p);
     if (slot < 0) {
-      emu_fail("emulated NCCL: more than %d operations in flight", MAX_OPS);
       rc = ncclInternalError;
       goto out;
-    }
-    board_op *x = &f->ops[slot];
-    *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .rank = c->rank, .nranks = c->nranks, .peer = p->peer,
-              .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color, .key = p->key,
-              .exclude = p->exclude, .pid = getpid()};
-    x->seq = c->coll_seq++;
-    if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
-      size_t n = p->count * esize(p->dtype);
-      x->data = heap_alloc(f, n);
-      if (x->data == UINT64_MAX) {
-        emu_fail("emulated NCCL: the shared heap is full");
-        rc = ncclInternalError;
-        goto out;
-      }
-      memcpy(heap(f) + x->data, p->send, n);
     }
     p->slot = slot;
     if (p->kind == OP_SHRINK) drop_dead_ops(f); /* after a failure: what the dead posted never completes */
@@ -609,31 +619,8 @@ static int cw_post(void *ctx) {
   comm_work *w = ctx;
   fabric *f = w->fab;
   fab_lock(f);
-  for (int i = 0; i < w->n; i++) {
-    pending *p = &w->ops[i];
-    ncclComm_t c = p->comm;
-    int slot = -1;
-    for (int k = 0; k < MAX_OPS && slot < 0; k++)
-      if (f->ops[k].state == FREE) slot = k;
-    if (slot < 0) {
-      emu_fail("emulated NCCL: more than %d operations in flight", MAX_OPS);
-      goto failed;
-    }
-    board_op *x = &f->ops[slot];
-    *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .seq = p->seq, .rank = c->rank,
-                    .nranks = c->nranks, .peer = p->peer, .count = p->count, .dtype = p->dtype, .redop = p->redop,
-                    .pid = getpid()};
-    p->slot = slot;
-    if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
-      size_t n = p->count * esize(p->dtype);
-      x->data = heap_alloc(f, n);
-      if (x->data == UINT64_MAX) {
-        emu_fail("emulated NCCL: the shared heap is full");
-        goto failed;
-      }
-      memcpy(heap(f) + x->data, p->send, n);
-    }
-  }
+  for (int i = 0; i < w->n; i++)
+    if ((w->ops[i].slot = board_post(f, &w->ops[i])) < 0) goto failed;
   if (complete(f) != 0) goto failed;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);

@@ -129,6 +129,9 @@ static void event_unref(emu_event *e) {
   if (e && --e->refs == 0 && e->destroyed) free(e);
 }
 static void node_free(node *n) {
+  /* a record freed unrun (its stream destroyed, its GPU failed) ends the waits on it, rather
+   * than leaving them forever */
+  if (n->kind == N_RECORD && n->ev && n->ticket > n->ev->completed) n->ev->completed = n->ticket;
   if (n->kind == N_COMM && n->comm->release) n->comm->release(n->ctx);
   free(n->ctx);
   event_unref(n->ev);
@@ -247,18 +250,26 @@ static bool done(const emu_stream *target, const emu_event *ev) {
  * process waits for it. 0, or -1 after emu_fail(). */
 static int drain(emu_stream *target, emu_event *ev, bool block, bool lazy) {
   char why[128] = "";
+  bool comm_failed = false; /* an NCCL operation failed: the rest still runs, the sync then fails */
   for (;;) {
     bool posted, local;
     int moved = poll_comms(&posted, &local, why, sizeof why);
-    if (moved < 0) goto failed;
-    if (block && done(target, ev)) return 0;
+    if (moved < 0) {
+      comm_failed = true;
+      continue;
+    }
+    if (block && done(target, ev)) return comm_failed ? -1 : 0;
     emu_stream *x = pick(lazy);
     if (x) {
-      if (run_node(x, why, sizeof why) != 0) goto failed;
+      bool comm = x->head->kind == N_COMM;
+      if (run_node(x, why, sizeof why) != 0) {
+        if (!comm) return -1; /* a kernel's fault: sticky */
+        comm_failed = true;
+      }
       continue;
     }
     if (moved) continue;
-    if (!block) return 0;
+    if (!block) return comm_failed ? -1 : 0;
     if (posted && !local) { /* a peer in another process: let it catch up */
       for (emu_stream *y = live_streams; y; y = y->next_live)
         if (y->head && y->head->kind == N_COMM && y->head->posted) {
@@ -273,15 +284,11 @@ static int drain(emu_stream *target, emu_event *ev, bool block, bool lazy) {
           y->head->comm->hang(y->head->ctx); /* says which call would hang */
           break;
         }
-      snprintf(why, sizeof why, "a collective would hang");
     } else {
       emu_fail("stream synchronisation would hang: a stream waits for an event whose record never runs");
-      snprintf(why, sizeof why, "an event wait never ends");
     }
-    goto failed;
+    return -1;
   }
-failed:
-  return -1;
 }
 
 int emu_sync_all(void) { return drain(NULL, NULL, true, emu_streams_lazy()); }
