@@ -248,28 +248,36 @@ static bool done(const emu_stream *target, const emu_event *ev) {
  * A wait that can never end (a collective whose peers in this process have all run out of work,
  * an event wait whose record nothing will run) is an error; a collective with a peer in another
  * process waits for it. 0, or -1 after emu_fail(). */
+/* After an NCCL operation failed (a peer died, a peer aborted): on a GPU its kernel would never
+ * end, and nothing queued behind it or waiting for it would run until the program aborts the
+ * communicator; here the queued work is dropped at once (its records completed, so no wait on
+ * them hangs), as the synchronous calls of the step list stopped at the first error. */
+static void drop_all(void) {
+  for (emu_stream *x = live_streams; x; x = x->next_live)
+    while (x->head) node_free(pop(x));
+}
+
 static int drain(emu_stream *target, emu_event *ev, bool block, bool lazy) {
   char why[128] = "";
-  bool comm_failed = false; /* an NCCL operation failed: the rest still runs, the sync then fails */
   for (;;) {
     bool posted, local;
     int moved = poll_comms(&posted, &local, why, sizeof why);
     if (moved < 0) {
-      comm_failed = true;
-      continue;
+      drop_all();
+      return -1;
     }
-    if (block && done(target, ev)) return comm_failed ? -1 : 0;
+    if (block && done(target, ev)) return 0;
     emu_stream *x = pick(lazy);
     if (x) {
       bool comm = x->head->kind == N_COMM;
       if (run_node(x, why, sizeof why) != 0) {
-        if (!comm) return -1; /* a kernel's fault: sticky */
-        comm_failed = true;
+        if (comm) drop_all(); /* else a kernel's fault: sticky */
+        return -1;
       }
       continue;
     }
     if (moved) continue;
-    if (!block) return comm_failed ? -1 : 0;
+    if (!block) return 0;
     if (posted && !local) { /* a peer in another process: let it catch up */
       for (emu_stream *y = live_streams; y; y = y->next_live)
         if (y->head && y->head->kind == N_COMM && y->head->posted) {
