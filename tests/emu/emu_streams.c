@@ -682,29 +682,55 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     emu_fail("cudaGraphLaunch into a capturing stream is not emulated");
     return emu_error(cudaErrorStreamCaptureUnsupported);
   }
-  for (size_t i = 0; i < e->n; i++) {
-    node n = e->nodes[i];
-    emu_stream *to = n.vstream ? e->side[n.vstream] : as_stream(s);
+  /* the copies first, each NCCL call taking its place in its communicator: a launch that cannot
+   * (a communicator aborted by a peer, or gone) enqueues nothing, and fails without a sticky error */
+  node *copy = calloc(e->n + 1, sizeof *copy);
+  if (!copy) return emu_error(cudaErrorMemoryAllocation);
+  size_t ready_n = 0;
+  bool ok = true;
+  for (; ok && ready_n < e->n; ready_n++) {
+    node n = e->nodes[ready_n];
     if (n.ctx) {
       size_t bytes = *(size_t *)n.ctx;
       void *c = malloc(bytes);
-      if (!c) return emu_error(cudaErrorMemoryAllocation);
+      if (!c) {
+        ok = false;
+        break;
+      }
       memcpy(c, n.ctx, bytes);
       if (n.kind == N_COMM && n.comm->copied) n.comm->copied(c);
-      if (n.kind == N_COMM && n.comm->start(c) != 0) { /* e.g. its communicator is gone */
+      n.ctx = c;
+      if (n.kind == N_COMM && n.comm->start(c) != 0) {
         if (n.comm->release) n.comm->release(c);
         free(c);
-        emu_set_sticky(cudaErrorLaunchFailure);
-        return emu_error(cudaErrorLaunchFailure);
+        ok = false;
+        break;
       }
-      n.ctx = c;
     }
+    copy[ready_n] = n;
+  }
+  if (!ok) {
+    for (size_t i = 0; i < ready_n; i++) {
+      if (copy[i].kind == N_COMM && copy[i].comm->release) copy[i].comm->release(copy[i].ctx);
+      free(copy[i].ctx);
+    }
+    free(copy);
+    return emu_error(cudaErrorLaunchFailure);
+  }
+  for (size_t i = 0; i < e->n; i++) {
+    node n = copy[i];
+    emu_stream *to = n.vstream ? e->side[n.vstream] : as_stream(s);
     if (n.kind == N_RECORD || n.kind == N_WAIT) {
       n.ev = e->slots[n.slot];
       n.ticket = n.kind == N_RECORD ? ++n.ev->issued : n.ev->issued;
     }
-    if (push(to, n) != 0) return emu_error(cudaErrorMemoryAllocation);
+    if (push(to, n) != 0) {
+      for (size_t k = i + 1; k < e->n; k++) free(copy[k].ctx);
+      free(copy);
+      return emu_error(cudaErrorMemoryAllocation);
+    }
   }
+  free(copy);
   if (!emu_streams_lazy() && drain(NULL, NULL, false, false) != 0) return emu_error(cudaErrorLaunchFailure);
   return cudaSuccess;
 }
