@@ -1,7 +1,8 @@
 /* cuda_backend.c — runs a sharded program on GPUs (see cuda_backend.h).
  *
  * Loopback mode: every rank's arena lives on one GPU and the compute steps run in order on one
- * stream, the collectives on a second (comm_deps.h: the events between them); collectives are device copies and fp32 reductions done by three small kernels
+ * stream, the collectives on a second (comm_deps.h: the events between them); collectives
+ * are device copies and fp32 reductions done by three small kernels
  * (the same arithmetic as the CPU simulation: sum in participant order, round once), so
  * sharded GPU execution is checked on a single GPU. GEMMs go to cuBLASLt (fp32
  * accumulation, the storage dtype in and out); the rest runs the NVRTC-compiled kernels of
@@ -931,11 +932,7 @@ static int comm_events(ntp_cuda *c, char *err, size_t cap) {
     const ntp_step *st = &p->steps[s];
     if (st->kind != SH_COMM) continue;
     for (int r = c->rank_lo; r < c->rank_hi; r++) {
-      if (!takes_part(p, st, r) || comm_rank(c, r) != r) {
-        if (!c->nccl && r == c->rank_lo) goto make; /* loopback: every collective ends on the one stream */
-        continue;
-      }
-    make:
+      if (c->nccl ? !takes_part(p, st, r) : r != c->rank_lo) continue; /* loopback: all on the one comm stream */
       CU(cu.cudaSetDevice(c->dev[r]));
       CU(cu.cudaEventCreateWithFlags(&c->done[s * (size_t)p->world + (size_t)r], cudaEventDisableTiming));
     }
