@@ -2,8 +2,11 @@
  * (ncclCommInitAll) or across processes (ncclGetUniqueId + ncclCommInitRank: the id names a
  * shared-memory file that every rank maps).
  *
- * Every call posts an operation on a board in that memory; grouped calls post at the
- * outermost ncclGroupEnd. An operation completes when all its participants have posted a
+ * Every call posts an operation on a board in that memory. Communicator calls (init, split,
+ * shrink) post at the outermost ncclGroupEnd and complete there; all-reduces, sends and receives
+ * are stream work (emu_streams.c): a group's calls on one stream are one node, started at the call
+ * (or at each launch of a graph that captured it), posted when the node reaches the head of its
+ * stream, done when matched. An operation completes when all its participants have posted a
  * matching one: an all-reduce of every rank of the communicator (summed in fp32 in rank
  * order and rounded once, as the loopback collectives do), a send with the receive that
  * names it, a split of every rank of the parent. A mismatch (counts, types, a rank that
