@@ -1,7 +1,8 @@
 /* cuda_backend.c — runs a sharded program on GPUs (see cuda_backend.h).
  *
- * Loopback mode: every rank's arena lives on one GPU and the steps run in order on one
- * stream; collectives are device copies and fp32 reductions done by three small kernels
+ * Loopback mode: every rank's arena lives on one GPU and the compute steps run in order on one
+ * stream, the collectives on a second (comm_deps.h: the events between them); collectives
+ * are device copies and fp32 reductions done by three small kernels
  * (the same arithmetic as the CPU simulation: sum in participant order, round once), so
  * sharded GPU execution is checked on a single GPU. GEMMs go to cuBLASLt (fp32
  * accumulation, the storage dtype in and out); the rest runs the NVRTC-compiled kernels of
@@ -10,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "cuda_backend.h"
+#include "comm_deps.h"
 #include "cuda_f16.h"
 #include "nvrtc_dl.h"
 
@@ -60,7 +62,9 @@ static struct {
   FN(cudaLibraryGetKernel);
   FN(cudaLaunchKernel);
   FN(cudaEventCreate);
+  FN(cudaEventCreateWithFlags);
   FN(cudaEventRecord);
+  FN(cudaStreamWaitEvent);
   FN(cudaEventSynchronize);
   FN(cudaEventElapsedTime);
   FN(cudaEventDestroy);
@@ -156,7 +160,7 @@ static int load_libs(char *err, size_t cap) {
   GET(rt, cudaFree) GET(rt, cudaMemcpy) GET(rt, cudaMemsetAsync) GET(rt, cudaStreamCreate)
   GET(rt, cudaStreamDestroy) GET(rt, cudaStreamSynchronize) GET(rt, cudaGetErrorString)
   GET(rt, cudaLibraryLoadData) GET(rt, cudaLibraryUnload) GET(rt, cudaLibraryGetKernel) GET(rt, cudaLaunchKernel)
-  GET(rt, cudaEventCreate) GET(rt, cudaEventRecord) GET(rt, cudaEventSynchronize) GET(rt, cudaEventElapsedTime)
+  GET(rt, cudaEventCreate) GET(rt, cudaEventCreateWithFlags) GET(rt, cudaEventRecord) GET(rt, cudaStreamWaitEvent) GET(rt, cudaEventSynchronize) GET(rt, cudaEventElapsedTime)
   GET(rt, cudaEventDestroy) GET(rt, cudaPointerGetAttributes)
   GET(rt, cudaStreamBeginCapture) GET(rt, cudaStreamEndCapture) GET(rt, cudaGraphInstantiate) GET(rt, cudaGraphLaunch)
   GET(rt, cudaGraphExecDestroy) GET(rt, cudaGraphDestroy)
@@ -318,7 +322,14 @@ struct ntp_cuda {
   bool nccl;              /* ranks on separate GPUs, collectives through NCCL; else loopback */
   int rank_lo, rank_hi;   /* the ranks this process runs */
   int *dev;               /* per rank: its GPU */
-  cudaStream_t *stream;   /* per rank (loopback: all the same stream) */
+  cudaStream_t *stream;   /* per rank (loopback: all the same stream): compute, in step order */
+  cudaStream_t *comm;     /* per rank (loopback: one): collectives, overlapping compute (comm_deps.h);
+                           * the compute stream itself with NTP_CUDA_OVERLAP=0 */
+  bool overlap;
+  ntp_comm_deps deps;
+  cudaEvent_t *fork;      /* per rank: the compute stream's point a collective starts after */
+  cudaEvent_t *done;      /* [step * world + rank], collectives only: the collective's end on that rank */
+  cudaEvent_t *join;      /* per rank: the comm stream's end of the step list */
   cublasLtHandle_t *lt;   /* per rank (loopback: shared) */
   void **workspace;       /* per rank (loopback: shared): the most its GEMMs' algorithms need */
   size_t *workspace_size;
@@ -349,10 +360,12 @@ struct ntp_cuda {
   int *step_set;          /* per step: the set of its reduction */
   bool own_world;
   bool *dead;             /* per rank, after ntp_cuda_lose: failed with its GPU, never touched again */
-  /* loopback: the step list captured once as a CUDA graph and replayed; captured again when the
-   * seed changes (the init kernels take it) or a value was set (its init kernel is skipped) */
+  /* the step list captured as CUDA graphs, one per rank of this process (loopback: one) on its
+   * compute stream, the comm stream forked into it and joined back, NCCL calls captured, and
+   * replayed; captured again when the seed changes (the init kernels take it) or a value was set
+   * (its init kernel is skipped); dropped by ntp_cuda_lose (they hold the old communicators) */
   bool graphs;
-  cudaGraphExec_t graph;
+  cudaGraphExec_t *graph; /* per rank */
   uint64_t graph_seed;
   bool graph_stale;
   /* profiling (ntp_cuda_profile_layers): an event where the step list enters another layer */
@@ -360,9 +373,11 @@ struct ntp_cuda {
   cudaEvent_t *prof_ev;  /* [n_steps + 1] */
   int32_t *prof_layer;   /* [n_steps + 1]: the layer of the steps after event i */
   int nprof;             /* events recorded in the last run */
+  double host_s, host_graph_s, host_direct_s; /* the last run's host time to enqueue its work; by mode */
 };
 
 static bool local_rank(const ntp_cuda *c, int r) { return r >= c->rank_lo && r < c->rank_hi; }
+static void abandon(void *handle); /* a failed GPU's handle, never to be touched */
 
 static unsigned char *dev_ptr(const ntp_cuda *c, int32_t t) {
   const ntp_tensor *s = &c->p->tensors[t];
@@ -522,7 +537,7 @@ static int copy_box(ntp_cuda *c, const ntp_box *x, const ntp_box *sbox, unsigned
 /* Loopback: every rank on one GPU; copies and fp32 reductions as kernels. */
 static int run_comm_loopback(ntp_cuda *c, const ntp_step *st, char *err, size_t cap) {
   const ntp_program *p = c->p;
-  cudaStream_t stream = c->stream[0];
+  cudaStream_t stream = c->comm[0];
   if (st->comm != COMM_ALL_REDUCE && st->comm != COMM_REDUCE_SCATTER) {
     for (size_t i = 0; i < st->nxfers; i++) {
       const ntp_xfer *x = &st->xfers[i];
@@ -606,7 +621,7 @@ static int exchange_remote(ntp_cuda *c, const ntp_step *st, size_t *used, size_t
     used[r] += ((size_t)box_volume(&x->box) * dtype_bytes(s->dtype) + 255) / 256 * 256;
     CU(cu.cudaSetDevice(c->dev[r])); /* pack into the sender's staging */
     ntp_box packed = x->box;
-    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &packed, c->staging[r] + at[i], s->dtype, c->stream[r], err,
+    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &packed, c->staging[r] + at[i], s->dtype, c->comm[r], err,
                  cap))
       return -1;
   }
@@ -618,14 +633,14 @@ static int exchange_remote(ntp_cuda *c, const ntp_step *st, size_t *used, size_t
     size_t n = (size_t)box_volume(&x->box);
     if (local_rank(c, s->rank)) {
       CU(cu.cudaSetDevice(c->dev[s->rank]));
-      NC(cu.ncclSend(c->staging[s->rank] + at[i], n, nccl_type(s->dtype), d->rank, c->world[s->rank], c->stream[s->rank]));
+      NC(cu.ncclSend(c->staging[s->rank] + at[i], n, nccl_type(s->dtype), d->rank, c->world[s->rank], c->comm[s->rank]));
     }
     if (local_rank(c, d->rank)) {
       int r = d->rank;
       recv_at[i] = used[r];
       used[r] += (n * dtype_bytes(s->dtype) + 255) / 256 * 256;
       CU(cu.cudaSetDevice(c->dev[r]));
-      NC(cu.ncclRecv(c->staging[r] + recv_at[i], n, nccl_type(s->dtype), s->rank, c->world[r], c->stream[r]));
+      NC(cu.ncclRecv(c->staging[r] + recv_at[i], n, nccl_type(s->dtype), s->rank, c->world[r], c->comm[r]));
     }
   }
   NC(cu.ncclGroupEnd());
@@ -659,7 +674,7 @@ static int reduce_by_exchange(ntp_cuda *c, const ntp_step *st, char *err, size_t
     int64_t n = box_volume(&d->box);
     float *acc = (float *)c->staging[r];
     CU(cu.cudaSetDevice(c->dev[r]));
-    CU(cu.cudaMemsetAsync(acc, 0, (size_t)n * sizeof(float), c->stream[r]));
+    CU(cu.cudaMemsetAsync(acc, 0, (size_t)n * sizeof(float), c->comm[r]));
     for (size_t j = i; j < st->nxfers; j++) {
       const ntp_xfer *x = &st->xfers[j];
       if (x->dst != dst) continue;
@@ -668,11 +683,11 @@ static int reduce_by_exchange(ntp_cuda *c, const ntp_step *st, char *err, size_t
       box_geom g = geometry(&x->box, remote ? &x->box : &s->box, &d->box, 4);
       unsigned char *sp = remote ? c->staging[r] + recv_at[j] : dev_ptr(c, x->src);
       void *args[] = {&sp, &acc, &dt, &g};
-      if (launch(c->k_acc, g.n, args, c->stream[r], err, cap)) goto fail;
+      if (launch(c->k_acc, g.n, args, c->comm[r], err, cap)) goto fail;
     }
     unsigned char *dp = dev_ptr(c, dst);
     void *args[] = {&acc, &dp, &dt, &n};
-    if (launch(c->k_store, n, args, c->stream[r], err, cap)) goto fail;
+    if (launch(c->k_store, n, args, c->comm[r], err, cap)) goto fail;
   }
   free(used);
   free(at);
@@ -705,7 +720,7 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const ntp_step *st, char *err,
       bool whole = box_eq(&d->box, &s->box);
       CU(cu.cudaSetDevice(c->dev[r]));
       NC(cu.ncclAllReduce(dev_ptr(c, x->src), whole ? dev_ptr(c, x->dst) : c->staging[r], (size_t)box_volume(&s->box),
-                          nccl_type(s->dtype), ncclSum, c->group[r][set], c->stream[r]));
+                          nccl_type(s->dtype), ncclSum, c->group[r][set], c->comm[r]));
     }
     NC(cu.ncclGroupEnd());
     for (size_t i = 0; i < st->nxfers; i++) { /* slices of an uneven reduce-scatter */
@@ -713,7 +728,7 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const ntp_step *st, char *err,
       const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
       if (s->rank != d->rank || !local_rank(c, s->rank) || box_eq(&d->box, &s->box)) continue;
       CU(cu.cudaSetDevice(c->dev[s->rank]));
-      if (copy_box(c, &d->box, &s->box, c->staging[s->rank], &d->box, dev_ptr(c, x->dst), s->dtype, c->stream[s->rank],
+      if (copy_box(c, &d->box, &s->box, c->staging[s->rank], &d->box, dev_ptr(c, x->dst), s->dtype, c->comm[s->rank],
                    err, cap))
         return -1;
     }
@@ -729,7 +744,7 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const ntp_step *st, char *err,
     const ntp_tensor *s = &p->tensors[x->src], *d = &p->tensors[x->dst];
     if (s->rank != d->rank || !local_rank(c, s->rank)) continue;
     CU(cu.cudaSetDevice(c->dev[s->rank]));
-    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &d->box, dev_ptr(c, x->dst), s->dtype, c->stream[s->rank],
+    if (copy_box(c, &x->box, &s->box, dev_ptr(c, x->src), &d->box, dev_ptr(c, x->dst), s->dtype, c->comm[s->rank],
                  err, cap))
       goto fail;
   }
@@ -741,7 +756,7 @@ static int run_comm_nccl(ntp_cuda *c, int32_t si, const ntp_step *st, char *err,
     CU(cu.cudaSetDevice(c->dev[d->rank]));
     ntp_box packed = x->box;
     if (copy_box(c, &x->box, &packed, c->staging[d->rank] + recv_at[i], &d->box, dev_ptr(c, x->dst), s->dtype,
-                 c->stream[d->rank], err, cap))
+                 c->comm[d->rank], err, cap))
       goto fail;
   }
   free(recv_at);
@@ -985,6 +1000,41 @@ fail:
   return -1;
 }
 
+/* Does rank r run part of collective st (a source or destination of a box, or a member)? */
+static bool takes_part(const ntp_program *p, const ntp_step *st, int r) {
+  for (int i = 0; i < st->nranks; i++)
+    if (st->ranks[i] == r) return true;
+  for (size_t x = 0; x < st->nxfers; x++)
+    if (p->tensors[st->xfers[x].src].rank == r || p->tensors[st->xfers[x].dst].rank == r) return true;
+  return false;
+}
+
+/* The rank whose comm stream runs rank r's part of the collectives (loopback: the one stream). */
+static int comm_rank(const ntp_cuda *c, int r) { return c->nccl ? r : c->rank_lo; }
+
+/* The events of the overlap: each collective's end on each rank of this process taking part
+ * (comm_deps.h says which compute steps wait for it). */
+static int comm_events(ntp_cuda *c, char *err, size_t cap) {
+  const ntp_program *p = c->p;
+  if (ntp_comm_deps_build(p, &c->deps) != 0) {
+    snprintf(err, cap, "out of host memory");
+    return -1;
+  }
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const ntp_step *st = &p->steps[s];
+    if (st->kind != SH_COMM) continue;
+    for (int r = c->rank_lo; r < c->rank_hi; r++) {
+      if (c->nccl ? !takes_part(p, st, r) : r != c->rank_lo) continue; /* loopback: all on the one comm stream */
+      CU(cu.cudaSetDevice(c->dev[r]));
+      CU(cu.cudaEventCreateWithFlags(&c->done[s * (size_t)p->world + (size_t)r], cudaEventDisableTiming));
+    }
+  }
+  CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
+  return 0;
+fail:
+  return -1;
+}
+
 void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out) {
   *out = (ntp_cuda_gemms){0};
   for (size_t s = 0; s < c->p->n_steps; s++) {
@@ -1020,18 +1070,22 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   c->p = p;
   c->cuda = p->cuda;
   c->nccl = !o->loopback && W > 1;
-  const char *graphs = getenv("NTP_CUDA_GRAPHS"); /* 0: launch step by step */
-  c->graphs = !c->nccl && !(graphs && !strcmp(graphs, "0"));
+  const char *graphs = getenv("NTP_CUDA_GRAPHS"), *overlap = getenv("NTP_CUDA_OVERLAP"); /* 0: step by step; one stream */
+  c->graphs = !(graphs && !strcmp(graphs, "0"));
+  c->overlap = !(overlap && !strcmp(overlap, "0"));
   c->rank_lo = c->nccl ? o->rank_lo : 0;
   c->rank_hi = c->nccl && o->rank_hi > o->rank_lo ? o->rank_hi : W;
   if (c->nccl && load_nccl(err, cap) != 0) goto fail;
 #define ALLOC(field) c->field = calloc((size_t)W + 1, sizeof *c->field)
-  ALLOC(dev); ALLOC(stream); ALLOC(lt); ALLOC(workspace); ALLOC(workspace_size); ALLOC(arena); ALLOC(persist); ALLOC(staging);
+  ALLOC(dev); ALLOC(stream); ALLOC(comm); ALLOC(fork); ALLOC(join); ALLOC(graph); ALLOC(lt); ALLOC(workspace); ALLOC(workspace_size);
+  ALLOC(arena); ALLOC(persist); ALLOC(staging);
   ALLOC(staging_bytes); ALLOC(lib); ALLOC(kern); ALLOC(world);
 #undef ALLOC
   c->gemms = calloc(p->n_steps + 1, sizeof *c->gemms);
   c->filled = calloc(p->n_tensors + 1, sizeof *c->filled);
-  if (!c->dev || !c->stream || !c->lt || !c->workspace || !c->workspace_size || !c->arena || !c->persist || !c->staging ||
+  c->done = calloc(p->n_steps * (size_t)W + 1, sizeof *c->done);
+  if (!c->dev || !c->stream || !c->comm || !c->fork || !c->join || !c->graph || !c->done || !c->lt || !c->workspace ||
+      !c->workspace_size || !c->arena || !c->persist || !c->staging ||
       !c->staging_bytes || !c->lib || !c->kern || !c->world || !c->gemms || !c->filled)
     goto fail;
   for (int r = c->rank_lo; c->nccl && o->nccl_world && r < c->rank_hi; r++) { /* taken over at once */
@@ -1081,9 +1135,17 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
     CU(cu.cudaSetDevice(c->dev[r]));
     if (c->nccl || r == c->rank_lo) {
       CU(cu.cudaStreamCreate(&c->stream[r]));
+      if (c->overlap) {
+        CU(cu.cudaStreamCreate(&c->comm[r]));
+        CU(cu.cudaEventCreateWithFlags(&c->fork[r], cudaEventDisableTiming));
+        CU(cu.cudaEventCreateWithFlags(&c->join[r], cudaEventDisableTiming));
+      } else {
+        c->comm[r] = c->stream[r];
+      }
       LT(cu.cublasLtCreate(&c->lt[r]));
     } else { /* loopback: one stream, one handle */
       c->stream[r] = c->stream[c->rank_lo];
+      c->comm[r] = c->comm[c->rank_lo];
       c->lt[r] = c->lt[c->rank_lo];
     }
     CU(cu.cudaMalloc((void **)&c->arena[r], (size_t)p->mem[r].arena_bytes + 256));
@@ -1118,6 +1180,7 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
   const char *prof = getenv("NTP_CUDA_PROFILE"); /* layers: per-layer device times */
   if (prof && !strcmp(prof, "layers") && ntp_cuda_profile_layers(c, true, err, cap) != 0) goto fail;
+  if (c->overlap && comm_events(c, err, cap) != 0) goto fail;
   *out = c;
   for (int r = 0; r < W; r++) free(cubins[r]);
   free(cubins), free(first);
@@ -1253,11 +1316,64 @@ fail:
   return -1;
 }
 
+/* The comm streams forked from the compute streams at the start of the step list (in a capture:
+ * so they join it) and joined back at its end (so everything after, and a graph's end, follows
+ * the collectives). */
+static int fork_comm(ntp_cuda *c, bool join, char *err, size_t cap) {
+  for (int r = c->rank_lo; c->overlap && r < c->rank_hi; r++) {
+    if (comm_rank(c, r) != r) continue;
+    CU(cu.cudaSetDevice(c->dev[r]));
+    cudaStream_t from = join ? c->comm[r] : c->stream[r], to = join ? c->stream[r] : c->comm[r];
+    cudaEvent_t e = join ? c->join[r] : c->fork[r];
+    CU(cu.cudaEventRecord(e, from));
+    CU(cu.cudaStreamWaitEvent(to, e, 0));
+  }
+  return 0;
+fail:
+  return -1;
+}
+
+/* A collective: on the comm streams of the ranks taking part, after the compute enqueued before
+ * it on each (the producers of what it reads are there), its end recorded for the compute steps
+ * that wait for it (comm_deps.h). */
+static int enqueue_comm(ntp_cuda *c, int32_t s, const ntp_step *st, char *err, size_t cap) {
+  const ntp_program *p = c->p;
+  for (int r = c->rank_lo; c->overlap && r < c->rank_hi; r++) {
+    if (!c->done[(size_t)s * (size_t)p->world + (size_t)r]) continue;
+    CU(cu.cudaSetDevice(c->dev[r]));
+    CU(cu.cudaEventRecord(c->fork[r], c->stream[r]));
+    CU(cu.cudaStreamWaitEvent(c->comm[r], c->fork[r], 0));
+  }
+  if (c->nccl ? run_comm_nccl(c, s, st, err, cap) : run_comm_loopback(c, st, err, cap)) return -1;
+  for (int r = c->rank_lo; c->overlap && r < c->rank_hi; r++) {
+    cudaEvent_t e = c->done[(size_t)s * (size_t)p->world + (size_t)r];
+    if (!e) continue;
+    CU(cu.cudaSetDevice(c->dev[r]));
+    CU(cu.cudaEventRecord(e, c->comm[r]));
+  }
+  return 0;
+fail:
+  return -1;
+}
+
+/* Compute step s of rank r waits for the collectives whose memory it touches. */
+static int wait_comms(ntp_cuda *c, size_t s, int r, char *err, size_t cap) {
+  for (int32_t i = c->overlap ? c->deps.start[s] : 0; c->overlap && i < c->deps.start[s + 1]; i++) {
+    cudaEvent_t e = c->done[(size_t)c->deps.wait[i] * (size_t)c->p->world + (size_t)comm_rank(c, r)];
+    if (e) CU(cu.cudaStreamWaitEvent(c->stream[r], e, 0));
+  }
+  return 0;
+fail:
+  return -1;
+}
+
 /* Enqueues the step list on the streams: initialisation first (fused kernels may read a
- * parameter earlier in the list than its initialisation step), then everything else in order. */
+ * parameter earlier in the list than its initialisation step), then everything else in order;
+ * compute on the compute streams, collectives on the comm streams. */
 static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
   const ntp_program *p = c->p;
   static const float one = 1.0f, zero = 0.0f; /* read by cuBLASLt at the call, or at the replay of a graph */
+  if (fork_comm(c, false, err, cap) != 0) return -1;
   for (int pass = 0; pass < 2; pass++)
   for (size_t s = 0; s < p->n_steps; s++) {
     const ntp_step *st = &p->steps[s];
@@ -1265,13 +1381,16 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
     if (init != (pass == 0)) continue;
     if (c->profile && pass == 1 && profile_mark(c, st->layer, err, cap) != 0) return -1;
     if (st->kind == SH_COMM) {
-      if (c->nccl ? run_comm_nccl(c, (int32_t)s, st, err, cap) : run_comm_loopback(c, st, err, cap)) return -1;
+      if (enqueue_comm(c, (int32_t)s, st, err, cap) != 0) return -1;
       continue;
     }
     int r = st->rank;
     if (!local_rank(c, r)) continue;
     const cg_step *cs = &c->cuda[r].steps[s];
-    if (c->nccl) CU(cu.cudaSetDevice(c->dev[r]));
+    if (cs->kind != CG_GEMM && cs->kind != CG_KERNEL) continue;
+    if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
+    CU(cu.cudaSetDevice(c->dev[r]));
+    if (wait_comms(c, s, r, err, cap) != 0) return -1;
     if (cs->kind == CG_GEMM) {
       gemm *g = &c->gemms[s];
       const ntp_op *mm = &p->steps[cs->mm].op; /* this step's, or the earlier matmul run here */
@@ -1280,8 +1399,6 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
                            c->workspace[r], g->algo.workspaceSize, c->stream[r]));
       continue;
     }
-    if (cs->kind != CG_KERNEL) continue;
-    if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
     unsigned char *a = c->arena[r], *pp = c->persist[r];
     struct { long long v[CG_MAX_ARGS]; } block_args = {{0}}; /* the kernel's struct ntp_args */
     memcpy(block_args.v, c->cuda[r].args + cs->arg0, (size_t)cs->nargs * sizeof block_args.v[0]);
@@ -1290,49 +1407,87 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
                            (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
   }
   if (c->profile && profile_mark(c, INT32_MIN, err, cap) != 0) return -1; /* the end of the last layer */
-  return 0;
+  return fork_comm(c, true, err, cap);
 fail:
   return -1;
 }
 
-/* Loopback: the step list as one CUDA graph on the one stream (no host work per step). */
+/* the ranks that own a compute stream here (loopback: the first) */
+static bool stream_owner(const ntp_cuda *c, int r) { return c->nccl || r == c->rank_lo; }
+
+static void drop_graphs(ntp_cuda *c) {
+  for (int r = c->rank_lo; c->graph && r < c->rank_hi; r++) {
+    if (c->graph[r] && !(c->dead && c->dead[r])) cu.cudaGraphExecDestroy(c->graph[r]);
+    c->graph[r] = NULL; /* a failed GPU's is left there */
+  }
+}
+
+/* The step list as a CUDA graph per rank of this process, each captured on the rank's compute
+ * stream (no host work per step at the replay). With NCCL, every rank's capture is open while
+ * the steps are enqueued, so a group's calls for several ranks go to their own graphs (NCCL
+ * 2.9 and later capture them); the graphs meet at the replay, as their NCCL kernels do. */
 static int capture_graph(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
-  cudaStream_t stream = c->stream[c->rank_lo];
   cudaGraph_t g = NULL;
-  if (c->graph) cu.cudaGraphExecDestroy(c->graph);
-  c->graph = NULL;
-  CU(cu.cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  int rc = enqueue_steps(c, seed, err, cap);
-  cudaError_t e = cu.cudaStreamEndCapture(stream, &g);
-  if (rc != 0) goto fail;
-  CU(e);
-  e = cu.cudaGraphInstantiate(&c->graph, g, 0);
-  cu.cudaGraphDestroy(g);
-  g = NULL;
-  CU(e);
+  int begun = c->rank_lo, rc = -1;
+  drop_graphs(c);
+  for (; begun < c->rank_hi; begun++) {
+    if (!stream_owner(c, begun)) continue;
+    CU(cu.cudaSetDevice(c->dev[begun]));
+    CU(cu.cudaStreamBeginCapture(c->stream[begun], cudaStreamCaptureModeThreadLocal));
+  }
+  rc = enqueue_steps(c, seed, err, cap);
+fail:
+  for (int r = c->rank_lo; r < begun; r++) { /* every capture begun is ended, also after a failure */
+    if (!stream_owner(c, r)) continue;
+    cu.cudaSetDevice(c->dev[r]);
+    cudaError_t e = cu.cudaStreamEndCapture(c->stream[r], &g);
+    if (e == cudaSuccess && rc == 0) e = cu.cudaGraphInstantiate(&c->graph[r], g, 0);
+    if (g) cu.cudaGraphDestroy(g);
+    g = NULL;
+    if (e != cudaSuccess && rc == 0) {
+      snprintf(err, cap, "%s:%d: capturing rank %d's steps: %s", __FILE__, __LINE__, r, cu.cudaGetErrorString(e));
+      rc = -1;
+    }
+  }
+  if (rc != 0) {
+    drop_graphs(c);
+    size_t len = strlen(err);
+    snprintf(err + len, cap - len, " (capturing the step list as CUDA graphs; NTP_CUDA_GRAPHS=0 runs it step by step)");
+    return -1;
+  }
   c->graph_seed = seed;
   c->graph_stale = false;
   return 0;
-fail:
-  if (g) cu.cudaGraphDestroy(g);
-  size_t len = strlen(err);
-  snprintf(err + len, cap - len, " (capturing the step list as a CUDA graph; NTP_CUDA_GRAPHS=0 runs it step by step)");
-  return -1;
+}
+
+static double host_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
   nccl_last = ncclSuccess;
   c->nprof = 0;
   bool graphs = c->graphs && !c->profile; /* events between layers need the steps launched one by one */
-  if (graphs && (!c->graph || c->graph_seed != seed || c->graph_stale) && capture_graph(c, seed, err, cap) != 0)
+  bool captured = c->graph[c->rank_lo] != NULL;
+  if (graphs && (!captured || c->graph_seed != seed || c->graph_stale) && capture_graph(c, seed, err, cap) != 0)
     return -1;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev0, c->stream[c->rank_lo]));
-  if (graphs) CU(cu.cudaGraphLaunch(c->graph, c->stream[c->rank_lo]));
-  else if (enqueue_steps(c, seed, err, cap) != 0) return -1;
+  double t0 = host_now(); /* the host's part: the graph launches, or every step's calls */
+  for (int r = c->rank_lo; graphs && r < c->rank_hi; r++) {
+    if (!stream_owner(c, r)) continue;
+    CU(cu.cudaSetDevice(c->dev[r]));
+    CU(cu.cudaGraphLaunch(c->graph[r], c->stream[r]));
+  }
+  if (!graphs && enqueue_steps(c, seed, err, cap) != 0) return -1;
+  c->host_s = host_now() - t0;
+  *(graphs ? &c->host_graph_s : &c->host_direct_s) = c->host_s;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev1, c->stream[c->rank_lo]));
   for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    if (!stream_owner(c, r)) continue;
     CU(cu.cudaSetDevice(c->dev[r]));
     CU(cu.cudaStreamSynchronize(c->stream[r]));
   }
@@ -1342,6 +1497,20 @@ int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t 
   return 0;
 fail:
   return -1;
+}
+
+int ntp_cuda_use_graphs(ntp_cuda *c, bool on) {
+  if (!on) drop_graphs(c);
+  c->graphs = on;
+  return 0;
+}
+
+void ntp_cuda_host_time(const ntp_cuda *c, ntp_cuda_host *h) {
+  int32_t layers = 0; /* distinct layer numbers of the steps */
+  for (size_t s = 0; s < c->p->n_steps; s++)
+    if (c->p->steps[s].layer + 1 > layers) layers = c->p->steps[s].layer + 1;
+  *h = (ntp_cuda_host){.last_s = c->host_s, .graph_s = c->host_graph_s, .direct_s = c->host_direct_s,
+                       .layers = layers > 0 ? layers : 1, .graphs = c->graphs};
 }
 
 /* Visits the runs of box x (contiguous along the last dim) inside a row-major tensor of
@@ -1842,6 +2011,12 @@ fail:
 int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
   memset(s, 0, sizeof *s);
   s->local = -1;
+  /* the graphs hold the communicators about to be aborted: dropped first (a failed rank's are left
+   * on its GPU), and not captured again; what this backend still does is hand the state over */
+  for (int r = c->rank_lo; r < c->rank_hi; r++)
+    if (dead[r] && c->graph[r]) abandon(c->graph[r]), c->graph[r] = NULL;
+  drop_graphs(c);
+  c->graphs = false;
   int W = c->p->world, nexcl;
   if (c->nccl && c->own_world && c->rank_hi - c->rank_lo == 1 && W > 1) {
     s->local = 0;
@@ -1934,7 +2109,14 @@ static void abandon(void *handle) {
 
 void ntp_cuda_free(ntp_cuda *c) {
   if (!c) return;
-  if (c->graph) cu.cudaGraphExecDestroy(c->graph); /* before the modules its kernels live in */
+  drop_graphs(c); /* before the modules its kernels live in */
+  for (size_t e = 0; c->done && e < c->p->n_steps * (size_t)c->p->world; e++) {
+    if (!c->done[e]) continue;
+    int r = (int)(e % (size_t)c->p->world);
+    if (c->dead && c->dead[r]) abandon(c->done[e]);
+    else cu.cudaSetDevice(c->dev[r]), cu.cudaEventDestroy(c->done[e]);
+  }
+  ntp_comm_deps_free(&c->deps);
   for (size_t s = 0; c->gemms && s < c->p->n_steps; s++) {
     gemm *g = &c->gemms[s];
     if (g->op) cu.cublasLtMatmulDescDestroy(g->op);
@@ -1952,6 +2134,7 @@ void ntp_cuda_free(ntp_cuda *c) {
       bool owner = c->nccl || r == c->rank_lo;
       if (owner && c->lt) abandon(c->lt[r]);
       if (owner && c->stream) abandon(c->stream[r]);
+      if (owner && c->overlap && c->comm) abandon(c->comm[r]), abandon(c->fork[r]), abandon(c->join[r]);
       continue;
     }
     if (c->dev) cu.cudaSetDevice(c->dev[r]);
@@ -1970,6 +2153,9 @@ void ntp_cuda_free(ntp_cuda *c) {
     if (owner && c->workspace && c->workspace[r]) cu.cudaFree(c->workspace[r]);
     if (owner && c->lt && c->lt[r]) cu.cublasLtDestroy(c->lt[r]);
     if (owner && c->stream && c->stream[r]) cu.cudaStreamDestroy(c->stream[r]);
+    if (owner && c->overlap && c->comm && c->comm[r]) cu.cudaStreamDestroy(c->comm[r]);
+    if (owner && c->fork && c->fork[r]) cu.cudaEventDestroy(c->fork[r]);
+    if (owner && c->join && c->join[r]) cu.cudaEventDestroy(c->join[r]);
   }
   for (size_t b = 0; b < c->nbufs; b++) {
     if (on_dead_gpu(c, c->buf_dev[b])) continue;
@@ -1992,6 +2178,11 @@ void ntp_cuda_free(ntp_cuda *c) {
   free(c->dead);
   free(c->dev);
   free(c->stream);
+  free(c->comm);
+  free(c->fork);
+  free(c->join);
+  free(c->done);
+  free(c->graph);
   free(c->lt);
   free(c->workspace);
   free(c->workspace_size);
@@ -2099,6 +2290,15 @@ int ntp_cuda_profile_layers(ntp_cuda *c, bool on, char *err, size_t cap) {
 int ntp_cuda_layer_times(const ntp_cuda *c, double *seconds, size_t n, char *err, size_t cap) {
   (void)c, (void)seconds, (void)n;
   return ntp_cuda_available(err, cap);
+
+}
+int ntp_cuda_use_graphs(ntp_cuda *c, bool on) {
+  (void)c, (void)on;
+  return -1;
+}
+void ntp_cuda_host_time(const ntp_cuda *c, ntp_cuda_host *h) {
+  (void)c;
+  memset(h, 0, sizeof *h);
 }
 int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap) {
   (void)c, (void)dead;

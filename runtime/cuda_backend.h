@@ -36,6 +36,19 @@ int ntp_cuda_forward(ntp_cuda *c, uint64_t seed, ntp_cpu_result *res, char *err,
  * into a global tensor in device memory on GPU dev (storage dtype; only the elements this
  * process holds are written). */
 int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap);
+/* Host time of the runs: how long the host took to enqueue a run's work (graph launches, or every
+ * step's calls launched one by one; not the capture, not the GPU's time), for the last run, and
+ * the last run of each mode (0 where none ran), and the program's layer count, for the per-layer
+ * figure `ntpc run --backend cuda` prints ("host ... us per layer with graphs ..., without ..."). */
+typedef struct ntp_cuda_host {
+  double last_s, graph_s, direct_s;
+  int layers;  /* distinct layer numbers, at least 1 */
+  bool graphs; /* the mode runs use now */
+} ntp_cuda_host;
+void ntp_cuda_host_time(const ntp_cuda *c, ntp_cuda_host *h);
+/* Graphs on (the default; NTP_CUDA_GRAPHS=0 starts with them off) or off: launched step by step.
+ * 0, or -1 where the backend is a stub. */
+int ntp_cuda_use_graphs(ntp_cuda *c, bool on);
 int ntp_cuda_output_host(ntp_cuda *c, size_t output, ntp_host_tensor *h, char *err, size_t cap);
 int ntp_cuda_output_device(ntp_cuda *c, size_t output, void *data, int dev, char *err, size_t cap);
 /* Value v (an input or parameter) from a global tensor in device memory on GPU dev, storage dtype. */

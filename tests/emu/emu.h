@@ -10,13 +10,17 @@
  *   NTP_EMU_VERBOSE=1    one line per launch on stderr
  *   NTP_EMU_FAIL_GPUS=D[,D...]  test-only: these GPUs fail when the program first reacts to a
  *                        failure (its first ncclCommAbort or ncclCommShrink); from then on any
- *                        call that touches one is an error (emu_device_ok) */
+ *                        call that touches one is an error (emu_device_ok)
+ *   NTP_EMU_STREAMS=M    eager | lazy (the default with the race check on): the stream model,
+ *                        emu_streams.c */
 #ifndef NTP_EMU_H
 #define NTP_EMU_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cuda_runtime_api.h>
 
 #include "emu_abi.h"
 
@@ -73,11 +77,44 @@ typedef enum { EMU_F32, EMU_F16, EMU_BF16 } emu_format;
 float emu_load(const void *p, emu_format f, size_t i);
 void emu_store(void *p, emu_format f, size_t i, float v);
 
-/* Stream capture (CUDA graphs): while a stream captures, work enqueued into it is recorded as a
- * node instead of running; a graph launch runs the nodes in order. emu_capture takes ctx (malloc'd)
- * and frees it with the graph; run returns 0, or -1 after emu_fail(). */
+/* Stream work (emu_streams.c). NTP_EMU_STREAMS=eager|lazy chooses the stream model: eager runs
+ * work as it is enqueued, in program order; lazy (the default with the race check on) defers it
+ * to the next host synchronisation and then runs, of what may run, the latest enqueued first, so
+ * that a missing cudaStreamWaitEvent shows as a wrong result. emu_enqueue takes ctx (malloc'd,
+ * starting with its size in bytes, so that a graph can copy it): captured into the stream's graph,
+ * or queued; run(ctx) later runs it on the device that was current at the enqueue, and returns
+ * 0, or -1 after emu_fail(). */
+bool emu_streams_lazy(void);
 bool emu_capturing(const void *stream);
-int emu_capture(const void *stream, int (*run)(void *ctx), void *ctx);
+bool emu_any_capture(void);
+bool emu_stream_ok(const void *stream, const char *call);
+int emu_enqueue(const void *stream, int (*run)(void *ctx), void *ctx);
+/* A group of NCCL calls on one stream, in two phases (emu_nccl.c implements them): start when it
+ * takes its place in its communicators (the call, or a graph launch), post when it reaches the
+ * head of its stream, poll until its peers' calls matched it (1 done, 0 not yet, -1 failed). */
+typedef struct emu_comm_ops {
+  int (*start)(void *ctx);
+  int (*post)(void *ctx);
+  int (*poll)(void *ctx);
+  bool (*local)(void *ctx);  /* every peer is in this process: waiting cannot help */
+  void (*hang)(void *ctx);   /* says which call would hang */
+  void (*idle)(void *ctx);   /* waits a little for a peer in another process */
+  bool (*uses)(void *ctx, const void *comm);
+  void (*copied)(void *ctx); /* optional: after ctx was copied */
+  void (*release)(void *ctx); /* optional: before ctx is freed */
+} emu_comm_ops;
+int emu_enqueue_comm(const void *stream, const emu_comm_ops *ops, void *ctx);
+int emu_sync_all(void);                        /* runs all stream work; 0, or -1 after emu_fail() */
+void emu_streams_cancel_comm(const void *comm); /* its queued operations end unrun (an abort) */
+void emu_streams_drop_device(int d);            /* a failed GPU's queued work never runs */
+void emu_capture_epoch_bump(void);              /* a capture began or ended */
+uint64_t emu_capture_epoch(void);
+
+/* the runtime's error state, for the parts outside emu_cudart.c */
+cudaError_t emu_error(cudaError_t e); /* the call's error (cudaGetLastError's) */
+cudaError_t emu_sticky(void);         /* a launch failure, sticky as on a GPU, or cudaSuccess */
+void emu_set_sticky(cudaError_t e);
+void emu_use_device(int d);           /* the current device of this thread */
 
 /* Runs a kernel over a grid (launch.c). Returns 0, or -1 after emu_fail(). */
 int emu_run_grid(const ntp_emu_kernel *k, ntp_emu_dim grid, ntp_emu_dim block, void **args, uint64_t order);

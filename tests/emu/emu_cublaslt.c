@@ -294,7 +294,7 @@ static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, 
                                  const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                                  cublasLtMatmulAlgo_t algo, void *ws, size_t wsbytes);
 
-/* a GEMM recorded by a stream capture: every argument (the scalars by value, as cuBLASLt reads
+/* a GEMM in a stream or a graph: every argument (the scalars by value, as cuBLASLt reads
  * host scalars at the call); the descriptors must outlive the graph, as with cuBLASLt */
 typedef struct gemm_node {
   size_t bytes;
@@ -325,13 +325,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   float al, be;
   memcpy(&al, alpha, 4);
   memcpy(&be, beta, 4);
-  if (emu_capturing(stream)) {
-    gemm_node *g = malloc(sizeof *g);
-    if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
-    *g = (gemm_node){sizeof *g, h, desc, al, be, A, B, C, D, ws, Al, Bl, Cl, Dl, wsbytes, algo ? *algo : implicit};
-    return emu_capture(stream, run_gemm, g) == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
-  }
-  return matmul_now(h, desc, al, A, Al, B, Bl, be, C, Cl, D, Dl, algo ? *algo : implicit, ws, wsbytes);
+  if (!emu_stream_ok(stream, "cublasLtMatmul")) return CUBLAS_STATUS_INVALID_VALUE;
+  gemm_node *g = malloc(sizeof *g); /* run in stream order (emu_streams.c), or recorded by a capture */
+  if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
+  *g = (gemm_node){sizeof *g, h, desc, al, be, A, B, C, D, ws, Al, Bl, Cl, Dl, wsbytes, algo ? *algo : implicit};
+  return emu_enqueue(stream, run_gemm, g) == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 /* the bytes an operand covers, for the overlap check */

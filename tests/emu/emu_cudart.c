@@ -1,7 +1,7 @@
 /* emu_cudart.c — the subset of libcudart that the CUDA backend calls, on emulated GPUs.
  *
  * Device memory is host memory between guard pages, filled with 0xff (NaN in every float
- * format) so that a read before a write shows. Streams run their work as it is enqueued.
+ * format) so that a read before a write shows. Streams, events and graphs are emu_streams.c's.
  * Modules are the host shared objects built by the emulated NVRTC; a launch runs every
  * block on the fiber scheduler (emu_sched.c) and, with the race check on, runs again in
  * another order and compares all the memory its pointer arguments reach. A fault during a
@@ -53,11 +53,12 @@ void emu_gpus_fail(void) {
   static bool done;
   if (done) return;
   done = true;
+  emu_sync_all(); /* what was enqueued before the failure ran before it */
   const char *v = getenv("NTP_EMU_FAIL_GPUS");
   for (char *end; v && *v; v = *end ? end + 1 : end) {
     long d = strtol(v, &end, 10);
     if (end == v) break;
-    if (d >= 0 && d < 64) failed_gpu[d] = true;
+    if (d >= 0 && d < 64) failed_gpu[d] = true, emu_streams_drop_device((int)d);
     if (emu_verbose()) fprintf(stderr, "ntp-emu: GPU %ld fails now (NTP_EMU_FAIL_GPUS)\n", d);
   }
 }
@@ -99,6 +100,23 @@ static cudaError_t fail(cudaError_t e) {
   do {                                            \
     if (sticky != cudaSuccess) return fail(sticky); \
   } while (0)
+
+cudaError_t emu_error(cudaError_t e) { return fail(e); }
+cudaError_t emu_sticky(void) { return sticky; }
+void emu_set_sticky(cudaError_t e) {
+  if (sticky == cudaSuccess) sticky = e;
+}
+void emu_use_device(int d) { current_device = d; }
+static uint64_t capture_epoch;
+void emu_capture_epoch_bump(void) { capture_epoch++; }
+uint64_t emu_capture_epoch(void) { return capture_epoch; }
+
+/* A synchronous call waits for the work of every stream first (streams made by cudaStreamCreate
+ * synchronise with the legacy default stream). A failure there is the launch's, sticky. */
+static cudaError_t sync_first(void) {
+  if (emu_sync_all() != 0) emu_set_sticky(cudaErrorLaunchFailure);
+  return sticky;
+}
 
 const char *cudaGetErrorName(cudaError_t e) {
   switch (e) {
@@ -168,10 +186,6 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
     return fail(cudaErrorInvalidValue);
   }
 }
-cudaError_t cudaDeviceSynchronize(void) {
-  STICKY();
-  return here_ok("cudaDeviceSynchronize") ? cudaSuccess : fail(cudaErrorInvalidDevice);
-}
 
 /* ---- memory --------------------------------------------------------------------------------- */
 
@@ -219,6 +233,7 @@ cudaError_t cudaMalloc(void **p, size_t size) {
 
 cudaError_t cudaFree(void *p) {
   if (!p) return cudaSuccess;
+  sync_first(); /* cudaFree waits for the device's work */
   for (emu_alloc **ap = &allocs; *ap; ap = &(*ap)->next)
     if ((*ap)->base == p) {
       emu_alloc *a = *ap;
@@ -244,10 +259,9 @@ static bool device_range(const void *p, size_t n, const char *call) {
   return false;
 }
 
-static bool any_capture;
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
   STICKY();
-  if (any_capture) { /* CUDA invalidates the capture: a synchronous copy cannot be recorded */
+  if (emu_any_capture()) { /* CUDA invalidates the capture: a synchronous copy cannot be recorded */
     emu_fail("cudaMemcpy while a stream is capturing");
     return fail(cudaErrorStreamCaptureUnsupported);
   }
@@ -262,6 +276,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
   if (!here_ok("cudaMemcpy") || (dd && !memory_ok(dst, "cudaMemcpy (destination)")) ||
       (sd && !memory_ok(src, "cudaMemcpy (source)")))
     return fail(cudaErrorInvalidDevice);
+  if (sync_first() != cudaSuccess) return fail(sticky);
   memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -273,6 +288,7 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
   STICKY();
   if (!device_range(p, n, "cudaMemset")) return fail(cudaErrorInvalidValue);
   if (!here_ok("cudaMemset") || !memory_ok(p, "cudaMemset")) return fail(cudaErrorInvalidDevice);
+  if (sync_first() != cudaSuccess) return fail(sticky);
   memset(p, v, n);
   return cudaSuccess;
 }
@@ -283,14 +299,14 @@ static int run_memset(void *ctx) {
   return 0;
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-  if (!emu_capturing(s)) return cudaMemset(p, v, n);
   STICKY();
+  if (!emu_stream_ok(s, "cudaMemsetAsync")) return fail(cudaErrorInvalidResourceHandle);
   if (!device_range(p, n, "cudaMemsetAsync")) return fail(cudaErrorInvalidValue);
   if (!memory_ok(p, "cudaMemsetAsync")) return fail(cudaErrorInvalidDevice);
   memset_node *m = malloc(sizeof *m);
   if (!m) return fail(cudaErrorMemoryAllocation);
   *m = (memset_node){sizeof *m, p, v, n};
-  return emu_capture(s, run_memset, m) == 0 ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  return emu_enqueue(s, run_memset, m) == 0 ? cudaSuccess : fail(sticky != cudaSuccess ? sticky : cudaErrorLaunchFailure);
 }
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *p) {
   memset(attr, 0, sizeof *attr);
@@ -299,211 +315,6 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
   attr->device = a ? a->device : -1;
   attr->devicePointer = a ? (void *)p : NULL;
   attr->hostPointer = a ? NULL : (void *)p;
-  return cudaSuccess;
-}
-
-/* ---- streams and events: work runs when it is enqueued ------------------------------------ */
-
-typedef struct emu_node {
-  int (*run)(void *ctx);
-  void *ctx;
-} emu_node;
-typedef struct emu_graph {
-  int magic;
-  emu_node *nodes;
-  size_t n, cap;
-} emu_graph;
-typedef struct emu_stream { int magic, device; emu_graph *capture; } emu_stream;
-typedef struct emu_event { int magic; double t; bool recorded; } emu_event;
-enum { STREAM_MAGIC = 0x5354524d, EVENT_MAGIC = 0x45564e54 };
-
-cudaError_t cudaStreamCreate(cudaStream_t *s) {
-  if (!here_ok("cudaStreamCreate")) return fail(cudaErrorInvalidDevice);
-  emu_stream *x = calloc(1, sizeof *x);
-  if (!x) return fail(cudaErrorMemoryAllocation);
-  *x = (emu_stream){STREAM_MAGIC, current_device, NULL};
-  *s = (cudaStream_t)x;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-  (void)flags;
-  return cudaStreamCreate(s);
-}
-static bool stream_ok(cudaStream_t s, const char *call) {
-  if (!s) return here_ok(call);
-  if (((emu_stream *)s)->magic == STREAM_MAGIC) return emu_device_ok(((emu_stream *)s)->device, call);
-  emu_fail("%s: not a stream (destroyed, or never created)", call);
-  return false;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (!s || !stream_ok(s, "cudaStreamDestroy")) return fail(cudaErrorInvalidResourceHandle);
-  ((emu_stream *)s)->magic = 0;
-  free(s);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  STICKY();
-  if (!stream_ok(s, "cudaStreamSynchronize")) return fail(cudaErrorInvalidResourceHandle);
-  if (emu_capturing(s)) {
-    emu_fail("cudaStreamSynchronize on a stream that is capturing");
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
-  return cudaSuccess;
-}
-
-/* ---- graphs: stream capture records, a launch replays --------------------------------------- */
-
-enum { GRAPH_MAGIC = 0x47524150 };
-
-bool emu_capturing(const void *stream) {
-  const emu_stream *x = stream;
-  return x && x->magic == STREAM_MAGIC && x->capture;
-}
-
-int emu_capture(const void *stream, int (*run)(void *ctx), void *ctx) {
-  emu_graph *g = ((const emu_stream *)stream)->capture;
-  if (g->n == g->cap) {
-    size_t cap = g->cap ? 2 * g->cap : 64;
-    emu_node *n = realloc(g->nodes, cap * sizeof *n);
-    if (!n) {
-      free(ctx);
-      emu_fail("stream capture: out of host memory");
-      return -1;
-    }
-    g->nodes = n;
-    g->cap = cap;
-  }
-  g->nodes[g->n++] = (emu_node){run, ctx};
-  return 0;
-}
-
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
-  (void)mode;
-  STICKY();
-  emu_stream *x = (emu_stream *)s;
-  if (!x || !stream_ok(s, "cudaStreamBeginCapture") || x->capture) {
-    emu_fail("cudaStreamBeginCapture: %s", !x ? "the legacy default stream cannot capture" : "already capturing");
-    return fail(cudaErrorStreamCaptureUnsupported);
-  }
-  if (!(x->capture = calloc(1, sizeof *x->capture))) return fail(cudaErrorMemoryAllocation);
-  x->capture->magic = GRAPH_MAGIC;
-  any_capture = true;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
-  emu_stream *x = (emu_stream *)s;
-  if (!x || !stream_ok(s, "cudaStreamEndCapture") || !x->capture) {
-    emu_fail("cudaStreamEndCapture: the stream is not capturing");
-    return fail(cudaErrorIllegalState);
-  }
-  *graph = (cudaGraph_t)x->capture;
-  x->capture = NULL;
-  any_capture = false;
-  return cudaSuccess;
-}
-
-static void graph_free(emu_graph *g) {
-  for (size_t i = 0; i < g->n; i++) free(g->nodes[i].ctx);
-  free(g->nodes);
-  g->magic = 0;
-  free(g);
-}
-
-/* an executable graph is a copy of the graph: the two live and die apart */
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
-  (void)flags;
-  emu_graph *g = (emu_graph *)graph, *e = calloc(1, sizeof *e);
-  if (!g || g->magic != GRAPH_MAGIC) {
-    free(e);
-    return fail(cudaErrorInvalidValue);
-  }
-  if (!e || !(e->nodes = malloc((g->n + 1) * sizeof *e->nodes))) {
-    free(e);
-    return fail(cudaErrorMemoryAllocation);
-  }
-  *e = (emu_graph){GRAPH_MAGIC, e->nodes, g->n, g->n};
-  for (size_t i = 0; i < g->n; i++) { /* each node owns its context: copy it */
-    size_t bytes = *(size_t *)g->nodes[i].ctx; /* every context starts with its size */
-    void *c = malloc(bytes);
-    if (!c) {
-      e->n = i;
-      graph_free(e);
-      return fail(cudaErrorMemoryAllocation);
-    }
-    memcpy(c, g->nodes[i].ctx, bytes);
-    e->nodes[i] = (emu_node){g->nodes[i].run, c};
-  }
-  *exec = (cudaGraphExec_t)e;
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
-  STICKY();
-  emu_graph *e = (emu_graph *)exec;
-  if (!e || e->magic != GRAPH_MAGIC || !stream_ok(s, "cudaGraphLaunch")) return fail(cudaErrorInvalidResourceHandle);
-  for (size_t i = 0; i < e->n; i++)
-    if (e->nodes[i].run(e->nodes[i].ctx) != 0) {
-      if (sticky == cudaSuccess) sticky = cudaErrorLaunchFailure;
-      return fail(sticky);
-    }
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  emu_graph *e = (emu_graph *)exec;
-  if (!e || e->magic != GRAPH_MAGIC) return fail(cudaErrorInvalidResourceHandle);
-  graph_free(e);
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  emu_graph *g = (emu_graph *)graph;
-  if (!g || g->magic != GRAPH_MAGIC) return fail(cudaErrorInvalidResourceHandle);
-  graph_free(g);
-  return cudaSuccess;
-}
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-cudaError_t cudaEventCreate(cudaEvent_t *e) {
-  emu_event *x = calloc(1, sizeof *x);
-  if (!x) return fail(cudaErrorMemoryAllocation);
-  x->magic = EVENT_MAGIC;
-  *e = (cudaEvent_t)x;
-  return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-  (void)flags;
-  return cudaEventCreate(e);
-}
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  STICKY();
-  emu_event *x = (emu_event *)e;
-  if (!x || x->magic != EVENT_MAGIC || !stream_ok(s, "cudaEventRecord")) return fail(cudaErrorInvalidResourceHandle);
-  x->t = now();
-  x->recorded = true;
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  STICKY();
-  return e && ((emu_event *)e)->magic == EVENT_MAGIC ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-  emu_event *x = (emu_event *)a, *y = (emu_event *)b;
-  if (!x || !y || x->magic != EVENT_MAGIC || y->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
-  if (!x->recorded || !y->recorded) return fail(cudaErrorInvalidResourceHandle);
-  *ms = (float)((y->t - x->t) * 1e3);
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  emu_event *x = (emu_event *)e;
-  if (!x || x->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
-  x->magic = 0;
-  free(x);
   return cudaSuccess;
 }
 
@@ -622,10 +433,16 @@ static int reached(const ntp_emu_kernel *k, void **args, span *out, int cap) {
   return n;
 }
 
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static unsigned long long launches;
 static int launch_now(const emu_kernel_h *h, ntp_emu_dim g, ntp_emu_dim b, void **args);
 
-/* a captured launch: the kernel, its geometry and a copy of its argument values */
+/* a launch in a stream or a graph: the kernel, its geometry and a copy of its argument values */
 typedef struct launch_node {
   size_t bytes;
   const emu_kernel_h *h;
@@ -639,7 +456,7 @@ static int run_launch(void *ctx) {
   for (int i = 0; i < l->h->k->nargs; i++) args[i] = l->values + l->at[i];
   return launch_now(l->h, l->grid, l->block, args);
 }
-static cudaError_t capture_launch(const emu_kernel_h *h, ntp_emu_dim g, ntp_emu_dim b, void **args, cudaStream_t s) {
+static cudaError_t enqueue_launch(const emu_kernel_h *h, ntp_emu_dim g, ntp_emu_dim b, void **args, cudaStream_t s) {
   const ntp_emu_kernel *k = h->k;
   size_t total = 0, at[16];
   for (int i = 0; i < k->nargs; i++) {
@@ -653,7 +470,7 @@ static cudaError_t capture_launch(const emu_kernel_h *h, ntp_emu_dim g, ntp_emu_
     l->at[i] = at[i];
     memcpy(l->values + at[i], args[i], k->arg_size[i]); /* CUDA copies the values at the launch */
   }
-  return emu_capture(s, run_launch, l) == 0 ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  return emu_enqueue(s, run_launch, l) == 0 ? cudaSuccess : fail(sticky != cudaSuccess ? sticky : cudaErrorLaunchFailure);
 }
 
 cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t smem, cudaStream_t stream) {
@@ -665,10 +482,10 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
   }
   const ntp_emu_kernel *k = h->k;
   unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-  if (!stream_ok(stream, "cudaLaunchKernel")) return fail(cudaErrorInvalidResourceHandle);
-  if (stream && ((emu_stream *)stream)->device != current_device) {
+  if (!emu_stream_ok(stream, "cudaLaunchKernel")) return fail(cudaErrorInvalidResourceHandle);
+  if (stream && *((const int *)stream + 1) != current_device) { /* emu_stream: magic, device */
     emu_fail("kernel %s: launched on GPU %d into a stream of GPU %d", k->name, current_device,
-             ((emu_stream *)stream)->device);
+             *((const int *)stream + 1));
     return fail(cudaErrorInvalidResourceHandle);
   }
   if (threads == 0 || threads > 1024 || (int)threads > k->max_threads || block.z > 64 || grid.x == 0 || grid.y == 0 ||
@@ -683,8 +500,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
     return fail(cudaErrorInvalidConfiguration);
   }
   ntp_emu_dim g = {grid.x, grid.y, grid.z}, b = {block.x, block.y, block.z};
-  if (emu_capturing(stream)) return capture_launch(h, g, b, args, stream);
-  return launch_now(h, g, b, args) == 0 ? cudaSuccess : fail(sticky);
+  return enqueue_launch(h, g, b, args, stream);
 }
 
 /* Runs a launch (validated): once, or twice with the race check. 0, or -1 with sticky set. */

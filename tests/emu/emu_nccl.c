@@ -2,8 +2,11 @@
  * (ncclCommInitAll) or across processes (ncclGetUniqueId + ncclCommInitRank: the id names a
  * shared-memory file that every rank maps).
  *
- * Every call posts an operation on a board in that memory; grouped calls post at the
- * outermost ncclGroupEnd. An operation completes when all its participants have posted a
+ * Every call posts an operation on a board in that memory. Communicator calls (init, split,
+ * shrink) post at the outermost ncclGroupEnd and complete there; all-reduces, sends and receives
+ * are stream work (emu_streams.c): a group's calls on one stream are one node, started at the call
+ * (or at each launch of a graph that captured it), posted when the node reaches the head of its
+ * stream, done when matched. An operation completes when all its participants have posted a
  * matching one: an all-reduce of every rank of the communicator (summed in fp32 in rank
  * order and rounded once, as the loopback collectives do), a send with the receive that
  * names it, a split of every rank of the parent. A mismatch (counts, types, a rank that
@@ -374,6 +377,8 @@ static int complete(fabric *f) {
 
 typedef struct pending {
   ncclComm_t comm;
+  const void *stream; /* allreduce, send, recv: the stream it runs in */
+  uint64_t seq;       /* ... its place in the communicator, taken at the call (or graph launch) */
   int kind, peer, color, key;
   uint64_t exclude; /* shrink */
   int flags;
@@ -388,6 +393,9 @@ typedef struct pending {
 static __thread int depth;
 static __thread pending *queue;
 static __thread int nqueue, capqueue;
+static __thread uint64_t group_epoch; /* emu_capture_epoch() at the outermost ncclGroupStart */
+
+static bool stream_op(int kind) { return kind == OP_ALLREDUCE || kind == OP_SEND || kind == OP_RECV; }
 
 static ncclResult_t enqueue(pending p) {
   if (nqueue == capqueue) {
@@ -406,9 +414,44 @@ static double now(void) {
   return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Posts call p (its sequence number taken) on the board: its slot, or -1 after emu_fail() (the
+ * lock is held). The data of an all-reduce or a send is read now. */
+static int board_post(fabric *f, const pending *p) {
+  ncclComm_t c = p->comm;
+  int slot = -1;
+  for (int s = 0; s < MAX_OPS && slot < 0; s++)
+    if (f->ops[s].state == FREE) slot = s;
+  if (slot < 0) {
+    emu_fail("emulated NCCL: more than %d operations in flight", MAX_OPS);
+    return -1;
+  }
+  board_op *x = &f->ops[slot];
+  *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .seq = p->seq, .rank = c->rank, .nranks = c->nranks,
+                  .peer = p->peer, .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color,
+                  .key = p->key, .exclude = p->exclude, .pid = getpid()};
+  if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
+    size_t n = p->count * esize(p->dtype);
+    x->data = heap_alloc(f, n);
+    if (x->data == UINT64_MAX) {
+      x->state = FREE;
+      emu_fail("emulated NCCL: the shared heap is full");
+      return -1;
+    }
+    memcpy(heap(f) + x->data, p->send, n);
+  }
+  return slot;
+}
+
+static ncclResult_t flush_streams(void);
+
+/* The group's communicator calls (init, split, shrink) complete here, on the host; its
+ * collectives and point-to-point calls become stream work (flush_streams). */
 static ncclResult_t flush(void) {
-  ncclResult_t rc = ncclSuccess;
-  if (!nqueue) return rc;
+  ncclResult_t rc = flush_streams();
+  if (rc != ncclSuccess || !nqueue) {
+    nqueue = 0;
+    return rc;
+  }
   fabric *f = queue[0].comm->fab;
   for (int i = 1; i < nqueue; i++)
     if (queue[i].comm->fab != f) {
@@ -419,29 +462,11 @@ static ncclResult_t flush(void) {
   fab_lock(f);
   for (int i = 0; i < nqueue; i++) { /* post */
     pending *p = &queue[i];
-    ncclComm_t c = p->comm;
-    int slot = -1;
-    for (int s = 0; s < MAX_OPS && slot < 0; s++)
-      if (f->ops[s].state == FREE) slot = s;
+    p->seq = p->comm->coll_seq++;
+    int slot = board_post(f, p);
     if (slot < 0) {
-      emu_fail("emulated NCCL: more than %d operations in flight", MAX_OPS);
       rc = ncclInternalError;
       goto out;
-    }
-    board_op *x = &f->ops[slot];
-    *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .rank = c->rank, .nranks = c->nranks, .peer = p->peer,
-              .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color, .key = p->key,
-              .exclude = p->exclude, .pid = getpid()};
-    x->seq = p->kind == OP_SEND ? c->send_seq[p->peer]++ : p->kind == OP_RECV ? c->recv_seq[p->peer]++ : c->coll_seq++;
-    if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
-      size_t n = p->count * esize(p->dtype);
-      x->data = heap_alloc(f, n);
-      if (x->data == UINT64_MAX) {
-        emu_fail("emulated NCCL: the shared heap is full");
-        rc = ncclInternalError;
-        goto out;
-      }
-      memcpy(heap(f) + x->data, p->send, n);
     }
     p->slot = slot;
     if (p->kind == OP_SHRINK) drop_dead_ops(f); /* after a failure: what the dead posted never completes */
@@ -528,8 +553,241 @@ out:
   return rc;
 }
 
+
+/* ---- collectives and point-to-point calls: stream work (emu_streams.c) ----------------------------
+ * The calls of a group on one stream are one node: started at the call (or each graph launch: its
+ * place in each communicator, the sequence numbers peers match by), posted to the board when the
+ * node reaches the head of its stream (the send data read then, after what the stream waited for),
+ * done when the board matched every call, the results written then. */
+
+typedef struct comm_work {
+  size_t bytes;
+  fabric *fab;
+  double limit; /* when a wait for a peer in another process times out */
+  int n;
+  pending ops[];
+} comm_work;
+
+static __thread ncclResult_t start_rc; /* why the last start failed */
+static bool comm_live(ncclComm_t c, const char *call);
+
+static bool comm_alive(ncclComm_t c) {
+  bool found = false;
+  pthread_mutex_lock(&live_mu);
+  for (ncclComm_t x = live; x && !found; x = x->next) found = x == c;
+  pthread_mutex_unlock(&live_mu);
+  return found;
+}
+
+static int cw_start(void *ctx) {
+  comm_work *w = ctx;
+  for (int i = 0; i < w->n; i++) {
+    pending *p = &w->ops[i];
+    p->slot = -1;
+    if (!comm_alive(p->comm)) {
+      emu_fail("%s: a graph replays a call on a communicator that was destroyed or aborted (the graphs that hold a "
+               "communicator are to be dropped with it)", OP_NAME[p->kind]);
+      start_rc = ncclInvalidUsage;
+      return -1;
+    }
+    if (!comm_live(p->comm, OP_NAME[p->kind])) {
+      start_rc = ncclInvalidArgument;
+      return -1;
+    }
+    fab_lock(w->fab);
+    bool aborted = clique_aborted(w->fab, p->comm->uid);
+    pthread_mutex_unlock(&w->fab->mu);
+    if (aborted) { /* NCCL reports it as a remote error */
+      emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort or ncclCommShrink with "
+               "NCCL_SHRINK_ABORT)", OP_NAME[p->kind], p->comm->rank);
+      start_rc = ncclRemoteError;
+      return -1;
+    }
+    ncclComm_t c = p->comm;
+    p->seq = p->kind == OP_SEND ? c->send_seq[p->peer]++ : p->kind == OP_RECV ? c->recv_seq[p->peer]++ : c->coll_seq++;
+  }
+  return 0;
+}
+
+/* our board slots back (the lock is held) */
+static void cw_unpost(comm_work *w) {
+  for (int i = 0; i < w->n; i++)
+    if (w->ops[i].slot >= 0 && w->ops[i].slot < MAX_OPS) {
+      w->fab->ops[w->ops[i].slot].state = FREE;
+      w->ops[i].slot = -1;
+    }
+}
+
+static int cw_post(void *ctx) {
+  comm_work *w = ctx;
+  fabric *f = w->fab;
+  fab_lock(f);
+  for (int i = 0; i < w->n; i++)
+    if ((w->ops[i].slot = board_post(f, &w->ops[i])) < 0) goto failed;
+  if (complete(f) != 0) goto failed;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  w->limit = now() + (getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 300.0);
+  return 0;
+failed:
+  cw_unpost(w);
+  pthread_mutex_unlock(&f->mu);
+  return -1;
+}
+
+static int cw_poll(void *ctx) {
+  comm_work *w = ctx;
+  fabric *f = w->fab;
+  fab_lock(f);
+  if (complete(f) != 0) goto failed;
+  bool all = true;
+  for (int i = 0; i < w->n; i++) {
+    pending *p = &w->ops[i];
+    if (f->ops[p->slot].state == DONE) continue;
+    all = false;
+    if (clique_aborted(f, p->comm->uid)) {
+      emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort or ncclCommShrink with "
+               "NCCL_SHRINK_ABORT)", OP_NAME[p->kind], p->comm->rank);
+      goto failed;
+    }
+    int dpid = 0, dr = dead_peer(f, p->comm->uid, p->comm->nranks, p->kind, p->peer, 0, &dpid);
+    if (dr >= 0) { /* a peer process is gone: what NCCL reports after its timeout */
+      emu_fail("%s on rank %d of a communicator of %d ranks: the process of rank %d (pid %d) has died", OP_NAME[p->kind],
+               p->comm->rank, p->comm->nranks, dr, dpid);
+      drop_dead_ops(f);
+      goto failed;
+    }
+    if (!p->comm->all_local && now() > w->limit) {
+      emu_fail("%s on rank %d of a communicator of %d ranks would hang: %s (timed out)", OP_NAME[p->kind], p->comm->rank,
+               p->comm->nranks, p->kind == OP_SEND || p->kind == OP_RECV ? "no matching call of the peer"
+                                                                         : "not every rank of the communicator makes this call");
+      goto failed;
+    }
+  }
+  if (!all) {
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+  }
+  for (int i = 0; i < w->n; i++) { /* results back to this process's buffers */
+    pending *p = &w->ops[i];
+    if (p->kind == OP_ALLREDUCE || p->kind == OP_RECV)
+      memcpy(p->recv, heap(f) + f->ops[p->slot].result, p->count * esize(p->dtype));
+  }
+  cw_unpost(w);
+  bool idle = true;
+  for (int k = 0; k < MAX_OPS && idle; k++) idle = f->ops[k].state == FREE;
+  if (idle) f->heap_used = 0;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  return 1;
+failed:
+  cw_unpost(w);
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  return -1;
+}
+
+static bool cw_local(void *ctx) {
+  comm_work *w = ctx;
+  for (int i = 0; i < w->n; i++)
+    if (!w->ops[i].comm->all_local) return false;
+  return true;
+}
+static void cw_hang(void *ctx) {
+  comm_work *w = ctx;
+  fab_lock(w->fab);
+  for (int i = 0; i < w->n; i++) {
+    pending *p = &w->ops[i];
+    if (p->slot >= 0 && w->fab->ops[p->slot].state == DONE) continue;
+    emu_fail("%s on rank %d of a communicator of %d ranks would hang: %s (every rank is in this process and has made "
+             "its calls)", OP_NAME[p->kind], p->comm->rank, p->comm->nranks,
+             p->kind == OP_SEND || p->kind == OP_RECV ? "no matching call of the peer"
+                                                      : "not every rank of the communicator makes this call");
+    break;
+  }
+  pthread_mutex_unlock(&w->fab->mu);
+}
+static void cw_idle(void *ctx) {
+  comm_work *w = ctx;
+  fab_lock(w->fab);
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_nsec += 50000000;
+  if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
+  fab_wait(w->fab, &t);
+  pthread_mutex_unlock(&w->fab->mu);
+}
+static bool cw_uses(void *ctx, const void *comm) {
+  comm_work *w = ctx;
+  for (int i = 0; i < w->n; i++)
+    if (w->ops[i].comm == comm) return true;
+  return false;
+}
+static void cw_copied(void *ctx) {
+  comm_work *w = ctx;
+  for (int i = 0; i < w->n; i++) w->ops[i].slot = -1;
+}
+static void cw_release(void *ctx) { /* freed while posted (cancelled by an abort): the board slots back */
+  comm_work *w = ctx;
+  bool posted = false;
+  for (int i = 0; i < w->n; i++) posted |= w->ops[i].slot >= 0;
+  if (!posted) return;
+  fab_lock(w->fab);
+  cw_unpost(w);
+  pthread_cond_broadcast(&w->fab->cv);
+  pthread_mutex_unlock(&w->fab->mu);
+}
+static const emu_comm_ops comm_work_ops = {cw_start, cw_post, cw_poll, cw_local, cw_hang, cw_idle, cw_uses, cw_copied,
+                                           cw_release};
+
+/* The queue's stream calls, one node per stream, out of the queue. Real NCCL refuses a group whose
+ * calls straddle the beginning or end of a capture, or mix captured and direct streams. */
+static ncclResult_t flush_streams(void) {
+  int nstream = 0, ncap = 0;
+  for (int i = 0; i < nqueue; i++)
+    if (stream_op(queue[i].kind)) nstream++, ncap += emu_capturing(queue[i].stream);
+  if (!nstream) return ncclSuccess;
+  if (ncap && (ncap != nstream || group_epoch != emu_capture_epoch())) {
+    emu_fail("a NCCL group spans a capture boundary: %s", ncap != nstream ? "some of its calls are on capturing streams, "
+             "some not" : "a capture began or ended between ncclGroupStart and ncclGroupEnd");
+    return ncclInvalidUsage;
+  }
+  for (int i = 0; i < nqueue; i++) {
+    if (!stream_op(queue[i].kind)) continue;
+    const void *stream = queue[i].stream;
+    int n = 0;
+    for (int j = i; j < nqueue; j++) n += stream_op(queue[j].kind) && queue[j].stream == stream;
+    size_t bytes = sizeof(comm_work) + (size_t)n * sizeof(pending);
+    comm_work *w = malloc(bytes);
+    if (!w) return ncclSystemError;
+    *w = (comm_work){.bytes = bytes, .fab = queue[i].comm->fab, .n = 0};
+    int device = queue[i].comm->device;
+    for (int j = i; j < nqueue; j++)
+      if (stream_op(queue[j].kind) && queue[j].stream == stream) {
+        if (queue[j].comm->fab != w->fab) {
+          emu_fail("a NCCL group mixes communicators of different worlds on one stream (not emulated)");
+          free(w);
+          return ncclInvalidUsage;
+        }
+        w->ops[w->n++] = queue[j];
+        queue[j].kind = -1; /* taken */
+      }
+    start_rc = ncclInvalidUsage;
+    int cur = emu_current_device();
+    emu_use_device(device);
+    int rc = emu_enqueue_comm(stream, &comm_work_ops, w);
+    emu_use_device(cur);
+    if (rc != 0) return start_rc;
+  }
+  int k = 0; /* what is left: the host's calls */
+  for (int i = 0; i < nqueue; i++)
+    if (queue[i].kind >= 0) queue[k++] = queue[i];
+  nqueue = k;
+  return ncclSuccess;
+}
+
 ncclResult_t ncclGroupStart(void) {
-  depth++;
+  if (depth++ == 0) group_epoch = emu_capture_epoch();
   return ncclSuccess;
 }
 ncclResult_t ncclGroupEnd(void) {
@@ -543,6 +801,7 @@ static ncclResult_t submit(pending p) {
   p.slot = -1;
   ncclResult_t r = enqueue(p);
   if (r != ncclSuccess || depth) return r;
+  group_epoch = emu_capture_epoch(); /* a call of its own is a group of one */
   return flush();
 }
 
@@ -716,6 +975,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (r >= 0) /* a hang on a real machine */
     emu_fatal("ncclCommDestroy on rank %d would hang: rank %d of the communicator is on GPU %d, which has failed "
               "(ncclCommAbort frees a communicator without waiting for its peers)", comm->rank, r, dev);
+  emu_sync_all(); /* its operations complete first */
+  emu_streams_cancel_comm(comm);
   comm_free(comm);
   return ncclSuccess;
 }
@@ -727,6 +988,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!clique_aborted(f, comm->uid) && f->naborted < MAX_ABORTED) f->aborted[f->naborted++] = comm->uid;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
+  emu_streams_cancel_comm(comm); /* its queued operations never complete */
   comm_free(comm);
   return ncclSuccess;
 }
@@ -756,7 +1018,7 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
+  if (!emu_stream_ok(stream, "ncclAllReduce")) return ncclInvalidArgument;
   if (!comm_live(comm, "ncclAllReduce") || !type_ok(dt, "ncclAllReduce")) return ncclInvalidArgument;
   if (op != ncclSum) {
     emu_fail("ncclAllReduce: reduction %d is not emulated (only ncclSum)", (int)op);
@@ -765,28 +1027,28 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
   size_t bytes = count * esize(dt);
   if (!buffer_ok(comm, send, bytes, "ncclAllReduce (send)") || !buffer_ok(comm, recv, bytes, "ncclAllReduce (receive)"))
     return ncclInvalidArgument;
-  return submit((pending){.comm = comm, .kind = OP_ALLREDUCE, .send = send, .recv = recv, .count = count, .dtype = dt,
+  return submit((pending){.comm = comm, .stream = stream, .kind = OP_ALLREDUCE, .send = send, .recv = recv, .count = count, .dtype = dt,
                           .redop = op});
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
+  if (!emu_stream_ok(stream, "ncclSend")) return ncclInvalidArgument;
   if (!comm_live(comm, "ncclSend") || !type_ok(dt, "ncclSend")) return ncclInvalidArgument;
   if (peer < 0 || peer >= comm->nranks) {
     emu_fail("ncclSend: peer %d of a communicator of %d ranks", peer, comm->nranks);
     return ncclInvalidArgument;
   }
   if (!buffer_ok(comm, buf, count * esize(dt), "ncclSend")) return ncclInvalidArgument;
-  return submit((pending){.comm = comm, .kind = OP_SEND, .send = buf, .count = count, .dtype = dt, .peer = peer});
+  return submit((pending){.comm = comm, .stream = stream, .kind = OP_SEND, .send = buf, .count = count, .dtype = dt, .peer = peer});
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
+  if (!emu_stream_ok(stream, "ncclRecv")) return ncclInvalidArgument;
   if (!comm_live(comm, "ncclRecv") || !type_ok(dt, "ncclRecv")) return ncclInvalidArgument;
   if (peer < 0 || peer >= comm->nranks) {
     emu_fail("ncclRecv: peer %d of a communicator of %d ranks", peer, comm->nranks);
     return ncclInvalidArgument;
   }
   if (!buffer_ok(comm, buf, count * esize(dt), "ncclRecv")) return ncclInvalidArgument;
-  return submit((pending){.comm = comm, .kind = OP_RECV, .recv = buf, .count = count, .dtype = dt, .peer = peer});
+  return submit((pending){.comm = comm, .stream = stream, .kind = OP_RECV, .recv = buf, .count = count, .dtype = dt, .peer = peer});
 }

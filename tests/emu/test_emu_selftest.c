@@ -154,7 +154,7 @@ static cudaError_t c_nccl_missing_rank(void) {
   cudaSetDevice(0);
   ncclGroupStart();
   ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], NULL); /* rank 1 never joins */
-  return as_cuda(ncclGroupEnd() == ncclSuccess);
+  return as_cuda(ncclGroupEnd() == ncclSuccess && cudaStreamSynchronize(NULL) == cudaSuccess); /* stream work */
 }
 static cudaError_t c_nccl_mismatch(void) {
   ncclComm_t comm[2];
@@ -165,7 +165,7 @@ static cudaError_t c_nccl_mismatch(void) {
     cudaSetDevice(r);
     ncclAllReduce(buf[r], buf[r], r ? 32 : 64, ncclFloat32, ncclSum, comm[r], NULL);
   }
-  return as_cuda(ncclGroupEnd() == ncclSuccess);
+  return as_cuda(ncclGroupEnd() == ncclSuccess && cudaStreamSynchronize(NULL) == cudaSuccess);
 }
 static cudaError_t c_nccl_unmatched_send(void) {
   ncclComm_t comm[2];
@@ -174,7 +174,7 @@ static cudaError_t c_nccl_unmatched_send(void) {
   cudaSetDevice(0);
   ncclGroupStart();
   ncclSend(buf[0], 64, ncclFloat32, 1, comm[0], NULL);
-  return as_cuda(ncclGroupEnd() == ncclSuccess);
+  return as_cuda(ncclGroupEnd() == ncclSuccess && cudaStreamSynchronize(NULL) == cudaSuccess);
 }
 static cudaError_t c_nccl_reduces_in_rank_order(void) {
   ncclComm_t comm[3];
@@ -265,6 +265,7 @@ static cudaError_t c_nccl_dead_process(void) {
   cudaMalloc((void **)&buf, 64 * sizeof(float));
   if (ncclCommInitRank(&comm, 2, id, 0) != ncclSuccess) return cudaErrorUnknown;
   ncclResult_t r = ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, NULL), a = ncclSuccess;
+  if (r == ncclSuccess && cudaStreamSynchronize(NULL) != cudaSuccess) r = ncclRemoteError; /* seen at the sync */
   ncclCommGetAsyncError(comm, &a);
   int st;
   waitpid(child, &st, 0);
@@ -493,6 +494,149 @@ static cudaError_t c_graph_replay(void) {
   return cudaSuccess;
 }
 
+
+/* ---- streams, events, graphs ------------------------------------------------------------------ */
+
+/* one byte of the buffer after stream a sets it to 0x11 and stream b to 0x22, b after a when `wait` */
+static unsigned char two_streams(bool wait) {
+  unsigned char *buf, h = 0;
+  cudaStream_t a, b;
+  cudaEvent_t e;
+  cudaMalloc((void **)&buf, 64);
+  cudaStreamCreate(&a), cudaStreamCreate(&b), cudaEventCreate(&e);
+  cudaMemsetAsync(buf, 0x11, 64, a);
+  cudaEventRecord(e, a);
+  if (wait) cudaStreamWaitEvent(b, e, 0);
+  cudaMemsetAsync(buf, 0x22, 64, b);
+  cudaStreamSynchronize(b);
+  cudaStreamSynchronize(a);
+  cudaMemcpy(&h, buf, 1, cudaMemcpyDeviceToHost);
+  return h;
+}
+static cudaError_t c_streams_event_order(void) {
+  setenv("NTP_EMU_STREAMS", "lazy", 1);
+  return as_cuda(two_streams(true) == 0x22);
+}
+/* the adversarial order: with the wait forgotten, the later stream's work runs first */
+static cudaError_t c_streams_missing_wait(void) {
+  setenv("NTP_EMU_STREAMS", "lazy", 1);
+  if (two_streams(false) == 0x11) fprintf(stderr, "the second stream's memset ran first\n");
+  return cudaErrorUnknown;
+}
+/* eager: program order, whatever the events say */
+static cudaError_t c_streams_eager(void) {
+  setenv("NTP_EMU_STREAMS", "eager", 1);
+  return as_cuda(two_streams(false) == 0x22);
+}
+
+/* a capture forked onto a second stream and joined back; replayed twice */
+static cudaError_t c_graph_fork_join(void) {
+  setenv("NTP_EMU_STREAMS", "lazy", 1);
+  unsigned char *x, hx[64], hy[64];
+  cudaStream_t s, t;
+  cudaEvent_t fork, join;
+  cudaMalloc((void **)&x, 128);
+  cudaStreamCreate(&s), cudaStreamCreate(&t), cudaEventCreate(&fork), cudaEventCreate(&join);
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return cudaErrorUnknown;
+  cudaMemsetAsync(x, 0x11, 128, s);
+  cudaEventRecord(fork, s);
+  cudaStreamWaitEvent(t, fork, 0); /* t joins the capture */
+  cudaMemsetAsync(x + 64, 0x22, 64, t);
+  cudaEventRecord(join, t);
+  cudaStreamWaitEvent(s, join, 0);
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&e, g, 0) != cudaSuccess) return cudaErrorUnknown;
+  cudaGraphDestroy(g);
+  for (int rep = 0; rep < 2; rep++) {
+    cudaMemset(x, 0, 128);
+    if (cudaGraphLaunch(e, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) return cudaErrorUnknown;
+    cudaMemcpy(hx, x, 64, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hy, x + 64, 64, cudaMemcpyDeviceToHost);
+    if (hx[0] != 0x11 || hy[0] != 0x22) return cudaErrorUnknown;
+  }
+  return cudaGraphExecDestroy(e);
+}
+static cudaError_t c_graph_unjoined(void) {
+  cudaStream_t s, t;
+  cudaEvent_t fork;
+  unsigned char *x;
+  cudaMalloc((void **)&x, 64);
+  cudaStreamCreate(&s), cudaStreamCreate(&t), cudaEventCreate(&fork);
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  cudaEventRecord(fork, s);
+  cudaStreamWaitEvent(t, fork, 0);
+  cudaMemsetAsync(x, 1, 64, t); /* t never rejoins s */
+  cudaGraph_t g;
+  return cudaStreamEndCapture(s, &g);
+}
+
+/* a graph per rank, each capturing its rank's part of one group of all-reduces; the launches
+ * meet at the replay, as NCCL's kernels do */
+static cudaError_t c_nccl_graph_per_rank(void) {
+  setenv("NTP_EMU_STREAMS", "lazy", 1);
+  ncclComm_t comm[2];
+  float *buf[2], h[64], r[64];
+  cudaStream_t s[2];
+  cudaGraphExec_t e[2];
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  for (int k = 0; k < 2; k++) cudaSetDevice(k), cudaStreamCreate(&s[k]);
+  for (int k = 0; k < 2; k++) cudaSetDevice(k), cudaStreamBeginCapture(s[k], cudaStreamCaptureModeThreadLocal);
+  ncclGroupStart();
+  for (int k = 0; k < 2; k++) cudaSetDevice(k), ncclAllReduce(buf[k], buf[k], 64, ncclFloat32, ncclSum, comm[k], s[k]);
+  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
+  for (int k = 0; k < 2; k++) {
+    cudaGraph_t g;
+    cudaSetDevice(k);
+    if (cudaStreamEndCapture(s[k], &g) != cudaSuccess || cudaGraphInstantiate(&e[k], g, 0) != cudaSuccess)
+      return cudaErrorUnknown;
+    cudaGraphDestroy(g);
+  }
+  for (int rep = 1; rep <= 2; rep++) {
+    for (int k = 0; k < 2; k++) {
+      for (int i = 0; i < 64; i++) h[i] = (float)(rep * (k + 1) + i);
+      cudaSetDevice(k), cudaMemcpy(buf[k], h, sizeof h, cudaMemcpyHostToDevice);
+    }
+    for (int k = 0; k < 2; k++) cudaSetDevice(k), cudaGraphLaunch(e[k], s[k]);
+    for (int k = 0; k < 2; k++)
+      if (cudaSetDevice(k), cudaStreamSynchronize(s[k]) != cudaSuccess) return cudaErrorUnknown;
+    cudaSetDevice(1), cudaMemcpy(r, buf[1], sizeof r, cudaMemcpyDeviceToHost);
+    if (r[0] != (float)(3 * rep) || r[63] != (float)(3 * rep + 126)) return cudaErrorUnknown;
+  }
+  return cudaSuccess;
+}
+/* NCCL refuses a group that straddles the start of a capture */
+static cudaError_t c_nccl_group_capture_boundary(void) {
+  ncclComm_t comm[2];
+  float *buf[2];
+  cudaStream_t s;
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  cudaStreamCreate(&s);
+  ncclGroupStart();
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], s);
+  return as_cuda(ncclGroupEnd() == ncclSuccess);
+}
+/* a graph that captured a collective, launched after its communicator was aborted */
+static cudaError_t c_nccl_graph_dead_comm(void) {
+  ncclComm_t comm;
+  float *buf;
+  cudaStream_t s;
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  cudaSetDevice(0);
+  cudaMalloc((void **)&buf, 64 * sizeof(float));
+  cudaStreamCreate(&s);
+  if (ncclCommInitAll(&comm, 1, NULL) != ncclSuccess) return cudaErrorUnknown;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, s);
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&e, g, 0) != cudaSuccess) return cudaErrorUnknown;
+  if (cudaGraphLaunch(e, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) return cudaErrorUnknown;
+  ncclCommAbort(comm);
+  return cudaGraphLaunch(e, s);
+}
+
 static const struct {
   const char *name;
   cudaError_t (*run)(void);
@@ -528,6 +672,14 @@ static const struct {
     {"cuBLASLt: a bias gradient over the aux matrix", c_cublaslt_bgrad_overlap, "the bias gradient overlaps the aux matrix"},
     {"cuBLASLt: less workspace than the algorithm needs", c_cublaslt_workspace, "needs 320 bytes of workspace, given 316"},
     {"graphs: capture, refuse a synchronous copy, replay", c_graph_replay, NULL},
+    {"streams: work ordered by an event wait", c_streams_event_order, NULL},
+    {"streams: a forgotten event wait runs out of order (lazy)", c_streams_missing_wait, "the second stream's memset ran first"},
+    {"streams: eager runs in program order", c_streams_eager, NULL},
+    {"graphs: a fork onto a second stream and the join, replayed", c_graph_fork_join, NULL},
+    {"graphs: a forked stream that never rejoins", c_graph_unjoined, "never rejoined the origin stream"},
+    {"NCCL: a graph per rank, its part of a group of all-reduces", c_nccl_graph_per_rank, NULL},
+    {"NCCL: a group across a capture boundary", c_nccl_group_capture_boundary, "spans a capture boundary"},
+    {"NCCL: a graph replayed after its communicator was aborted", c_nccl_graph_dead_comm, "destroyed or aborted"},
 };
 
 int main(void) {

@@ -333,11 +333,27 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
   for (size_t v = 0; given && v < p->global.n_values; v++)
     if (given[v] && ntp_cuda_set(c, (int32_t)v, given[v], err, sizeof err) != 0) goto done;
   if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done; /* warm-up */
-  double total = 0;
+  double total = 0, host[2] = {0, 0}; /* host seconds to launch a forward: [0] in the mode it runs in, [1] the other */
+  ntp_cuda_host ht;
   for (long i = 0; i < o->iters; i++) {
     ntp_cpu_result_free(&res);
     if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done;
     total += res.seconds;
+    ntp_cuda_host_time(c, &ht);
+    host[0] += ht.last_s;
+  }
+  bool graphs = ht.graphs;
+  if (o->iters > 0) { /* the same forwards in the other mode, for the host's side of graphs */
+    ntp_cpu_result other = {0};
+    ntp_cuda_use_graphs(c, !graphs);
+    for (long i = 0; i <= o->iters; i++) { /* one warm-up: the capture */
+      ntp_cpu_result_free(&other);
+      if (ntp_cuda_forward(c, o->seed, &other, err, sizeof err) != 0) goto done;
+      ntp_cuda_host_time(c, &ht);
+      if (i) host[1] += ht.last_s;
+    }
+    ntp_cpu_result_free(&other);
+    ntp_cuda_use_graphs(c, graphs);
   }
   rc = 1;
   if (ntp_cpu_run_given(&p->global, o->seed, 0, params, (const ntp_host_tensor *const *)given, &ref, err,
@@ -347,6 +363,11 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
   printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n",
          co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
          p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
+  if (o->iters > 0) { /* the host time per forward and per layer, with and without graphs (docs/runtime.md) */
+    double with = (graphs ? host[0] : host[1]) / (double)o->iters * 1e6, without = (graphs ? host[1] : host[0]) / (double)o->iters * 1e6;
+    printf("host launch: %.1f us per forward, %.2f us per layer with graphs; %.1f us, %.2f us per layer without "
+           "(%d layers, mean of %ld)\n", with, with / ht.layers, without, without / ht.layers, ht.layers, o->iters);
+  }
   rc = 0;
   if (layer_times_print(stdout, c, p, err, sizeof err) != 0) {
     rc = 2;
