@@ -292,7 +292,7 @@ static bool extent(const void *p, const emu_layout *l, const char *what) {
 static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, float al, const void *A,
                                  cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, float be,
                                  const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
-                                 cublasLtMatmulAlgo_t algo, void *ws, size_t wsbytes);
+                                 cublasLtMatmulAlgo_t algo, void *ws, size_t wsbytes, bool check_only);
 
 /* a GEMM in a stream or a graph: every argument (the scalars by value, as cuBLASLt reads
  * host scalars at the call); the descriptors must outlive the graph, as with cuBLASLt */
@@ -310,7 +310,7 @@ typedef struct gemm_node {
 static int run_gemm(void *ctx) {
   gemm_node *g = ctx;
   return matmul_now(g->h, g->desc, g->alpha, g->A, g->Al, g->B, g->Bl, g->beta, g->C, g->Cl, g->D, g->Dl, g->algo,
-                    g->ws, g->wsbytes) == CUBLAS_STATUS_SUCCESS
+                    g->ws, g->wsbytes, false) == CUBLAS_STATUS_SUCCESS
              ? 0
              : -1;
 }
@@ -326,6 +326,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   memcpy(&al, alpha, 4);
   memcpy(&be, beta, 4);
   if (!emu_stream_ok(stream, "cublasLtMatmul")) return CUBLAS_STATUS_INVALID_VALUE;
+  /* the arguments are checked at the call, as cuBLASLt does: a refusal is this call's status,
+   * not a failure of the stream later */
+  cublasStatus_t st = matmul_now(h, desc, al, A, Al, B, Bl, be, C, Cl, D, Dl, algo ? *algo : implicit, ws, wsbytes, true);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
   gemm_node *g = malloc(sizeof *g); /* run in stream order (emu_streams.c), or recorded by a capture */
   if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
   *g = (gemm_node){sizeof *g, h, desc, al, be, A, B, C, D, ws, Al, Bl, Cl, Dl, wsbytes, algo ? *algo : implicit};
@@ -345,7 +349,7 @@ static span span_of(const void *p, const emu_layout *l, const char *what) {
 static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, float al, const void *A,
                                  cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, float be,
                                  const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
-                                 cublasLtMatmulAlgo_t algo, void *ws, size_t wsbytes) {
+                                 cublasLtMatmulAlgo_t algo, void *ws, size_t wsbytes, bool check_only) {
   const emu_desc *d = (const emu_desc *)desc;
   const emu_layout *a = (const emu_layout *)Al, *b = (const emu_layout *)Bl, *c = (const emu_layout *)Cl,
                    *o = (const emu_layout *)Dl;
@@ -425,6 +429,7 @@ static cublasStatus_t matmul_now(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, 
         emu_fail("cublasLtMatmul: %s overlaps %s", spans[w].what, spans[x].what);
         return CUBLAS_STATUS_INVALID_VALUE;
       }
+  if (check_only) return CUBLAS_STATUS_SUCCESS;
   /* op(A) as m x k rows and op(B) as n x k rows in fp32: contiguous dot products */
   float *pa = malloc(sizeof(float) * (m * k + 1)), *pb = malloc(sizeof(float) * (n * k + 1));
   float *acc = malloc(sizeof(float) * (m * n + 1));
