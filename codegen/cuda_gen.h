@@ -35,6 +35,7 @@ typedef struct cg_module {
   int64_t *args;  /* the argument blocks of the kernel steps */
   size_t nargs, cap_args;
   int32_t rank;
+  int64_t scratch_bytes; /* the most any step of the rank uses (ntp_rank_code's) */
   bool failed; /* out of memory while writing: cg_generate fails */
 } cg_module;
 

@@ -478,7 +478,9 @@ bool cg_gen_grad_step(gen *g, int32_t s) {
   case IR_SOFTMAX_GRAD:
   case IR_LAYERNORM_GRAD:
   case IR_RMSNORM_GRAD: gen_row_grad(g, s); return true;
-  case IR_ATTENTION_GRAD: gen_attention_grad(g, s); return true;
+  case IR_ATTENTION_GRAD: /* tiled where the tiles fit in shared memory */
+    if (!cg_attention_grad_tiled(g, s)) gen_attention_grad(g, s);
+    return true;
   case IR_CE_STATS: gen_ce_stats(g, s); return true;
   case IR_CE_ROWS: gen_ce_rows(g, s); return true;
   case IR_CE_MEAN: gen_ce_mean(g, s); return true;

@@ -8,6 +8,8 @@
 #include "cuda_gen.h"
 
 enum { EW_BLOCK = 256, ROW_BLOCK = 256, ATT_WARPS = 4 };
+/* the largest head dim of the tiled attention kernels (their tiles in static shared memory) */
+enum { ATT_TILED_MAX_HD = 128 };
 
 typedef struct gen {
   const sh_program *p;
@@ -40,6 +42,13 @@ void cg_store(gen *g, int32_t t, const char *idx, const char *val);
 ntp_shape cg_tshape(gen *g, int32_t t);
 /* starts the kernel of a step (its name is written when it is finished) */
 void cg_kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32_t smem);
+
+/* names the kernel being written (or finds its text written already); -1: out of memory */
+int cg_finish_kernel(gen *g);
+
+/* cuda_gen_attention.c: attention_grad as the tiled statistics pass + dq or dk/dv kernel; false
+ * where the head dim is above ATT_TILED_MAX_HD (cuda_gen_grad.c's warp kernel then) */
+bool cg_attention_grad_tiled(gen *g, int32_t step);
 
 /* cuda_gen_grad.c: the loss and the backward ops; false when `code` is none of them */
 bool cg_gen_grad_step(gen *g, int32_t step);

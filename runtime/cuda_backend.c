@@ -979,7 +979,9 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
       c->lt[r] = c->lt[c->rank_lo];
       c->workspace[r] = c->workspace[c->rank_lo];
     }
-    CU(cu.cudaMalloc((void **)&c->arena[r], (size_t)p->mem[r].arena_bytes + 256));
+    size_t arena = p->cuda[r].scratch_bytes ? (size_t)(ntp_scratch_offset(p->mem[r].arena_bytes) + p->cuda[r].scratch_bytes)
+                                            : (size_t)p->mem[r].arena_bytes; /* the scratch after the arena */
+    CU(cu.cudaMalloc((void **)&c->arena[r], arena + 256));
     CU(cu.cudaMalloc((void **)&c->persist[r], (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 256));
     if (c->nccl) CU(cu.cudaMalloc((void **)&c->staging[r], c->staging_bytes[r] + 256));
     char name[64];
@@ -1122,6 +1124,9 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
     struct { long long v[CG_MAX_ARGS]; } block_args = {{0}}; /* the kernel's struct ntp_args */
     memcpy(block_args.v, c->cuda[r].args + cs->arg0, (size_t)cs->nargs * sizeof block_args.v[0]);
     void *args[] = {&a, &pp, &seed, &block_args};
+    if (cs->pre >= 0) /* the step's first pass, into the scratch */
+      CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->pre], (dim3){(unsigned)cs->pre_grid, 1, 1},
+                             (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
     CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)cs->grid, 1, 1},
                            (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
   }

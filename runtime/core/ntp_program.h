@@ -27,7 +27,7 @@
 #include "ntp_types.h"
 
 #define NTP_PROGRAM_MAGIC "NTPPROG"
-#define NTP_PROGRAM_VERSION 1
+#define NTP_PROGRAM_VERSION 2
 
 /* ---- the global (unsharded) module: what the CPU reference runs ---- */
 typedef struct ntp_value {
@@ -122,7 +122,14 @@ typedef struct cg_step {
   int64_t grid;         /* CG_KERNEL: blocks (1-D) */
   int32_t block, smem;  /* CG_KERNEL: threads per block, dynamic shared memory bytes */
   int32_t arg0, nargs;  /* CG_KERNEL: its argument block, args[arg0 .. arg0 + nargs) of the module */
+  int32_t pre;          /* CG_KERNEL: a kernel launched just before, with the same block and arguments
+                           (a first pass: attention's row statistics, kept in the scratch); -1: none */
+  int64_t pre_grid;     /* its blocks */
 } cg_step;
+
+/* Where a rank's scratch starts: after its arena, aligned. A step may use the scratch while it
+ * runs (nothing lives there between steps), so one region serves every step. */
+static inline int64_t ntp_scratch_offset(int64_t arena_bytes) { return (arena_bytes + 255) / 256 * 256; }
 
 typedef struct cg_kernel {
   char name[32];
@@ -141,6 +148,7 @@ typedef struct ntp_rank_code {
   cg_step *steps; /* per step of the program (all ranks; only this rank's are set) */
   int64_t *args;  /* the argument blocks of the kernel steps */
   size_t nargs;
+  int64_t scratch_bytes; /* device memory at ntp_scratch_offset(arena bytes) that steps use while they run */
 } ntp_rank_code;
 
 typedef struct ntp_program_pool ntp_program_pool;
