@@ -876,6 +876,12 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     else
       for (size_t x = 0; x < st->nxfers; x++) g.uses[st->xfers[x].src]++;
   }
+  if (cg_attention_config(&g, err, cap) != 0) {
+    free(g.uses);
+    free(m->steps);
+    *m = (cg_module){0};
+    return -1;
+  }
   cg_out(m, "%s", prelude);
   bool backward = false; /* the derivative helpers only where a step needs them */
   for (size_t s = 0; s < p->n_steps && !backward; s++)
@@ -897,9 +903,13 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     case IR_RMSNORM:
     case IR_SOFTMAX: gen_row(&g, (int32_t)s); break;
     case IR_ROPE: gen_rope(&g, (int32_t)s); break;
-    case IR_ATTENTION: /* tiled where the tiles fit in shared memory */
-      if (box_shape(&p->tensors[st->op.args[0]].box).dim[3] <= ATT_TILED_MAX_HD) gen_attention_tiled(&g, (int32_t)s);
-      else gen_attention(&g, (int32_t)s);
+    case IR_ATTENTION: /* the kernel cg_attention_pick's rule chooses */
+      switch (cg_attention_pick(&g, (int32_t)s)) {
+      case CG_ATT_GEMM: cg_attention_gemm(&g, (int32_t)s); break;
+      case CG_ATT_TILED: gen_attention_tiled(&g, (int32_t)s); break;
+      case CG_ATT_WARP:
+      case CG_ATT_AUTO: gen_attention(&g, (int32_t)s); break;
+      }
       break;
     default:
       if (cg_is_ew(st->op.code)) {

@@ -220,3 +220,79 @@ bool cg_attention_grad_tiled(gen *g, int32_t s) {
   if (need > g->m->scratch_bytes) g->m->scratch_bytes = need;
   return true;
 }
+
+/* ---- which forward kernel ---------------------------------------------------------------------- */
+
+/* The GEMM baseline's scores may take at most this much scratch; above it, the tiled kernel. */
+#define ATT_GEMM_MAX_SCRATCH ((int64_t)1 << 30)
+/* auto's crossover when none is measured: the GEMMs from this many positions on. An assumption
+ * (tensor-core GEMMs against the tiled kernel's fp32 loops, less the scores' round trip through
+ * memory and three launches), to be replaced by the measured crossover. */
+#define ATT_GEMM_FROM_DEFAULT 128
+
+int cg_attention_config(gen *g, char *err, size_t cap) {
+  const char *mode = getenv("NTP_CUDA_ATTENTION"), *from = getenv("NTP_CUDA_ATTENTION_GEMM_FROM");
+  g->attn_mode = CG_ATT_AUTO;
+  if (mode && *mode && strcmp(mode, "auto")) {
+    if (!strcmp(mode, "tiled")) g->attn_mode = CG_ATT_TILED;
+    else if (!strcmp(mode, "gemm")) g->attn_mode = CG_ATT_GEMM;
+    else {
+      snprintf(err, cap, "NTP_CUDA_ATTENTION=%s: expected tiled, gemm or auto", mode);
+      return -1;
+    }
+  }
+  /* The hook for a measurement: the sequence length from which the GEMMs won on this GPU
+   * (`ntpc calibrate` measures both kernels by shape and may set it) */
+  g->attn_gemm_from = ATT_GEMM_FROM_DEFAULT;
+  if (from && *from) {
+    char *end;
+    long long v = strtoll(from, &end, 10);
+    if (*end || v < 1) {
+      snprintf(err, cap, "NTP_CUDA_ATTENTION_GEMM_FROM=%s: expected a sequence length (a positive integer)", from);
+      return -1;
+    }
+    g->attn_gemm_from = v;
+  }
+  return 0;
+}
+
+/* The one rule (docs/runtime.md, "Generated kernels"): the GEMM baseline where it applies (one
+ * query head per kv head: GQA batches do not fall on one stride; the scores within
+ * ATT_GEMM_MAX_SCRATCH) and is asked for, or under auto from the crossover on; else the tiled
+ * kernel, or the warp kernel above the tiled kernel's head dims. */
+cg_att_kernel cg_attention_pick(gen *g, int32_t s) {
+  attn_dims d = dims_of(g, s);
+  int64_t es = (int64_t)dtype_bytes(g->p->tensors[d.y].dtype);
+  bool gemm_ok = d.group == 1 && d.qoff - d.kvoff >= 0 && d.qoff - d.kvoff + d.H <= d.KV &&
+                 ntp_attention_gemm_scratch(d.B, d.H, d.S, es, NULL) <= ATT_GEMM_MAX_SCRATCH;
+  bool gemm = gemm_ok && (g->attn_mode == CG_ATT_GEMM || (g->attn_mode == CG_ATT_AUTO && d.S >= g->attn_gemm_from));
+  if (gemm) return CG_ATT_GEMM;
+  return d.HD <= ATT_TILED_MAX_HD ? CG_ATT_TILED : CG_ATT_WARP;
+}
+
+/* The GEMM baseline's middle kernel: a block per (batch, head, query) row of the fp32 scores:
+ * scale, causal mask, max and sum of exponentials over the block (a fixed tree), the
+ * probabilities rounded to the storage dtype for the second GEMM. The GEMMs are the runtime's. */
+void cg_attention_gemm(gen *g, int32_t s) {
+  attn_dims d = dims_of(g, s);
+  ntp_dtype dt = g->p->tensors[d.y].dtype;
+  int64_t probs, scratch = ntp_attention_gemm_scratch(d.B, d.H, d.S, (int64_t)dtype_bytes(dt), &probs);
+  int64_t at = ntp_scratch_offset(g->p->mem[g->rank].arena_bytes);
+  cg_kernel_head(g, s, d.B * d.H * d.S, ROW_BLOCK, 0);
+  cg_out(g->m, "  const float *SCO = (const float *)(A + args.v[%d]);\n", cg_arg(g, at));
+  cg_out(g->m, "  %s *PR = (%s *)(A + args.v[%d]);\n", cg_ctype(dt), cg_ctype(dt), cg_arg(g, at + probs));
+  cg_out(g->m, "  __shared__ float sh[32];\n  const i64 S = %lldll;\n  i64 row = blockIdx.x, qi = row %% S;\n"
+               "  const float *x = SCO + row * S;\n", d.S);
+  const char *ok = d.causal ? "j <= qi" : "true";
+  cg_out(g->m, "  float m = %s;\n  for (i64 j = threadIdx.x; j < S; j += blockDim.x) if (%s) m = fmaxf(m, x[j] * %s);\n"
+               "  m = block_max(m, sh);\n", NEG_INF, ok, d.scale);
+  cg_out(g->m, "  float l = 0.0f;\n  for (i64 j = threadIdx.x; j < S; j += blockDim.x) if (%s) l += expf(x[j] * %s - m);\n"
+               "  l = block_sum(l, sh);\n", ok, d.scale);
+  cg_out(g->m, "  for (i64 j = threadIdx.x; j < S; j += blockDim.x) {\n    float p = %s ? expf(x[j] * %s - m) / l : 0.0f;\n",
+         ok, d.scale);
+  if (dt == NTP_FP32) cg_out(g->m, "    PR[row * S + j] = p;\n  }\n}\n");
+  else cg_out(g->m, "    PR[row * S + j] = rn_%s(p);\n  }\n}\n", cg_dsuffix(dt));
+  if (cg_finish_kernel(g) != 0) g->m->failed = true;
+  g->m->steps[s].kind = CG_ATTENTION_GEMM;
+  if (scratch > g->m->scratch_bytes) g->m->scratch_bytes = scratch;
+}

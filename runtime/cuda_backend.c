@@ -432,6 +432,122 @@ fail:
   return -1;
 }
 
+/* ---- attention as two GEMMs (the baseline the tiled kernel must beat) ------------------------ */
+
+/* A column-major operand: rows x cols at leading dimension ld, batch `count` at `stride` elements. */
+typedef struct lt_mat {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld, stride;
+} lt_mat;
+
+static int lt_layout(cublasLtMatrixLayout_t *l, lt_mat m, int32_t count, char *err, size_t cap) {
+  LT(cu.cublasLtMatrixLayoutCreate(l, m.type, m.rows, m.cols, m.ld));
+  LT(cu.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+  LT(cu.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &m.stride, sizeof m.stride));
+  return 0;
+fail:
+  return -1;
+}
+
+/* D = op(A) B over `count` strided batches, fp32 accumulation; no epilogue. */
+static int batched_gemm(ntp_cuda *c, int r, cublasOperation_t opa, lt_mat A, lt_mat B, lt_mat D, int32_t count, gemm *g,
+                        char *err, size_t cap) {
+  cublasOperation_t opb = CUBLAS_OP_N;
+  LT(cu.cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+  LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  if (lt_layout(&g->a, A, count, err, cap) || lt_layout(&g->b, B, count, err, cap) || lt_layout(&g->c, D, count, err, cap))
+    return -1;
+  cublasLtMatmulPreference_t pref;
+  LT(cu.cublasLtMatmulPreferenceCreate(&pref));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->workspace_bytes,
+                                             sizeof c->workspace_bytes));
+  int found = 0;
+  cublasStatus_t hs = cu.cublasLtMatmulAlgoGetHeuristic(c->lt[r], g->op, g->a, g->b, g->c, g->c, pref, 1, &g->algo, &found);
+  cu.cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    snprintf(err, cap, "cuBLASLt has no algorithm for attention's %llux%llux%llu GEMM in %d batches",
+             (unsigned long long)D.rows, (unsigned long long)D.cols, (unsigned long long)(opa == CUBLAS_OP_T ? A.rows : A.cols),
+             count);
+    return -1;
+  }
+  g->ready = true;
+  return 0;
+fail:
+  return -1;
+}
+
+/* Per batch b, the heads of q [B, S, H, HD] (k, v: [B, S, KV, HD], one query head per kv head,
+ * the rank's first at kv head q_off - kv_off) as strided batches of stride HD:
+ *   scores (fp32, column-major keys x queries = row-major [h][query][key]) = K^T Q
+ *   y (column-major HD x queries at ld H HD)                                = V P
+ * qk is c->gemms[s], pv c->gemms[n_steps + s]. */
+static int attention_gemm_setup(ntp_cuda *c, size_t s, char *err, size_t cap) {
+  const ntp_step *st = &c->p->steps[s];
+  const ntp_tensor *tq = &c->p->tensors[st->op.args[0]], *tk = &c->p->tensors[st->op.args[1]];
+  ntp_shape qs = box_shape(&tq->box), ks = box_shape(&tk->box);
+  int64_t B = qs.dim[0], S = qs.dim[1], H = qs.dim[2], HD = qs.dim[3], KV = ks.dim[2];
+  int64_t first = st->op.attr.attn.q_off - st->op.attr.attn.kv_off;
+  if (st->op.attr.attn.group != 1 || first < 0 || first + H > KV) {
+    snprintf(err, cap, "step %zu: GEMM attention needs one query head per kv head", s);
+    return -1;
+  }
+  if (ntp_attention_gemm_scratch(B, H, S, (int64_t)dtype_bytes(tq->dtype), NULL) > c->cuda[st->rank].scratch_bytes) {
+    snprintf(err, cap, "step %zu: GEMM attention's scores do not fit the rank's scratch", s);
+    return -1;
+  }
+  cudaDataType_t t = cuda_type(tq->dtype);
+  lt_mat q = {t, (uint64_t)HD, (uint64_t)S, H * HD, HD}, k = {t, (uint64_t)HD, (uint64_t)S, KV * HD, HD};
+  lt_mat scores = {CUDA_R_32F, (uint64_t)S, (uint64_t)S, S, S * S}, probs = {t, (uint64_t)S, (uint64_t)S, S, S * S};
+  if (batched_gemm(c, st->rank, CUBLAS_OP_T, k, q, scores, (int32_t)H, &c->gemms[s], err, cap) != 0) return -1;
+  return batched_gemm(c, st->rank, CUBLAS_OP_N, k, probs, q, (int32_t)H, &c->gemms[c->p->n_steps + s], err, cap);
+}
+
+/* The step's launch of kernel `kernel` (its own or its first pass) with its argument block. */
+static int launch_step_kernel(ntp_cuda *c, int r, const cg_step *cs, int32_t kernel, int64_t grid, uint64_t seed, char *err,
+                              size_t cap) {
+  unsigned char *a = c->arena[r], *pp = c->persist[r];
+  struct { long long v[CG_MAX_ARGS]; } block_args = {{0}}; /* the kernel's struct ntp_args */
+  memcpy(block_args.v, c->cuda[r].args + cs->arg0, (size_t)cs->nargs * sizeof block_args.v[0]);
+  void *args[] = {&a, &pp, &seed, &block_args};
+  CU(cu.cudaLaunchKernel((const void *)c->kern[r][kernel], (dim3){(unsigned)grid, 1, 1}, (dim3){(unsigned)cs->block, 1, 1},
+                         args, (size_t)cs->smem, c->stream[r]));
+  return 0;
+fail:
+  return -1;
+}
+
+/* Scores for every batch, the softmax kernel over all of them, then the products with V. */
+static int run_attention_gemm(ntp_cuda *c, size_t s, const cg_step *cs, uint64_t seed, char *err, size_t cap) {
+  static const float one = 1.0f, zero = 0.0f;
+  const ntp_step *st = &c->p->steps[s];
+  int r = st->rank;
+  const ntp_tensor *tq = &c->p->tensors[st->op.args[0]], *tk = &c->p->tensors[st->op.args[1]];
+  ntp_shape qs = box_shape(&tq->box), ks = box_shape(&tk->box);
+  int64_t B = qs.dim[0], S = qs.dim[1], H = qs.dim[2], HD = qs.dim[3], KV = ks.dim[2], es = (int64_t)dtype_bytes(tq->dtype);
+  int64_t first = (st->op.attr.attn.q_off - st->op.attr.attn.kv_off) * HD * es, probs_at;
+  ntp_attention_gemm_scratch(B, H, S, es, &probs_at);
+  unsigned char *scratch = c->arena[r] + ntp_scratch_offset(c->p->mem[r].arena_bytes);
+  const gemm *qk = &c->gemms[s], *pv = &c->gemms[c->p->n_steps + s];
+  for (int64_t b = 0; b < B; b++) {
+    unsigned char *q = dev_ptr(c, st->op.args[0]) + b * S * H * HD * es, *k = dev_ptr(c, st->op.args[1]) + b * S * KV * HD * es + first;
+    unsigned char *sc = scratch + b * H * S * S * 4;
+    LT(cu.cublasLtMatmul(c->lt[r], qk->op, &one, k, qk->a, q, qk->b, &zero, sc, qk->c, sc, qk->c, &qk->algo.algo,
+                         c->workspace[r], c->workspace_bytes, c->stream[r]));
+  }
+  if (launch_step_kernel(c, r, cs, cs->kernel, cs->grid, seed, err, cap) != 0) return -1;
+  for (int64_t b = 0; b < B; b++) {
+    unsigned char *v = dev_ptr(c, st->op.args[2]) + b * S * KV * HD * es + first, *y = dev_ptr(c, st->op.result) + b * S * H * HD * es;
+    unsigned char *pr = scratch + probs_at + b * H * S * S * es;
+    LT(cu.cublasLtMatmul(c->lt[r], pv->op, &one, v, pv->a, pr, pv->b, &zero, y, pv->c, y, pv->c, &pv->algo.algo,
+                         c->workspace[r], c->workspace_bytes, c->stream[r]));
+  }
+  return 0;
+fail:
+  return -1;
+}
+
 static box_geom geometry(const ntp_box *x, const ntp_box *src, const ntp_box *dst, int esize) {
   box_geom g = {.nd = x->ndim, .esize = esize, .n = box_volume(x)};
   int64_t ss = 1, ds = 1;
@@ -920,7 +1036,7 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   ALLOC(dev); ALLOC(stream); ALLOC(lt); ALLOC(workspace); ALLOC(arena); ALLOC(persist); ALLOC(staging);
   ALLOC(staging_bytes); ALLOC(lib); ALLOC(kern); ALLOC(world);
 #undef ALLOC
-  c->gemms = calloc(p->n_steps + 1, sizeof *c->gemms);
+  c->gemms = calloc(2 * p->n_steps + 1, sizeof *c->gemms); /* [n_steps + s]: a GEMM attention's second */
   c->filled = calloc(p->n_tensors + 1, sizeof *c->filled);
   if (!c->dev || !c->stream || !c->lt || !c->workspace || !c->arena || !c->persist || !c->staging ||
       !c->staging_bytes || !c->lib || !c->kern || !c->world || !c->gemms || !c->filled)
@@ -1004,9 +1120,13 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   CU(cu.cudaLibraryGetKernel(&c->k_store, c->comm_lib, "ntp_store_acc"));
   for (size_t s = 0; s < p->n_steps; s++) {
     const ntp_step *st = &p->steps[s];
-    if (st->kind != SH_COMPUTE || !local_rank(c, st->rank) || p->cuda[st->rank].steps[s].kind != CG_GEMM) continue;
+    if (st->kind != SH_COMPUTE || !local_rank(c, st->rank)) continue;
+    cg_step_kind kind = p->cuda[st->rank].steps[s].kind;
+    if (kind != CG_GEMM && kind != CG_ATTENTION_GEMM) continue;
     CU(cu.cudaSetDevice(c->dev[st->rank]));
-    if (gemm_setup(c, st, &p->cuda[st->rank].steps[s], &c->gemms[s], err, cap) != 0) goto fail;
+    if (kind == CG_GEMM ? gemm_setup(c, st, &p->cuda[st->rank].steps[s], &c->gemms[s], err, cap)
+                        : attention_gemm_setup(c, s, err, cap))
+      goto fail;
   }
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
   *out = c;
@@ -1118,17 +1238,15 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
                            c->workspace[r], c->workspace_bytes, c->stream[r]));
       continue;
     }
+    if (cs->kind == CG_ATTENTION_GEMM) {
+      if (run_attention_gemm(c, s, cs, seed, err, cap) != 0) return -1;
+      continue;
+    }
     if (cs->kind != CG_KERNEL) continue;
     if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
-    unsigned char *a = c->arena[r], *pp = c->persist[r];
-    struct { long long v[CG_MAX_ARGS]; } block_args = {{0}}; /* the kernel's struct ntp_args */
-    memcpy(block_args.v, c->cuda[r].args + cs->arg0, (size_t)cs->nargs * sizeof block_args.v[0]);
-    void *args[] = {&a, &pp, &seed, &block_args};
-    if (cs->pre >= 0) /* the step's first pass, into the scratch */
-      CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->pre], (dim3){(unsigned)cs->pre_grid, 1, 1},
-                             (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
-    CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)cs->grid, 1, 1},
-                           (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
+    if (cs->pre >= 0 && launch_step_kernel(c, r, cs, cs->pre, cs->pre_grid, seed, err, cap) != 0) /* the first pass */
+      return -1;
+    if (launch_step_kernel(c, r, cs, cs->kernel, cs->grid, seed, err, cap) != 0) return -1;
   }
   return 0;
 fail:
@@ -1773,7 +1891,7 @@ static void abandon(void *handle) {
 void ntp_cuda_free(ntp_cuda *c) {
   if (!c) return;
   if (c->graph) cu.cudaGraphExecDestroy(c->graph); /* before the modules its kernels live in */
-  for (size_t s = 0; c->gemms && s < c->p->n_steps; s++) {
+  for (size_t s = 0; c->gemms && s < 2 * c->p->n_steps; s++) {
     gemm *g = &c->gemms[s];
     if (g->op) cu.cublasLtMatmulDescDestroy(g->op);
     if (g->a) cu.cublasLtMatrixLayoutDestroy(g->a);

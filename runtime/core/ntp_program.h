@@ -102,7 +102,10 @@ typedef struct ntp_rank_mem {
   int64_t param_bytes, input_bytes;
 } ntp_rank_mem;
 
-typedef enum { CG_NONE, CG_KERNEL, CG_GEMM, CG_FUSED } cg_step_kind;
+/* CG_ATTENTION_GEMM: attention as the GEMM baseline, QK^T and PV strided-batched cuBLASLt GEMMs
+ * with the step's kernel (scale, causal mask, softmax, rounding) between them, the scores and
+ * probabilities in the scratch (ntp_attention_gemm_scratch) */
+typedef enum { CG_NONE, CG_KERNEL, CG_GEMM, CG_FUSED, CG_ATTENTION_GEMM } cg_step_kind;
 /* What a GEMM's epilogue adds to the product before its one rounding (cuBLASLt epilogues). */
 typedef enum { CG_EPI_NONE, CG_EPI_BIAS, CG_EPI_GELU, CG_EPI_GELU_BIAS } cg_epilogue;
 
@@ -130,6 +133,14 @@ typedef struct cg_step {
 /* Where a rank's scratch starts: after its arena, aligned. A step may use the scratch while it
  * runs (nothing lives there between steps), so one region serves every step. */
 static inline int64_t ntp_scratch_offset(int64_t arena_bytes) { return (arena_bytes + 255) / 256 * 256; }
+
+/* The GEMM attention's scratch (B batches, H heads, S positions): the fp32 scores [B][H][S][S]
+ * from byte 0, the probabilities in the storage dtype (esize bytes) from *probs; the bytes in all. */
+static inline int64_t ntp_attention_gemm_scratch(int64_t B, int64_t H, int64_t S, int64_t esize, int64_t *probs) {
+  int64_t at = (B * H * S * S * 4 + 255) / 256 * 256;
+  if (probs) *probs = at;
+  return at + B * H * S * S * esize;
+}
 
 typedef struct cg_kernel {
   char name[32];
