@@ -35,10 +35,11 @@ sharded.gqa2.w3.s100.hd24.full.bf16|bf16|0|1 100 8 4 24|3
 sharded.mha.w2.s100.hd24.causal.bf16|bf16|1|2 100 4 4 24|2
 '
 
-# model DTYPE CAUSAL B S H KV HD > file
+# model DTYPE CAUSAL B S H KV HD WORLD > file: the attention's heads split over WORLD ranks
 model() {
-  flag=""
+  flag="" tp=""
   [ "$2" = 1 ] && flag=", causal"
+  [ "$8" -gt 1 ] && tp=" @tp($8)"
   cat <<EOF
 model attn_case {
   dim B = $3, S = $4, D = 32, H = $5, KV = $6, HD = $7, V = 64;
@@ -46,7 +47,7 @@ model attn_case {
   input tokens : i32[B, S];
   input targets : i32[B, S];
   x = embed: embedding(tokens, vocab = V, dim = D);
-  a = attn: attention(x, heads = H, kv_heads = KV, head_dim = HD$flag);
+  a = attn: attention(x, heads = H, kv_heads = KV, head_dim = HD$flag)$tp;
   output y = a;
   x = x + a;
   logits = head: linear(x, out = V);
@@ -71,7 +72,7 @@ echo "$cases" | while IFS='|' read -r name dt causal dims world; do
   set -- $dims
   H=$3 KV=$4 HD=$5
   f=$tmp/$name.ntp
-  model "$dt" "$causal" "$@" >"$f"
+  model "$dt" "$causal" "$@" "$world" >"$f"
   opts=""
   [ "$world" -gt 1 ] && opts="--world $world --loopback"
   for mode in tiled gemm; do
@@ -80,6 +81,11 @@ echo "$cases" | while IFS='|' read -r name dt causal dims world; do
     else
       echo "[FAIL] $name ($mode): ntpc run exited $?"
       grep -v ' ok$' "$tmp/out.txt" | tail -20
+      echo fail >"$tmp/failed"
+    fi
+    # the heads split: rank 0 computes fewer heads than the model has
+    if [ "$world" -gt 1 ] && ! "$ntpc" "$f" --train --world "$world" --emit=sharded-ir 2>&1 | grep -q "r0 .* = attention .*q_off=\|r1 .* = attention .*q_off="; then
+      echo "[FAIL] $name: the attention's heads are not split over the ranks"
       echo fail >"$tmp/failed"
     fi
     # the kernels meant: the tiled backward up to head dim 128; the GEMMs for one query head per kv head
