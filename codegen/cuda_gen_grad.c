@@ -8,9 +8,10 @@
  *  - cross_entropy_grad, the norms' and softmax's gradients: a block per row;
  *  - sum_to: a thread per output element summing what broadcast it;
  *  - scatter_add (the embedding's gradient): a block per table row, scanning the indices;
- *  - attention_grad: a warp per output row recomputing the softmax statistics it needs (the
- *    forward's probabilities are not kept). dq costs two passes over the keys; dk and dv one
- *    pass per query row that sees the key, O(S^2) per warp: the tiled backward is issue 15's.
+ *  - attention_grad: tiled (cuda_gen_attention.c) up to head dim 128; above it here, a warp per
+ *    output row recomputing the softmax statistics it needs (the forward's probabilities are not
+ *    kept). dq costs two passes over the keys; dk and dv one pass per query row that sees the
+ *    key, O(S^2) per warp.
  */
 #include <stdio.h>
 
