@@ -880,7 +880,7 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     free(g.uses);
     free(m->steps);
     *m = (cg_module){0};
-    return -1;
+    return -2;
   }
   cg_out(m, "%s", prelude);
   bool backward = false; /* the derivative helpers only where a step needs them */

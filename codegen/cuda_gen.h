@@ -40,7 +40,8 @@ typedef struct cg_module {
 } cg_module;
 
 
-/* Generates rank `rank`'s CUDA source. Returns 0, or -1 with a message. */
+/* Generates rank `rank`'s CUDA source. Returns 0, or -1 with a message; -2 with a message where
+ * a setting of the environment is invalid (NTP_CUDA_ATTENTION, NTP_CUDA_ATTENTION_GEMM_FROM). */
 int cg_generate(const sh_program *p, int32_t rank, cg_module *out, char *err, size_t cap);
 void cg_module_free(cg_module *m);
 

@@ -97,5 +97,26 @@ echo "$cases" | while IFS='|' read -r name dt causal dims world; do
     [ $fail = 1 ] && echo fail >"$tmp/failed"
   done
 done
-[ -f "$tmp/failed" ] && exit 1
-exit 0
+[ -f "$tmp/failed" ] && fail=1
+
+# auto's rule: the GEMMs from the crossover on (NTP_CUDA_ATTENTION_GEMM_FROM), never for GQA;
+# a bad setting is an error that names it
+model fp32 1 2 17 4 4 8 1 >"$tmp/mha.ntp"
+model fp32 1 2 17 4 2 8 1 >"$tmp/gqa.ntp"
+for want in "17 mha 1" "18 mha 0" "1 gqa 0"; do
+  set -- $want
+  got=0
+  NTP_CUDA_ATTENTION=auto NTP_CUDA_ATTENTION_GEMM_FROM=$1 "$ntpc" "$tmp/$2.ntp" --emit=cuda 2>&1 | grep -q 'const float \*SCO' && got=1
+  if [ "$got" = "$3" ]; then echo "auto from $1, $2 at S = 17: $( [ "$3" = 1 ] && echo gemm || echo tiled)"
+  else echo "[FAIL] auto from $1, $2 at S = 17: the wrong kernel"; fail=1; fi
+done
+for bad in "NTP_CUDA_ATTENTION=fast" "NTP_CUDA_ATTENTION_GEMM_FROM=0"; do
+  if env "$bad" "$ntpc" "$tmp/mha.ntp" --emit=cuda >"$tmp/bad.txt" 2>&1 || ! grep -q "error: $bad: expected" "$tmp/bad.txt"; then
+    echo "[FAIL] $bad: not refused with a message naming it"
+    cat "$tmp/bad.txt"
+    fail=1
+  else
+    echo "$bad: refused ($(grep -o 'expected.*' "$tmp/bad.txt"))"
+  fi
+done
+exit $fail
