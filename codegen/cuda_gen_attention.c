@@ -256,14 +256,15 @@ int cg_attention_config(gen *g, char *err, size_t cap) {
   return 0;
 }
 
-/* The one rule (docs/runtime.md, "Generated kernels"): the GEMM baseline where it applies (one
- * query head per kv head: GQA batches do not fall on one stride; the scores within
- * ATT_GEMM_MAX_SCRATCH) and is asked for, or under auto from the crossover on; else the tiled
+/* The one rule (docs/runtime.md, "Generated kernels"): the GEMM baseline where it applies (the
+ * rank holds whole groups of query heads: a group cut by a rank boundary leaves batches of
+ * unequal counts; the scores within ATT_GEMM_MAX_SCRATCH) and is asked for, or under auto from the crossover on; else the tiled
  * kernel, or the warp kernel above the tiled kernel's head dims. */
 cg_att_kernel cg_attention_pick(gen *g, int32_t s) {
   attn_dims d = dims_of(g, s);
   int64_t es = (int64_t)dtype_bytes(g->p->tensors[d.y].dtype);
-  bool gemm_ok = d.group == 1 && d.qoff - d.kvoff >= 0 && d.qoff - d.kvoff + d.H <= d.KV &&
+  int64_t first = d.qoff / d.group - d.kvoff; /* the kv head of the rank's first query head */
+  bool gemm_ok = d.qoff % d.group == 0 && d.H % d.group == 0 && first >= 0 && first + d.H / d.group <= d.KV &&
                  ntp_attention_gemm_scratch(d.B, d.H, d.S, es, NULL) <= ATT_GEMM_MAX_SCRATCH;
   bool gemm = gemm_ok && (g->attn_mode == CG_ATT_GEMM || (g->attn_mode == CG_ATT_AUTO && d.S >= g->attn_gemm_from));
   if (gemm) return CG_ATT_GEMM;

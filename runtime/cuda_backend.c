@@ -478,30 +478,43 @@ fail:
   return -1;
 }
 
-/* Per batch b, the heads of q [B, S, H, HD] (k, v: [B, S, KV, HD], one query head per kv head,
- * the rank's first at kv head q_off - kv_off) as strided batches of stride HD:
+/* The GEMM attention of q [B, S, H, HD] over k, v [B, S, KV, HD]: the rank holds whole groups of
+ * G query heads, query head h reading kv head first + h / G. Per batch b and place j in the
+ * group, the heads j, j + G, ... are the strided batches (q and y at stride G HD, k and v at HD,
+ * the scores at G S S):
  *   scores (fp32, column-major keys x queries = row-major [h][query][key]) = K^T Q
  *   y (column-major HD x queries at ld H HD)                                = V P
  * qk is c->gemms[s], pv c->gemms[n_steps + s]. */
-static int attention_gemm_setup(ntp_cuda *c, size_t s, char *err, size_t cap) {
-  const ntp_step *st = &c->p->steps[s];
+typedef struct attn_geom {
+  int64_t B, S, H, HD, KV, G, first, es;
+} attn_geom;
+
+static attn_geom attention_geometry(const ntp_cuda *c, const ntp_step *st) {
   const ntp_tensor *tq = &c->p->tensors[st->op.args[0]], *tk = &c->p->tensors[st->op.args[1]];
   ntp_shape qs = box_shape(&tq->box), ks = box_shape(&tk->box);
-  int64_t B = qs.dim[0], S = qs.dim[1], H = qs.dim[2], HD = qs.dim[3], KV = ks.dim[2];
-  int64_t first = st->op.attr.attn.q_off - st->op.attr.attn.kv_off;
-  if (st->op.attr.attn.group != 1 || first < 0 || first + H > KV) {
-    snprintf(err, cap, "step %zu: GEMM attention needs one query head per kv head", s);
+  int64_t G = st->op.attr.attn.group;
+  return (attn_geom){.B = qs.dim[0], .S = qs.dim[1], .H = qs.dim[2], .HD = qs.dim[3], .KV = ks.dim[2], .G = G,
+                     .first = st->op.attr.attn.q_off / G - st->op.attr.attn.kv_off, .es = (int64_t)dtype_bytes(tq->dtype)};
+}
+
+static int attention_gemm_setup(ntp_cuda *c, size_t s, char *err, size_t cap) {
+  const ntp_step *st = &c->p->steps[s];
+  attn_geom a = attention_geometry(c, st);
+  if (st->op.attr.attn.q_off % a.G || a.H % a.G || a.first < 0 || a.first + a.H / a.G > a.KV) {
+    snprintf(err, cap, "step %zu: GEMM attention needs whole groups of query heads on the rank", s);
     return -1;
   }
-  if (ntp_attention_gemm_scratch(B, H, S, (int64_t)dtype_bytes(tq->dtype), NULL) > c->cuda[st->rank].scratch_bytes) {
+  if (ntp_attention_gemm_scratch(a.B, a.H, a.S, a.es, NULL) > c->cuda[st->rank].scratch_bytes) {
     snprintf(err, cap, "step %zu: GEMM attention's scores do not fit the rank's scratch", s);
     return -1;
   }
-  cudaDataType_t t = cuda_type(tq->dtype);
-  lt_mat q = {t, (uint64_t)HD, (uint64_t)S, H * HD, HD}, k = {t, (uint64_t)HD, (uint64_t)S, KV * HD, HD};
-  lt_mat scores = {CUDA_R_32F, (uint64_t)S, (uint64_t)S, S, S * S}, probs = {t, (uint64_t)S, (uint64_t)S, S, S * S};
-  if (batched_gemm(c, st->rank, CUBLAS_OP_T, k, q, scores, (int32_t)H, &c->gemms[s], err, cap) != 0) return -1;
-  return batched_gemm(c, st->rank, CUBLAS_OP_N, k, probs, q, (int32_t)H, &c->gemms[c->p->n_steps + s], err, cap);
+  cudaDataType_t t = cuda_type(c->p->tensors[st->op.args[0]].dtype);
+  lt_mat q = {t, (uint64_t)a.HD, (uint64_t)a.S, a.H * a.HD, a.G * a.HD}, k = {t, (uint64_t)a.HD, (uint64_t)a.S, a.KV * a.HD, a.HD};
+  lt_mat scores = {CUDA_R_32F, (uint64_t)a.S, (uint64_t)a.S, a.S, a.G * a.S * a.S};
+  lt_mat probs = {t, (uint64_t)a.S, (uint64_t)a.S, a.S, a.G * a.S * a.S};
+  int32_t count = (int32_t)(a.H / a.G);
+  if (batched_gemm(c, st->rank, CUBLAS_OP_T, k, q, scores, count, &c->gemms[s], err, cap) != 0) return -1;
+  return batched_gemm(c, st->rank, CUBLAS_OP_N, k, probs, q, count, &c->gemms[c->p->n_steps + s], err, cap);
 }
 
 /* The step's launch of kernel `kernel` (its own or its first pass) with its argument block. */
@@ -523,26 +536,26 @@ static int run_attention_gemm(ntp_cuda *c, size_t s, const cg_step *cs, uint64_t
   static const float one = 1.0f, zero = 0.0f;
   const ntp_step *st = &c->p->steps[s];
   int r = st->rank;
-  const ntp_tensor *tq = &c->p->tensors[st->op.args[0]], *tk = &c->p->tensors[st->op.args[1]];
-  ntp_shape qs = box_shape(&tq->box), ks = box_shape(&tk->box);
-  int64_t B = qs.dim[0], S = qs.dim[1], H = qs.dim[2], HD = qs.dim[3], KV = ks.dim[2], es = (int64_t)dtype_bytes(tq->dtype);
-  int64_t first = (st->op.attr.attn.q_off - st->op.attr.attn.kv_off) * HD * es, probs_at;
-  ntp_attention_gemm_scratch(B, H, S, es, &probs_at);
+  attn_geom a = attention_geometry(c, st);
+  int64_t probs_at, qrow = a.S * a.H * a.HD * a.es, kvrow = a.S * a.KV * a.HD * a.es, first = a.first * a.HD * a.es;
+  ntp_attention_gemm_scratch(a.B, a.H, a.S, a.es, &probs_at);
   unsigned char *scratch = c->arena[r] + ntp_scratch_offset(c->p->mem[r].arena_bytes);
   const gemm *qk = &c->gemms[s], *pv = &c->gemms[c->p->n_steps + s];
-  for (int64_t b = 0; b < B; b++) {
-    unsigned char *q = dev_ptr(c, st->op.args[0]) + b * S * H * HD * es, *k = dev_ptr(c, st->op.args[1]) + b * S * KV * HD * es + first;
-    unsigned char *sc = scratch + b * H * S * S * 4;
-    LT(cu.cublasLtMatmul(c->lt[r], qk->op, &one, k, qk->a, q, qk->b, &zero, sc, qk->c, sc, qk->c, &qk->algo.algo,
-                         c->workspace[r], c->workspace_bytes, c->stream[r]));
-  }
+  for (int64_t b = 0; b < a.B; b++)
+    for (int64_t j = 0; j < a.G; j++) { /* heads j, j + G, ... of batch b */
+      unsigned char *q = dev_ptr(c, st->op.args[0]) + b * qrow + j * a.HD * a.es, *k = dev_ptr(c, st->op.args[1]) + b * kvrow + first;
+      unsigned char *sc = scratch + (b * a.H + j) * a.S * a.S * 4;
+      LT(cu.cublasLtMatmul(c->lt[r], qk->op, &one, k, qk->a, q, qk->b, &zero, sc, qk->c, sc, qk->c, &qk->algo.algo,
+                           c->workspace[r], c->workspace_bytes, c->stream[r]));
+    }
   if (launch_step_kernel(c, r, cs, cs->kernel, cs->grid, seed, err, cap) != 0) return -1;
-  for (int64_t b = 0; b < B; b++) {
-    unsigned char *v = dev_ptr(c, st->op.args[2]) + b * S * KV * HD * es + first, *y = dev_ptr(c, st->op.result) + b * S * H * HD * es;
-    unsigned char *pr = scratch + probs_at + b * H * S * S * es;
-    LT(cu.cublasLtMatmul(c->lt[r], pv->op, &one, v, pv->a, pr, pv->b, &zero, y, pv->c, y, pv->c, &pv->algo.algo,
-                         c->workspace[r], c->workspace_bytes, c->stream[r]));
-  }
+  for (int64_t b = 0; b < a.B; b++)
+    for (int64_t j = 0; j < a.G; j++) {
+      unsigned char *v = dev_ptr(c, st->op.args[2]) + b * kvrow + first, *y = dev_ptr(c, st->op.result) + b * qrow + j * a.HD * a.es;
+      unsigned char *pr = scratch + probs_at + (b * a.H + j) * a.S * a.S * a.es;
+      LT(cu.cublasLtMatmul(c->lt[r], pv->op, &one, v, pv->a, pr, pv->b, &zero, y, pv->c, y, pv->c, &pv->algo.algo,
+                           c->workspace[r], c->workspace_bytes, c->stream[r]));
+    }
   return 0;
 fail:
   return -1;
