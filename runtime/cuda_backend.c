@@ -450,9 +450,18 @@ fail:
   return -1;
 }
 
-/* D = op(A) B over `count` strided batches, fp32 accumulation; no epilogue. */
-static int batched_gemm(ntp_cuda *c, int r, cublasOperation_t opa, lt_mat A, lt_mat B, lt_mat D, int32_t count, gemm *g,
-                        char *err, size_t cap) {
+/* The alignment cuBLASLt may assume of an operand whose pointers, batch stride and leading
+ * dimension are all multiples of `bytes` (its heuristic assumes 256 unless told less). */
+static uint32_t lt_align(int64_t bytes) {
+  uint32_t a = 1;
+  while (a < 256 && bytes % (2 * (int64_t)a) == 0) a *= 2;
+  return a;
+}
+
+/* D = op(A) B over `count` strided batches, fp32 accumulation; no epilogue. align: what the
+ * pointers of A, B and D (= C) are multiples of. */
+static int batched_gemm(ntp_cuda *c, int r, cublasOperation_t opa, lt_mat A, lt_mat B, lt_mat D, int32_t count,
+                        const uint32_t align[3], gemm *g, char *err, size_t cap) {
   cublasOperation_t opb = CUBLAS_OP_N;
   LT(cu.cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -463,6 +472,10 @@ static int batched_gemm(ntp_cuda *c, int r, cublasOperation_t opa, lt_mat A, lt_
   LT(cu.cublasLtMatmulPreferenceCreate(&pref));
   LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->workspace_bytes,
                                              sizeof c->workspace_bytes));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], sizeof align[0]));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], sizeof align[1]));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], sizeof align[2]));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], sizeof align[2]));
   int found = 0;
   cublasStatus_t hs = cu.cublasLtMatmulAlgoGetHeuristic(c->lt[r], g->op, g->a, g->b, g->c, g->c, pref, 1, &g->algo, &found);
   cu.cublasLtMatmulPreferenceDestroy(pref);
@@ -513,8 +526,12 @@ static int attention_gemm_setup(ntp_cuda *c, size_t s, char *err, size_t cap) {
   lt_mat scores = {CUDA_R_32F, (uint64_t)a.S, (uint64_t)a.S, a.S, a.G * a.S * a.S};
   lt_mat probs = {t, (uint64_t)a.S, (uint64_t)a.S, a.S, a.G * a.S * a.S};
   int32_t count = (int32_t)(a.H / a.G);
-  if (batched_gemm(c, st->rank, CUBLAS_OP_T, k, q, scores, count, &c->gemms[s], err, cap) != 0) return -1;
-  return batched_gemm(c, st->rank, CUBLAS_OP_N, k, probs, q, count, &c->gemms[c->p->n_steps + s], err, cap);
+  /* the pointers run_attention_gemm passes step by HD elements through q, k, v and y and by S * S
+   * through the scores and probabilities (both after 256-byte aligned starts) */
+  uint32_t head = lt_align(a.HD * a.es), qk_align[3] = {head, head, lt_align(a.S * 4)};
+  uint32_t pv_align[3] = {head, lt_align(a.S * a.es), head};
+  if (batched_gemm(c, st->rank, CUBLAS_OP_T, k, q, scores, count, qk_align, &c->gemms[s], err, cap) != 0) return -1;
+  return batched_gemm(c, st->rank, CUBLAS_OP_N, k, probs, q, count, pv_align, &c->gemms[c->p->n_steps + s], err, cap);
 }
 
 /* The step's launch of kernel `kernel` (its own or its first pass) with its argument block. */

@@ -30,7 +30,8 @@ typedef struct emu_layout {
   int64_t ld, stride;
   int32_t batch;
 } emu_layout;
-typedef struct emu_pref { int magic; uint64_t workspace; } emu_pref;
+/* align: the MIN_ALIGNMENT_{A,B,C,D}_BYTES promised, 0 where left at the default (256: not checked) */
+typedef struct emu_pref { int magic; uint64_t workspace; uint32_t align[4]; } emu_pref;
 enum { DESC_MAGIC = 0x4c544453, LAYOUT_MAGIC = 0x4c544c59, PREF_MAGIC = 0x4c545046, HANDLE_MAGIC = 0x4c54484e };
 typedef struct emu_handle { int magic, device; } emu_handle;
 
@@ -191,6 +192,13 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     memcpy(&x->workspace, buf, n);
     return CUBLAS_STATUS_SUCCESS;
   }
+  if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && n == sizeof(uint32_t)) {
+    uint32_t v;
+    memcpy(&v, buf, n);
+    if (v == 0 || (v & (v - 1))) return CUBLAS_STATUS_INVALID_VALUE;
+    x->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   emu_fail("cublasLtMatmulPreferenceSetAttribute: attribute %d is not emulated", (int)a);
   return CUBLAS_STATUS_NOT_SUPPORTED;
 }
@@ -219,13 +227,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int want,
                                               cublasLtMatmulHeuristicResult_t *res, int *found) {
-  (void)pref;
   *found = 0;
   if (!h || ((emu_handle *)h)->magic != HANDLE_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
   uint64_t m, n, k;
   if (want < 1 || !shapes((emu_desc *)desc, (emu_layout *)a, (emu_layout *)b, (emu_layout *)c, (emu_layout *)d, &m, &n, &k))
     return CUBLAS_STATUS_INVALID_VALUE;
   memset(&res[0], 0, sizeof res[0]);
+  /* the algorithm remembers the alignments it was chosen for; cublasLtMatmul holds the pointers to them */
+  const emu_pref *p = (const emu_pref *)pref;
+  if (p && p->magic == PREF_MAGIC)
+    for (int i = 0; i < 4; i++) res[0].algo.data[i] = p->align[i];
   res[0].state = CUBLAS_STATUS_SUCCESS;
   res[0].wavesCount = 1.0f;
   *found = 1;
@@ -285,8 +296,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, const void *beta,
                               const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes, cudaStream_t stream) {
-  (void)algo;
   if (!emu_device_ok(emu_current_device(), "cublasLtMatmul")) return CUBLAS_STATUS_EXECUTION_FAILED;
+  /* an algorithm chosen for operands aligned to N bytes may not be given a pointer aligned to less;
+   * checked up to 16 bytes, what the emulator's allocations guarantee (a GPU's, 256) */
+  const void *ptr[4] = {A, B, C, D};
+  for (int i = 0; algo && i < 4; i++) {
+    uint64_t need = algo->data[i] < 16 ? algo->data[i] : 16;
+    if (need && (uintptr_t)ptr[i] % need) {
+      emu_fail("cublasLtMatmul: %c at %p is not aligned to the %llu bytes its algorithm was chosen for", "ABCD"[i], ptr[i],
+               (unsigned long long)algo->data[i]);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
   float al, be;
   memcpy(&al, alpha, 4);
   memcpy(&be, beta, 4);
