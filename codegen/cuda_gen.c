@@ -183,7 +183,7 @@ ntp_shape cg_tshape(gen *g, int32_t t) { return box_shape(&g->p->tensors[t].box)
 void cg_kernel_head(gen *g, int32_t step, int64_t grid, int32_t block, int32_t smem) {
   const sh_step *st = &g->p->steps[step];
   g->m->steps[step] = (cg_step){.kind = CG_KERNEL, .kernel = -1, .bias = -1, .aux = -1, .mm = -1, .out = -1, .grid = grid, .block = block,
-                                .smem = smem, .arg0 = (int32_t)g->m->nargs};
+                                .smem = smem, .arg0 = (int32_t)g->m->nargs, .pre = -1};
   g->kstep = step;
   g->kstart = g->m->len;
   if (st->loc.first_line > 0) g->line = st->loc.first_line;
@@ -246,7 +246,7 @@ static char *canonical(const char *s, size_t n) {
 
 /* Ends the kernel of step g->kstep: the same text as a kernel written before is that kernel
  * (the new text is dropped); else it is kept under the next name. */
-static int cg_finish_kernel(gen *g) {
+int cg_finish_kernel(gen *g) {
   cg_module *m = g->m;
   cg_step *st = &m->steps[g->kstep];
   char *body = canonical(m->source + g->kstart, m->len - g->kstart);
@@ -749,7 +749,7 @@ static void gen_gemm(gen *g, int32_t s) {
  * matrix exists anywhere. Tiles wholly above the causal diagonal are skipped. Eight threads
  * share a query: each scores 4 of the tile's keys and owns every 8th dim of the output.
  * For head dims up to ATT_TILED_MAX_HD (shared memory: Q, K, V tiles and the probabilities). */
-enum { ATT_BQ = 16, ATT_BK = 32, ATT_TILED_MAX_HD = 128 };
+enum { ATT_BQ = 16, ATT_BK = 32 };
 static void gen_attention_tiled(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t q = st->op.args[0], k = st->op.args[1], v = st->op.args[2], y = st->op.result;
@@ -876,6 +876,12 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     else
       for (size_t x = 0; x < st->nxfers; x++) g.uses[st->xfers[x].src]++;
   }
+  if (cg_attention_config(&g, err, cap) != 0) {
+    free(g.uses);
+    free(m->steps);
+    *m = (cg_module){0};
+    return -2;
+  }
   cg_out(m, "%s", prelude);
   bool backward = false; /* the derivative helpers only where a step needs them */
   for (size_t s = 0; s < p->n_steps && !backward; s++)
@@ -898,9 +904,13 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     case IR_RMSNORM:
     case IR_SOFTMAX: gen_row(&g, (int32_t)s); break;
     case IR_ROPE: gen_rope(&g, (int32_t)s); break;
-    case IR_ATTENTION: /* tiled where the tiles fit in shared memory */
-      if (box_shape(&p->tensors[st->op.args[0]].box).dim[3] <= ATT_TILED_MAX_HD) gen_attention_tiled(&g, (int32_t)s);
-      else gen_attention(&g, (int32_t)s);
+    case IR_ATTENTION: /* the kernel cg_attention_pick's rule chooses */
+      switch (cg_attention_pick(&g, (int32_t)s)) {
+      case CG_ATT_GEMM: cg_attention_gemm(&g, (int32_t)s); break;
+      case CG_ATT_TILED: gen_attention_tiled(&g, (int32_t)s); break;
+      case CG_ATT_WARP:
+      case CG_ATT_AUTO: gen_attention(&g, (int32_t)s); break;
+      }
       break;
     default:
       if (cg_is_ew(st->op.code)) {

@@ -35,11 +35,13 @@ typedef struct cg_module {
   int64_t *args;  /* the argument blocks of the kernel steps */
   size_t nargs, cap_args;
   int32_t rank;
+  int64_t scratch_bytes; /* the most any step of the rank uses (ntp_rank_code's) */
   bool failed; /* out of memory while writing: cg_generate fails */
 } cg_module;
 
 
-/* Generates rank `rank`'s CUDA source. Returns 0, or -1 with a message. */
+/* Generates rank `rank`'s CUDA source. Returns 0, or -1 with a message; -2 with a message where
+ * a setting of the environment is invalid (NTP_CUDA_ATTENTION, NTP_CUDA_ATTENTION_GEMM_FROM). */
 int cg_generate(const sh_program *p, int32_t rank, cg_module *out, char *err, size_t cap);
 void cg_module_free(cg_module *m);
 

@@ -8,9 +8,10 @@
  *  - cross_entropy_grad, the norms' and softmax's gradients: a block per row;
  *  - sum_to: a thread per output element summing what broadcast it;
  *  - scatter_add (the embedding's gradient): a block per table row, scanning the indices;
- *  - attention_grad: a warp per output row recomputing the softmax statistics it needs (the
- *    forward's probabilities are not kept). dq costs two passes over the keys; dk and dv one
- *    pass per query row that sees the key, O(S^2) per warp: the tiled backward is issue 15's.
+ *  - attention_grad: tiled (cuda_gen_attention.c) up to head dim 128; above it here, a warp per
+ *    output row recomputing the softmax statistics it needs (the forward's probabilities are not
+ *    kept). dq costs two passes over the keys; dk and dv one pass per query row that sees the
+ *    key, O(S^2) per warp.
  */
 #include <stdio.h>
 
@@ -478,7 +479,9 @@ bool cg_gen_grad_step(gen *g, int32_t s) {
   case IR_SOFTMAX_GRAD:
   case IR_LAYERNORM_GRAD:
   case IR_RMSNORM_GRAD: gen_row_grad(g, s); return true;
-  case IR_ATTENTION_GRAD: gen_attention_grad(g, s); return true;
+  case IR_ATTENTION_GRAD: /* tiled where the tiles fit in shared memory */
+    if (!cg_attention_grad_tiled(g, s)) gen_attention_grad(g, s);
+    return true;
   case IR_CE_STATS: gen_ce_stats(g, s); return true;
   case IR_CE_ROWS: gen_ce_rows(g, s); return true;
   case IR_CE_MEAN: gen_ce_mean(g, s); return true;

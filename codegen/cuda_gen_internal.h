@@ -8,6 +8,8 @@
 #include "cuda_gen.h"
 
 enum { EW_BLOCK = 256, ROW_BLOCK = 256, ATT_WARPS = 4 };
+/* the largest head dim of the tiled attention kernels (their tiles in static shared memory) */
+enum { ATT_TILED_MAX_HD = 128 };
 
 typedef struct gen {
   const sh_program *p;
@@ -21,7 +23,11 @@ typedef struct gen {
   bool too_many_args;
   char **bodies; /* per kernel: its text, identifiers numbered canonically */
   uint64_t *hashes;
+  int attn_mode;           /* cg_att_kernel: NTP_CUDA_ATTENTION's choice, CG_ATT_AUTO by default */
+  int64_t attn_gemm_from;  /* auto: the GEMM baseline from this sequence length on */
 } gen;
+
+typedef enum { CG_ATT_AUTO, CG_ATT_TILED, CG_ATT_GEMM, CG_ATT_WARP } cg_att_kernel;
 
 /* appends formatted text to the module's source */
 void cg_out(cg_module *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -46,6 +52,19 @@ bool cg_overlap(gen *g, int32_t a, int32_t b);
 /* cuda_gen_bwd_gemm.c: marks the backward steps that GEMM epilogues take (DGELU, DGELU_BGRAD,
  * BGRADA/B) in the module's step list, before any kernel is written */
 void cg_fold_backward_gemms(gen *g);
+
+/* names the kernel being written (or finds its text written already); -1: out of memory */
+int cg_finish_kernel(gen *g);
+
+/* cuda_gen_attention.c: attention_grad as the tiled statistics pass + dq or dk/dv kernel; false
+ * where the head dim is above ATT_TILED_MAX_HD (cuda_gen_grad.c's warp kernel then) */
+bool cg_attention_grad_tiled(gen *g, int32_t step);
+/* reads NTP_CUDA_ATTENTION (tiled | gemm | auto) and NTP_CUDA_ATTENTION_GEMM_FROM into g; -1: a bad value */
+int cg_attention_config(gen *g, char *err, size_t cap);
+/* the forward kernel of attention step `step`: CG_ATT_TILED, CG_ATT_GEMM or CG_ATT_WARP */
+cg_att_kernel cg_attention_pick(gen *g, int32_t step);
+/* the GEMM baseline's step: its softmax kernel, written and finished; the runtime adds the GEMMs */
+void cg_attention_gemm(gen *g, int32_t step);
 
 /* cuda_gen_grad.c: the loss and the backward ops; false when `code` is none of them */
 bool cg_gen_grad_step(gen *g, int32_t step);

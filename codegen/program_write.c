@@ -184,9 +184,12 @@ static void cuda_rank(program_image *b, const sh_program *p, const cg_module *c)
     i32(b, x->smem);
     i32(b, x->arg0);
     i32(b, x->nargs);
+    i32(b, x->pre);
+    i64(b, x->pre_grid);
   }
   count(b, c->nargs);
   for (size_t a = 0; a < c->nargs; a++) i64(b, c->args[a]);
+  i64(b, c->scratch_bytes);
 }
 
 void program_write(const ir_module *m, const sh_program *p, const cg_module *cuda, program_image *out) {

@@ -312,9 +312,14 @@ static ntpc_status run_codegen(ntpc_session *s) {
   s->cuda = calloc((size_t)s->ranks, sizeof *s->cuda);
   if (!s->cuda) return out_of_memory(s);
   char err[256];
-  for (int32_t r = 0; r < s->ranks; r++)
-    if (cg_generate(s->sharded, r, &s->cuda[r], err, sizeof err) != 0)
-      return strcmp(err, "out of memory") == 0 ? out_of_memory(s) : internal(s, "codegen", err);
+  for (int32_t r = 0; r < s->ranks; r++) {
+    int rc = cg_generate(s->sharded, r, &s->cuda[r], err, sizeof err);
+    if (rc == -2) { /* the user's setting, not the compiler's fault */
+      diag_emit(&s->diags, NTPC_ERROR, s->main_src->name, NTP_NOLOC, "%s", err);
+      return NTPC_ERR_INPUT;
+    }
+    if (rc != 0) return strcmp(err, "out of memory") == 0 ? out_of_memory(s) : internal(s, "codegen", err);
+  }
   return NTPC_OK;
 }
 

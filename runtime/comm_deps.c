@@ -24,18 +24,23 @@ static bool launches(const ntp_program *p, size_t s) {
   const ntp_step *st = &p->steps[s];
   if (st->kind != SH_COMPUTE || st->op.code == IR_PARAM || st->op.code == IR_INPUT) return false;
   cg_step_kind k = p->cuda[st->rank].steps[s].kind;
-  return k == CG_KERNEL || k == CG_GEMM;
+  return k == CG_KERNEL || k == CG_GEMM || k == CG_ATTENTION_GEMM;
 }
 
 /* does step s's own op touch any of the collective's spans? */
 static bool op_touches(const ntp_program *p, size_t s, const span *cs, size_t n) {
   const ntp_step *st = &p->steps[s];
   const cg_step *g = &p->cuda[st->rank].steps[s];
-  int32_t ts[NTP_MAX_ARGS + 3];
+  int32_t ts[2 * NTP_MAX_ARGS + 4];
   int nt = 0;
   for (int a = 0; a < st->op.nargs; a++) ts[nt++] = st->op.args[a];
   ts[nt++] = st->op.result;
-  if (g->kind == CG_GEMM) ts[nt++] = g->out, ts[nt++] = g->bias;
+  if (g->kind == CG_GEMM) {
+    ts[nt++] = g->out, ts[nt++] = g->bias, ts[nt++] = g->aux;
+    /* a GEMM moved to a later step (an epilogue's: DGELU at its act_grad) reads its matmul's operands */
+    if (g->mm >= 0 && (size_t)g->mm != s)
+      for (int a = 0; a < p->steps[g->mm].op.nargs; a++) ts[nt++] = p->steps[g->mm].op.args[a];
+  }
   for (int i = 0; i < nt; i++) {
     if (ts[i] < 0 || (size_t)ts[i] >= p->n_tensors) continue;
     span t = tensor_span(p, ts[i]);
@@ -53,7 +58,7 @@ static bool launch_touches(const ntp_program *p, size_t s, const span *cs, size_
     const ntp_step *st = &p->steps[f];
     if (st->kind != SH_COMPUTE || st->rank != r) continue;
     cg_step_kind k = p->cuda[r].steps[f].kind;
-    if (k == CG_KERNEL || k == CG_GEMM) break;
+    if (k == CG_KERNEL || k == CG_GEMM || k == CG_ATTENTION_GEMM) break;
     if (k == CG_FUSED && op_touches(p, f, cs, n)) return true;
   }
   return false;

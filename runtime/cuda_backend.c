@@ -499,6 +499,152 @@ fail:
   return -1;
 }
 
+/* ---- attention as two GEMMs (the baseline the tiled kernel must beat) ------------------------ */
+
+/* A column-major operand: rows x cols at leading dimension ld, batch `count` at `stride` elements. */
+typedef struct lt_mat {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld, stride;
+} lt_mat;
+
+static int lt_layout(cublasLtMatrixLayout_t *l, lt_mat m, int32_t count, char *err, size_t cap) {
+  LT(cu.cublasLtMatrixLayoutCreate(l, m.type, m.rows, m.cols, m.ld));
+  LT(cu.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+  LT(cu.cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &m.stride, sizeof m.stride));
+  return 0;
+fail:
+  return -1;
+}
+
+/* The alignment cuBLASLt may assume of an operand whose pointers, batch stride and leading
+ * dimension are all multiples of `bytes` (its heuristic assumes 256 unless told less). */
+static uint32_t lt_align(int64_t bytes) {
+  uint32_t a = 1;
+  while (a < 256 && bytes % (2 * (int64_t)a) == 0) a *= 2;
+  return a;
+}
+
+/* D = op(A) B over `count` strided batches, fp32 accumulation; no epilogue. align: what the
+ * pointers of A, B and D (= C) are multiples of. */
+static int batched_gemm(ntp_cuda *c, int r, cublasOperation_t opa, lt_mat A, lt_mat B, lt_mat D, int32_t count,
+                        const uint32_t align[3], gemm *g, char *err, size_t cap) {
+  cublasOperation_t opb = CUBLAS_OP_N;
+  LT(cu.cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+  LT(cu.cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+  if (lt_layout(&g->a, A, count, err, cap) || lt_layout(&g->b, B, count, err, cap) || lt_layout(&g->c, D, count, err, cap))
+    return -1;
+  cublasLtMatmulPreference_t pref;
+  LT(cu.cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = c->workspace_cap;
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], sizeof align[0]));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], sizeof align[1]));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], sizeof align[2]));
+  LT(cu.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], sizeof align[2]));
+  int found = 0;
+  cublasStatus_t hs = cu.cublasLtMatmulAlgoGetHeuristic(c->lt[r], g->op, g->a, g->b, g->c, g->c, pref, 1, &g->algo, &found);
+  cu.cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    snprintf(err, cap, "cuBLASLt has no algorithm for attention's %llux%llux%llu GEMM in %d batches",
+             (unsigned long long)D.rows, (unsigned long long)D.cols, (unsigned long long)(opa == CUBLAS_OP_T ? A.rows : A.cols),
+             count);
+    return -1;
+  }
+  g->ready = g->queried = true;
+  return 0;
+fail:
+  return -1;
+}
+
+/* The GEMM attention of q [B, S, H, HD] over k, v [B, S, KV, HD]: the rank holds whole groups of
+ * G query heads, query head h reading kv head first + h / G. Per batch b and place j in the
+ * group, the heads j, j + G, ... are the strided batches (q and y at stride G HD, k and v at HD,
+ * the scores at G S S):
+ *   scores (fp32, column-major keys x queries = row-major [h][query][key]) = K^T Q
+ *   y (column-major HD x queries at ld H HD)                                = V P
+ * qk is c->gemms[s], pv c->gemms[n_steps + s]. */
+typedef struct attn_geom {
+  int64_t B, S, H, HD, KV, G, first, es;
+} attn_geom;
+
+static attn_geom attention_geometry(const ntp_cuda *c, const ntp_step *st) {
+  const ntp_tensor *tq = &c->p->tensors[st->op.args[0]], *tk = &c->p->tensors[st->op.args[1]];
+  ntp_shape qs = box_shape(&tq->box), ks = box_shape(&tk->box);
+  int64_t G = st->op.attr.attn.group;
+  return (attn_geom){.B = qs.dim[0], .S = qs.dim[1], .H = qs.dim[2], .HD = qs.dim[3], .KV = ks.dim[2], .G = G,
+                     .first = st->op.attr.attn.q_off / G - st->op.attr.attn.kv_off, .es = (int64_t)dtype_bytes(tq->dtype)};
+}
+
+static int attention_gemm_setup(ntp_cuda *c, size_t s, char *err, size_t cap) {
+  const ntp_step *st = &c->p->steps[s];
+  attn_geom a = attention_geometry(c, st);
+  if (st->op.attr.attn.q_off % a.G || a.H % a.G || a.first < 0 || a.first + a.H / a.G > a.KV) {
+    snprintf(err, cap, "step %zu: GEMM attention needs whole groups of query heads on the rank", s);
+    return -1;
+  }
+  if (ntp_attention_gemm_scratch(a.B, a.H, a.S, a.es, NULL) > c->cuda[st->rank].scratch_bytes) {
+    snprintf(err, cap, "step %zu: GEMM attention's scores do not fit the rank's scratch", s);
+    return -1;
+  }
+  cudaDataType_t t = cuda_type(c->p->tensors[st->op.args[0]].dtype);
+  lt_mat q = {t, (uint64_t)a.HD, (uint64_t)a.S, a.H * a.HD, a.G * a.HD}, k = {t, (uint64_t)a.HD, (uint64_t)a.S, a.KV * a.HD, a.HD};
+  lt_mat scores = {CUDA_R_32F, (uint64_t)a.S, (uint64_t)a.S, a.S, a.G * a.S * a.S};
+  lt_mat probs = {t, (uint64_t)a.S, (uint64_t)a.S, a.S, a.G * a.S * a.S};
+  int32_t count = (int32_t)(a.H / a.G);
+  /* the pointers run_attention_gemm passes step by HD elements through q, k, v and y and by S * S
+   * through the scores and probabilities (both after 256-byte aligned starts) */
+  uint32_t head = lt_align(a.HD * a.es), qk_align[3] = {head, head, lt_align(a.S * 4)};
+  uint32_t pv_align[3] = {head, lt_align(a.S * a.es), head};
+  if (batched_gemm(c, st->rank, CUBLAS_OP_T, k, q, scores, count, qk_align, &c->gemms[s], err, cap) != 0) return -1;
+  return batched_gemm(c, st->rank, CUBLAS_OP_N, k, probs, q, count, pv_align, &c->gemms[c->p->n_steps + s], err, cap);
+}
+
+/* The step's launch of kernel `kernel` (its own or its first pass) with its argument block. */
+static int launch_step_kernel(ntp_cuda *c, int r, const cg_step *cs, int32_t kernel, int64_t grid, uint64_t seed, char *err,
+                              size_t cap) {
+  unsigned char *a = c->arena[r], *pp = c->persist[r];
+  struct { long long v[CG_MAX_ARGS]; } block_args = {{0}}; /* the kernel's struct ntp_args */
+  memcpy(block_args.v, c->cuda[r].args + cs->arg0, (size_t)cs->nargs * sizeof block_args.v[0]);
+  void *args[] = {&a, &pp, &seed, &block_args};
+  CU(cu.cudaLaunchKernel((const void *)c->kern[r][kernel], (dim3){(unsigned)grid, 1, 1}, (dim3){(unsigned)cs->block, 1, 1},
+                         args, (size_t)cs->smem, c->stream[r]));
+  return 0;
+fail:
+  return -1;
+}
+
+/* Scores for every batch, the softmax kernel over all of them, then the products with V. */
+static int run_attention_gemm(ntp_cuda *c, size_t s, const cg_step *cs, uint64_t seed, char *err, size_t cap) {
+  static const float one = 1.0f, zero = 0.0f;
+  const ntp_step *st = &c->p->steps[s];
+  int r = st->rank;
+  attn_geom a = attention_geometry(c, st);
+  int64_t probs_at, qrow = a.S * a.H * a.HD * a.es, kvrow = a.S * a.KV * a.HD * a.es, first = a.first * a.HD * a.es;
+  ntp_attention_gemm_scratch(a.B, a.H, a.S, a.es, &probs_at);
+  unsigned char *scratch = c->arena[r] + ntp_scratch_offset(c->p->mem[r].arena_bytes);
+  const gemm *qk = &c->gemms[s], *pv = &c->gemms[c->p->n_steps + s];
+  for (int64_t b = 0; b < a.B; b++)
+    for (int64_t j = 0; j < a.G; j++) { /* heads j, j + G, ... of batch b */
+      unsigned char *q = dev_ptr(c, st->op.args[0]) + b * qrow + j * a.HD * a.es, *k = dev_ptr(c, st->op.args[1]) + b * kvrow + first;
+      unsigned char *sc = scratch + (b * a.H + j) * a.S * a.S * 4;
+      LT(cu.cublasLtMatmul(c->lt[r], qk->op, &one, k, qk->a, q, qk->b, &zero, sc, qk->c, sc, qk->c, &qk->algo.algo,
+                           c->workspace[r], qk->algo.workspaceSize, c->stream[r]));
+    }
+  if (launch_step_kernel(c, r, cs, cs->kernel, cs->grid, seed, err, cap) != 0) return -1;
+  for (int64_t b = 0; b < a.B; b++)
+    for (int64_t j = 0; j < a.G; j++) {
+      unsigned char *v = dev_ptr(c, st->op.args[2]) + b * kvrow + first, *y = dev_ptr(c, st->op.result) + b * qrow + j * a.HD * a.es;
+      unsigned char *pr = scratch + probs_at + (b * a.H + j) * a.S * a.S * a.es;
+      LT(cu.cublasLtMatmul(c->lt[r], pv->op, &one, v, pv->a, pr, pv->b, &zero, y, pv->c, y, pv->c, &pv->algo.algo,
+                           c->workspace[r], pv->algo.workspaceSize, c->stream[r]));
+    }
+  return 0;
+fail:
+  return -1;
+}
+
 static box_geom geometry(const ntp_box *x, const ntp_box *src, const ntp_box *dst, int esize) {
   box_geom g = {.nd = x->ndim, .esize = esize, .n = box_volume(x)};
   int64_t ss = 1, ds = 1;
@@ -980,8 +1126,8 @@ static int workspace_cap(size_t *bytes, char *err, size_t cap) {
 /* Each GPU's workspace, sized once, after every algorithm is chosen: the most any GEMM that
  * uses it needs (loopback: one for all ranks; none at all when no algorithm needs any). */
 static int alloc_workspaces(ntp_cuda *c, char *err, size_t cap) {
-  for (size_t s = 0; s < c->p->n_steps; s++) {
-    const ntp_step *st = &c->p->steps[s];
+  for (size_t s = 0; s < 2 * c->p->n_steps; s++) { /* [n_steps + s]: a GEMM attention's second */
+    const ntp_step *st = &c->p->steps[s % c->p->n_steps];
     if (!c->gemms[s].ready) continue;
     int owner = c->nccl ? st->rank : c->rank_lo;
     if (c->gemms[s].algo.workspaceSize > c->workspace_size[owner]) c->workspace_size[owner] = c->gemms[s].algo.workspaceSize;
@@ -1037,12 +1183,13 @@ fail:
 
 void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out) {
   *out = (ntp_cuda_gemms){0};
-  for (size_t s = 0; s < c->p->n_steps; s++) {
+  for (size_t s = 0; s < 2 * c->p->n_steps; s++) { /* [n_steps + s]: a GEMM attention's second */
     const gemm *g = &c->gemms[s];
     if (!g->ready) continue;
+    size_t at = s % c->p->n_steps;
     out->gemms++;
     out->shapes += g->queried;
-    out->epilogues[c->cuda[c->p->steps[s].rank].steps[s].epilogue]++;
+    out->epilogues[c->cuda[c->p->steps[at].rank].steps[at].epilogue]++;
   }
   for (int r = c->rank_lo; r < c->rank_hi; r++)
     if (c->nccl || r == c->rank_lo) {
@@ -1081,7 +1228,7 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   ALLOC(arena); ALLOC(persist); ALLOC(staging);
   ALLOC(staging_bytes); ALLOC(lib); ALLOC(kern); ALLOC(world);
 #undef ALLOC
-  c->gemms = calloc(p->n_steps + 1, sizeof *c->gemms);
+  c->gemms = calloc(2 * p->n_steps + 1, sizeof *c->gemms); /* [n_steps + s]: a GEMM attention's second */
   c->filled = calloc(p->n_tensors + 1, sizeof *c->filled);
   c->done = calloc(p->n_steps * (size_t)W + 1, sizeof *c->done);
   if (!c->dev || !c->stream || !c->comm || !c->fork || !c->join || !c->graph || !c->done || !c->lt || !c->workspace ||
@@ -1148,7 +1295,9 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
       c->comm[r] = c->comm[c->rank_lo];
       c->lt[r] = c->lt[c->rank_lo];
     }
-    CU(cu.cudaMalloc((void **)&c->arena[r], (size_t)p->mem[r].arena_bytes + 256));
+    size_t arena = p->cuda[r].scratch_bytes ? (size_t)(ntp_scratch_offset(p->mem[r].arena_bytes) + p->cuda[r].scratch_bytes)
+                                            : (size_t)p->mem[r].arena_bytes; /* the scratch after the arena */
+    CU(cu.cudaMalloc((void **)&c->arena[r], arena + 256));
     CU(cu.cudaMalloc((void **)&c->persist[r], (size_t)(p->mem[r].param_bytes + p->mem[r].input_bytes) + 256));
     if (c->nccl) CU(cu.cudaMalloc((void **)&c->staging[r], c->staging_bytes[r] + 256));
     char name[64];
@@ -1171,10 +1320,14 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   CU(cu.cudaLibraryGetKernel(&c->k_store, c->comm_lib, "ntp_store_acc"));
   for (size_t s = 0; s < p->n_steps; s++) {
     const ntp_step *st = &p->steps[s];
-    if (st->kind != SH_COMPUTE || !local_rank(c, st->rank) || p->cuda[st->rank].steps[s].kind != CG_GEMM) continue;
+    if (st->kind != SH_COMPUTE || !local_rank(c, st->rank)) continue;
+    cg_step_kind kind = p->cuda[st->rank].steps[s].kind;
+    if (kind != CG_GEMM && kind != CG_ATTENTION_GEMM) continue;
     CU(cu.cudaSetDevice(c->dev[st->rank]));
     const cg_step *cs = &p->cuda[st->rank].steps[s];
-    if (gemm_setup(c, &p->steps[cs->mm], cs, &c->gemms[s], err, cap) != 0) goto fail;
+    if (kind == CG_GEMM ? gemm_setup(c, &p->steps[cs->mm], cs, &c->gemms[s], err, cap)
+                        : attention_gemm_setup(c, s, err, cap))
+      goto fail;
   }
   if (alloc_workspaces(c, err, cap) != 0) goto fail;
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
@@ -1387,7 +1540,7 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
     int r = st->rank;
     if (!local_rank(c, r)) continue;
     const cg_step *cs = &c->cuda[r].steps[s];
-    if (cs->kind != CG_GEMM && cs->kind != CG_KERNEL) continue;
+    if (cs->kind != CG_GEMM && cs->kind != CG_KERNEL && cs->kind != CG_ATTENTION_GEMM) continue;
     if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
     CU(cu.cudaSetDevice(c->dev[r]));
     if (wait_comms(c, s, r, err, cap) != 0) return -1;
@@ -1399,12 +1552,13 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
                            c->workspace[r], g->algo.workspaceSize, c->stream[r]));
       continue;
     }
-    unsigned char *a = c->arena[r], *pp = c->persist[r];
-    struct { long long v[CG_MAX_ARGS]; } block_args = {{0}}; /* the kernel's struct ntp_args */
-    memcpy(block_args.v, c->cuda[r].args + cs->arg0, (size_t)cs->nargs * sizeof block_args.v[0]);
-    void *args[] = {&a, &pp, &seed, &block_args};
-    CU(cu.cudaLaunchKernel((const void *)c->kern[r][cs->kernel], (dim3){(unsigned)cs->grid, 1, 1},
-                           (dim3){(unsigned)cs->block, 1, 1}, args, (size_t)cs->smem, c->stream[r]));
+    if (cs->kind == CG_ATTENTION_GEMM) {
+      if (run_attention_gemm(c, s, cs, seed, err, cap) != 0) return -1;
+      continue;
+    }
+    if (cs->pre >= 0 && launch_step_kernel(c, r, cs, cs->pre, cs->pre_grid, seed, err, cap) != 0) /* the first pass */
+      return -1;
+    if (launch_step_kernel(c, r, cs, cs->kernel, cs->grid, seed, err, cap) != 0) return -1;
   }
   if (c->profile && profile_mark(c, INT32_MIN, err, cap) != 0) return -1; /* the end of the last layer */
   return fork_comm(c, true, err, cap);
@@ -2117,7 +2271,7 @@ void ntp_cuda_free(ntp_cuda *c) {
     else cu.cudaSetDevice(c->dev[r]), cu.cudaEventDestroy(c->done[e]);
   }
   ntp_comm_deps_free(&c->deps);
-  for (size_t s = 0; c->gemms && s < c->p->n_steps; s++) {
+  for (size_t s = 0; c->gemms && s < 2 * c->p->n_steps; s++) {
     gemm *g = &c->gemms[s];
     if (g->op) cu.cublasLtMatmulDescDestroy(g->op);
     if (g->a) cu.cublasLtMatrixLayoutDestroy(g->a);

@@ -388,7 +388,7 @@ static void cuda_rank(reader *r, const ntp_program *p, ntp_rank_code *c) {
   for (size_t s = 0; s < p->n_steps && !r->bad; s++) {
     cg_step *x = &c->steps[s];
     uint32_t kind = u32(r), epi;
-    if (kind > CG_FUSED) fail(r, "step kind %u", kind);
+    if (kind > CG_ATTENTION_GEMM) fail(r, "step kind %u", kind);
     x->kind = (cg_step_kind)kind;
     x->kernel = i32(r);
     if ((epi = u32(r)) >= CG_EPI_COUNT) fail(r, "epilogue %u", epi);
@@ -402,10 +402,14 @@ static void cuda_rank(reader *r, const ntp_program *p, ntp_rank_code *c) {
     x->smem = i32(r);
     x->arg0 = i32(r);
     x->nargs = i32(r);
-    if (!r->bad && x->kind == CG_KERNEL) {
+    x->pre = i32(r);
+    x->pre_grid = i64(r);
+    if (!r->bad && (x->kind == CG_KERNEL || x->kind == CG_ATTENTION_GEMM)) {
       index_ok(r, x->kernel, 0, c->nkernels, "kernel");
       if (x->grid < 1 || x->block < 1 || x->smem < 0 || x->nargs < 0 || x->nargs > CG_MAX_ARGS || x->arg0 < 0)
         fail(r, "step %zu's launch", s);
+      index_ok(r, x->pre, -1, c->nkernels, "kernel");
+      if (x->pre >= 0 && x->pre_grid < 1) fail(r, "step %zu's first pass", s);
     }
     if (!r->bad && x->kind == CG_GEMM && x->out < 0) fail(r, "step %zu's GEMM writes nothing", s);
     if (!r->bad && x->kind == CG_GEMM &&
@@ -424,9 +428,14 @@ static void cuda_rank(reader *r, const ntp_program *p, ntp_rank_code *c) {
   c->nargs = count(r, 8, "kernel arguments");
   c->args = alloc(r, c->nargs, sizeof *c->args);
   for (size_t a = 0; a < c->nargs && !r->bad; a++) c->args[a] = i64(r);
+  c->scratch_bytes = i64(r);
+  if (!r->bad && (c->scratch_bytes < 0 || c->scratch_bytes > ((int64_t)1 << 46))) fail(r, "scratch of %lld bytes", (long long)c->scratch_bytes);
   for (size_t s = 0; s < p->n_steps && !r->bad; s++) {
     const cg_step *x = &c->steps[s];
-    if (x->kind == CG_KERNEL && (size_t)x->arg0 + (size_t)x->nargs > c->nargs) fail(r, "step %zu's arguments", s);
+    if ((x->kind == CG_KERNEL || x->kind == CG_ATTENTION_GEMM) && (size_t)x->arg0 + (size_t)x->nargs > c->nargs)
+      fail(r, "step %zu's arguments", s);
+    if (x->kind == CG_ATTENTION_GEMM && (p->steps[s].kind != SH_COMPUTE || p->steps[s].op.code != IR_ATTENTION))
+      fail(r, "step %zu: GEMM attention on another op", s);
   }
 }
 

@@ -27,7 +27,7 @@
 #include "ntp_types.h"
 
 #define NTP_PROGRAM_MAGIC "NTPPROG"
-#define NTP_PROGRAM_VERSION 2
+#define NTP_PROGRAM_VERSION 3
 
 /* ---- the global (unsharded) module: what the CPU reference runs ---- */
 typedef struct ntp_value {
@@ -102,7 +102,10 @@ typedef struct ntp_rank_mem {
   int64_t param_bytes, input_bytes;
 } ntp_rank_mem;
 
-typedef enum { CG_NONE, CG_KERNEL, CG_GEMM, CG_FUSED } cg_step_kind;
+/* CG_ATTENTION_GEMM: attention as the GEMM baseline, QK^T and PV strided-batched cuBLASLt GEMMs
+ * with the step's kernel (scale, causal mask, softmax, rounding) between them, the scores and
+ * probabilities in the scratch (ntp_attention_gemm_scratch) */
+typedef enum { CG_NONE, CG_KERNEL, CG_GEMM, CG_FUSED, CG_ATTENTION_GEMM } cg_step_kind;
 /* What a GEMM's epilogue does with the product before its one rounding (cuBLASLt epilogues):
  * forward, a bias over the output features and/or GELU; backward, GELU's derivative at the saved
  * GELU input (DGELU, with the bias gradient of its result: DGELU_BGRAD) or the bias gradient of
@@ -142,7 +145,22 @@ typedef struct cg_step {
   int64_t grid;         /* CG_KERNEL: blocks (1-D) */
   int32_t block, smem;  /* CG_KERNEL: threads per block, dynamic shared memory bytes */
   int32_t arg0, nargs;  /* CG_KERNEL: its argument block, args[arg0 .. arg0 + nargs) of the module */
+  int32_t pre;          /* CG_KERNEL: a kernel launched just before, with the same block and arguments
+                           (a first pass: attention's row statistics, kept in the scratch); -1: none */
+  int64_t pre_grid;     /* its blocks */
 } cg_step;
+
+/* Where a rank's scratch starts: after its arena, aligned. A step may use the scratch while it
+ * runs (nothing lives there between steps), so one region serves every step. */
+static inline int64_t ntp_scratch_offset(int64_t arena_bytes) { return (arena_bytes + 255) / 256 * 256; }
+
+/* The GEMM attention's scratch (B batches, H heads, S positions): the fp32 scores [B][H][S][S]
+ * from byte 0, the probabilities in the storage dtype (esize bytes) from *probs; the bytes in all. */
+static inline int64_t ntp_attention_gemm_scratch(int64_t B, int64_t H, int64_t S, int64_t esize, int64_t *probs) {
+  int64_t at = (B * H * S * S * 4 + 255) / 256 * 256;
+  if (probs) *probs = at;
+  return at + B * H * S * S * esize;
+}
 
 typedef struct cg_kernel {
   char name[32];
@@ -161,6 +179,7 @@ typedef struct ntp_rank_code {
   cg_step *steps; /* per step of the program (all ranks; only this rank's are set) */
   int64_t *args;  /* the argument blocks of the kernel steps */
   size_t nargs;
+  int64_t scratch_bytes; /* device memory at ntp_scratch_offset(arena bytes) that steps use while they run */
 } ntp_rank_code;
 
 typedef struct ntp_program_pool ntp_program_pool;

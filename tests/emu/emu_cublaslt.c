@@ -32,7 +32,8 @@ typedef struct emu_layout {
   int64_t ld, stride;
   int32_t batch;
 } emu_layout;
-typedef struct emu_pref { int magic; uint64_t workspace; } emu_pref;
+/* align: the MIN_ALIGNMENT_{A,B,C,D}_BYTES promised, 0 where left at the default (256: not checked) */
+typedef struct emu_pref { int magic; uint64_t workspace; uint32_t align[4]; } emu_pref;
 enum { DESC_MAGIC = 0x4c544453, LAYOUT_MAGIC = 0x4c544c59, PREF_MAGIC = 0x4c545046, HANDLE_MAGIC = 0x4c54484e };
 typedef struct emu_handle { int magic, device; } emu_handle;
 
@@ -203,6 +204,13 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     memcpy(&x->workspace, buf, n);
     return CUBLAS_STATUS_SUCCESS;
   }
+  if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && n == sizeof(uint32_t)) {
+    uint32_t v;
+    memcpy(&v, buf, n);
+    if (v == 0 || (v & (v - 1))) return CUBLAS_STATUS_INVALID_VALUE;
+    x->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   emu_fail("cublasLtMatmulPreferenceSetAttribute: attribute %d is not emulated", (int)a);
   return CUBLAS_STATUS_NOT_SUPPORTED;
 }
@@ -252,6 +260,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   res[0].workspaceSize = need <= ((emu_pref *)pref)->workspace ? need : 0;
   res[0].algo.data[0] = ALGO_MAGIC;
   res[0].algo.data[1] = res[0].workspaceSize;
+  /* the algorithm remembers the alignments it was chosen for (data[2..5]: A, B, C, D);
+   * cublasLtMatmul holds the pointers to them */
+  const emu_pref *p = (const emu_pref *)pref;
+  if (p && p->magic == PREF_MAGIC)
+    for (int i = 0; i < 4; i++) res[0].algo.data[2 + i] = p->align[i];
   res[0].state = CUBLAS_STATUS_SUCCESS;
   res[0].wavesCount = 1.0f;
   *found = 1;
@@ -322,6 +335,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
   if (!emu_device_ok(emu_current_device(), "cublasLtMatmul")) return CUBLAS_STATUS_EXECUTION_FAILED;
   /* no algorithm: cuBLASLt queries its heuristic itself; the emulator's answer then needs no workspace */
   const cublasLtMatmulAlgo_t implicit = {.data = {ALGO_MAGIC, 0}};
+  /* an algorithm chosen for operands aligned to N bytes may not be given a pointer aligned to less;
+   * checked up to 16 bytes, what the emulator's allocations guarantee (a GPU's, 256) */
+  const void *ptr[4] = {A, B, C, D};
+  for (int i = 0; algo && i < 4; i++) {
+    uint64_t need = algo->data[2 + i] < 16 ? algo->data[2 + i] : 16;
+    if (need && (uintptr_t)ptr[i] % need) {
+      emu_fail("cublasLtMatmul: %c at %p is not aligned to the %llu bytes its algorithm was chosen for", "ABCD"[i], ptr[i],
+               (unsigned long long)algo->data[2 + i]);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
   float al, be;
   memcpy(&al, alpha, 4);
   memcpy(&be, beta, 4);

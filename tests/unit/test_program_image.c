@@ -99,6 +99,7 @@ static void round_trip(ntpc_session *s) {
     for (size_t k = 0; k < c->nkernels && k < cm[r].nkernels; k++) bad += memcmp(&c->kernels[k], &cm[r].kernels[k], sizeof c->kernels[k]) != 0;
     for (size_t i = 0; i < sp->n_steps; i++) bad += memcmp(&c->steps[i], &cm[r].steps[i], sizeof c->steps[i]) != 0;
     bad += c->nargs && memcmp(c->args, cm[r].args, c->nargs * sizeof *c->args) != 0;
+    bad += c->scratch_bytes != cm[r].scratch_bytes;
   }
   CHECK(bad == 0);
   ntp_program_free(p);
