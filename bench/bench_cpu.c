@@ -17,7 +17,8 @@
  *     import torch and transformers;
  *   - GEMM: ntp's GEMM throughput (ntp_cpu_matmul) and NumPy's (np.matmul in the same child)
  *     on the model's own GEMM shapes, each weighted by how often the model runs it, the two
- *     products timed alternately, and ntp's share of NumPy's.
+ *     timed alternately in bursts of the shape's calls (its BLAS throughput, not the wake-up of
+ *     idle threads), and ntp's share of NumPy's.
  *     A line per shape gives both sides' GFLOP/s and the share, so a low total can be traced.
  * The child runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment
  * (they may be set on machines whose OpenBLAS misbehaves; they would slow NumPy's), and prints
@@ -247,14 +248,21 @@ static double time_gemms(const gemms *g, int repeats, child *py, double *np) {
     have_np = have_np && !isnan(child_ask(py, cmd)); /* the child allocates and warms up */
     double t[16], tn[16];
     int r = repeats < 16 ? repeats : 16;
+    /* each sample: a burst of the shape's calls back to back (as many as one forward makes, 2 to
+     * 16), the mean of one: the BLAS's throughput on the shape once its threads run. A single call
+     * after the other side's turn times the wake-up of sleeping threads as much as the product
+     * (OpenBLAS's OpenMP build at 128x768x768: 80 GFLOP/s so, 190 in a burst, on 2 cores). */
+    int burst = x->count < 2 ? 2 : x->count > 16 ? 16 : (int)x->count;
+    char mm[32];
+    snprintf(mm, sizeof mm, "mm %d", burst);
     ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, bs); /* warm */
     for (int j = 0; j < r; j++) {
       if (have_np) settle();
       double t0 = now_s();
-      ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, bs);
-      t[j] = now_s() - t0;
+      for (int q = 0; q < burst; q++) ntp_cpu_matmul(a, b, c, x->batch, x->m, x->k, x->n, x->trans_b, bs);
+      t[j] = (now_s() - t0) / burst;
       if (have_np) settle();
-      tn[j] = have_np ? child_ask(py, "mm") : NAN;
+      tn[j] = have_np ? child_ask(py, mm) : NAN;
       have_np = have_np && !isnan(tn[j]);
     }
     double mt = median(t, r), mn = have_np ? median(tn, r) : NAN, fl = 2.0 * (double)(x->batch * x->m * x->k * x->n);

@@ -76,8 +76,8 @@ def torch_model(model, B, S, L, repeats):
 
 
 def serve():
-    """Commands on stdin, one answer line each (see bench_cpu.c): 'gemm B M K N TB SB' then 'mm'
-    (one product: t=SECONDS); 'torch MODEL B S L' then 'fwd' (one forward: t=SECONDS); 'free';
+    """Commands on stdin, one answer line each (see bench_cpu.c): 'gemm B M K N TB SB' then 'mm [N]'
+    (N products back to back, default 1: t=SECONDS, the mean of one); 'torch MODEL B S L' then 'fwd' (one forward: t=SECONDS); 'free';
     'quit'. 'skip' answers what cannot be imported."""
     state = {}
     for line in sys.stdin:
@@ -110,9 +110,11 @@ def serve():
                 state["fwd"] = fwd
                 print("ok")
             elif cmd[0] in ("mm", "fwd"):
+                calls = int(cmd[1]) if len(cmd) > 1 else 1  # 'mm N': N products back to back, the mean
                 t0 = time.perf_counter()
-                state[cmd[0]]()
-                print("t=%.9f" % (time.perf_counter() - t0))
+                for _ in range(calls):
+                    state[cmd[0]]()
+                print("t=%.9f" % ((time.perf_counter() - t0) / calls))
             elif cmd[0] == "free":
                 state.pop("fwd", None)
                 state.pop("mm", None)

@@ -2,8 +2,10 @@
  * NVRTC to sm_90 and sm_80 machine code with no warnings (no GPU needed). Identical
  * sources (ranks of equal shape) are compiled once. Exits 77 when NVRTC is absent.
  *
- *   test_nvrtc [--dump DIR]     DIR: write each distinct source as DIR/<case>.r<rank>.cu
- */
+ *   test_nvrtc [--arch N] [--dump DIR]   N: only sm_N (80 or 90; default both); DIR: write each
+ *                                         distinct source as DIR/<case>.r<rank>.cu
+ * ctest runs one test per architecture, so that the two run side by side (this is the suite's
+ * longest test: NVRTC's optimiser on every distinct rank's source). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,21 @@ static bool quiet(const char *log) {
 }
 
 int main(int argc, char **argv) {
-  const char *dump = argc > 2 && !strcmp(argv[1], "--dump") ? argv[2] : NULL;
+  const char *dump = NULL;
+  int arch_lo = 80, arch_hi = 90;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--dump")) dump = argv[i + 1];
+    else if (!strcmp(argv[i], "--arch") && (!strcmp(argv[i + 1], "80") || !strcmp(argv[i + 1], "90")))
+      arch_lo = arch_hi = atoi(argv[i + 1]);
+    else {
+      fprintf(stderr, "usage: test_nvrtc [--arch 80|90] [--dump DIR]\n");
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    fprintf(stderr, "usage: test_nvrtc [--arch 80|90] [--dump DIR]\n");
+    return 2;
+  }
   char err[512];
   if (ntp_nvrtc_load(err, sizeof err) != 0) {
     printf("skipped: %s\n", err);
@@ -104,7 +120,7 @@ int main(int argc, char **argv) {
           fclose(f);
         }
       }
-      for (int arch = 80; arch <= 90; arch += 10) {
+      for (int arch = arch_lo; arch <= arch_hi; arch += 10) {
         void *cubin;
         size_t size;
         char *log;
@@ -127,9 +143,10 @@ int main(int argc, char **argv) {
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  printf("NVRTC %d.%d: %zu cases, %d ranks (%d kernels), %zu distinct sources, %d compilations (sm_80 + sm_90), "
+  printf("NVRTC %d.%d: %zu cases, %d ranks (%d kernels), %zu distinct sources, %d compilations (%s), "
          "%.1f MiB of CUBIN, %.1f s\n",
-         major, minor, sizeof cases / sizeof cases[0], ranks, kernels, nseen, compiled, (double)bytes / (1 << 20), secs);
+         major, minor, sizeof cases / sizeof cases[0], ranks, kernels, nseen, compiled,
+         arch_lo == arch_hi ? (arch_lo == 80 ? "sm_80" : "sm_90") : "sm_80 + sm_90", (double)bytes / (1 << 20), secs);
   printf("%d passed, %d failed\n", compiled - failures, failures);
   return failures ? 1 : 0;
 }
