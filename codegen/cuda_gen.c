@@ -861,6 +861,10 @@ static void gen_free(gen *g) {
 }
 
 int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size_t cap) {
+  return cg_generate_with(p, rank, NULL, m, err, cap);
+}
+
+int cg_generate_with(const sh_program *p, int32_t rank, const cg_options *opts, cg_module *m, char *err, size_t cap) {
   *m = (cg_module){.rank = rank};
   m->steps = calloc(p->n_steps + 1, sizeof *m->steps);
   gen g = {.p = p, .m = m, .rank = rank, .uses = calloc(p->n_tensors + 1, sizeof(int32_t)), .line = 1};
@@ -876,7 +880,7 @@ int cg_generate(const sh_program *p, int32_t rank, cg_module *m, char *err, size
     else
       for (size_t x = 0; x < st->nxfers; x++) g.uses[st->xfers[x].src]++;
   }
-  if (cg_attention_config(&g, err, cap) != 0) {
+  if (cg_attention_config(&g, opts, err, cap) != 0) {
     free(g.uses);
     free(m->steps);
     *m = (cg_module){0};

@@ -40,8 +40,19 @@ typedef struct cg_module {
 } cg_module;
 
 
-/* Generates rank `rank`'s CUDA source. Returns 0, or -1 with a message; -2 with a message where
- * a setting of the environment is invalid (NTP_CUDA_ATTENTION, NTP_CUDA_ATTENTION_GEMM_FROM). */
+/* What the compile knows of the GPU it is for: from the session's device profile (`--gpu NAME|FILE`).
+ * All zero: nothing known, each choice by its default rule. */
+typedef struct cg_options {
+  /* the profile's attention_gemm_from (0: not given; INT64_MAX: never): from this sequence length
+   * on, auto's attention rule takes the GEMMs (cg_attention_pick; the environment overrides it) */
+  int64_t attn_gemm_from;
+} cg_options;
+
+/* Generates rank `rank`'s CUDA source for a GPU described by opts (NULL: nothing known). Returns
+ * 0, or -1 with a message; -2 with a message where a setting of the environment is invalid
+ * (NTP_CUDA_ATTENTION, NTP_CUDA_ATTENTION_GEMM_FROM). */
+int cg_generate_with(const sh_program *p, int32_t rank, const cg_options *opts, cg_module *out, char *err, size_t cap);
+/* cg_generate_with, nothing known of the GPU */
 int cg_generate(const sh_program *p, int32_t rank, cg_module *out, char *err, size_t cap);
 void cg_module_free(cg_module *m);
 

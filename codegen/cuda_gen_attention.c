@@ -227,10 +227,14 @@ bool cg_attention_grad_tiled(gen *g, int32_t s) {
 #define ATT_GEMM_MAX_SCRATCH ((int64_t)1 << 30)
 /* auto's crossover when none is measured: the GEMMs from this many positions on. An assumption
  * (tensor-core GEMMs against the tiled kernel's fp32 loops, less the scores' round trip through
- * memory and three launches), to be replaced by the measured crossover. */
+ * memory and three launches), for a compile given no calibrated device profile. */
 #define ATT_GEMM_FROM_DEFAULT 128
 
-int cg_attention_config(gen *g, char *err, size_t cap) {
+/* The selection's inputs, in one order of precedence (docs/runtime.md, "Generated kernels"):
+ * NTP_CUDA_ATTENTION forces a kernel; under auto the crossover is NTP_CUDA_ATTENTION_GEMM_FROM
+ * (an experiment's override), else the device profile's attention_gemm_from (measured by `ntpc
+ * calibrate`, given with --gpu FILE), else ATT_GEMM_FROM_DEFAULT. */
+int cg_attention_config(gen *g, const cg_options *opts, char *err, size_t cap) {
   const char *mode = getenv("NTP_CUDA_ATTENTION"), *from = getenv("NTP_CUDA_ATTENTION_GEMM_FROM");
   g->attn_mode = CG_ATT_AUTO;
   if (mode && *mode && strcmp(mode, "auto")) {
@@ -241,9 +245,7 @@ int cg_attention_config(gen *g, char *err, size_t cap) {
       return -1;
     }
   }
-  /* The hook for a measurement: the sequence length from which the GEMMs won on this GPU
-   * (`ntpc calibrate` measures both kernels by shape and may set it) */
-  g->attn_gemm_from = ATT_GEMM_FROM_DEFAULT;
+  g->attn_gemm_from = opts && opts->attn_gemm_from > 0 ? opts->attn_gemm_from : ATT_GEMM_FROM_DEFAULT;
   if (from && *from) {
     char *end;
     long long v = strtoll(from, &end, 10);

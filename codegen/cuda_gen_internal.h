@@ -24,7 +24,7 @@ typedef struct gen {
   char **bodies; /* per kernel: its text, identifiers numbered canonically */
   uint64_t *hashes;
   int attn_mode;           /* cg_att_kernel: NTP_CUDA_ATTENTION's choice, CG_ATT_AUTO by default */
-  int64_t attn_gemm_from;  /* auto: the GEMM baseline from this sequence length on */
+  int64_t attn_gemm_from;  /* auto: the GEMM baseline from this sequence length on (INT64_MAX: never) */
 } gen;
 
 typedef enum { CG_ATT_AUTO, CG_ATT_TILED, CG_ATT_GEMM, CG_ATT_WARP } cg_att_kernel;
@@ -59,8 +59,9 @@ int cg_finish_kernel(gen *g);
 /* cuda_gen_attention.c: attention_grad as the tiled statistics pass + dq or dk/dv kernel; false
  * where the head dim is above ATT_TILED_MAX_HD (cuda_gen_grad.c's warp kernel then) */
 bool cg_attention_grad_tiled(gen *g, int32_t step);
-/* reads NTP_CUDA_ATTENTION (tiled | gemm | auto) and NTP_CUDA_ATTENTION_GEMM_FROM into g; -1: a bad value */
-int cg_attention_config(gen *g, char *err, size_t cap);
+/* attention's selection into g: NTP_CUDA_ATTENTION (tiled | gemm | auto), and auto's crossover from
+ * NTP_CUDA_ATTENTION_GEMM_FROM, else the device profile's (opts), else the default; -1: a bad value */
+int cg_attention_config(gen *g, const cg_options *opts, char *err, size_t cap);
 /* the forward kernel of attention step `step`: CG_ATT_TILED, CG_ATT_GEMM or CG_ATT_WARP */
 cg_att_kernel cg_attention_pick(gen *g, int32_t step);
 /* the GEMM baseline's step: its softmax kernel, written and finished; the runtime adds the GEMMs */

@@ -7,6 +7,7 @@
 #include "sema.h"
 #include "shard.h"
 #include "autoplan.h"
+#include "planner.h"
 #include "cuda_gen.h"
 #include "program_write.h"
 #include "grad.h"
@@ -25,7 +26,7 @@ struct ntpc_session {
   bool want_grad;             /* run the gradient pass (training) */
   cg_module *cuda;            /* [ranks] */
   program_image image;        /* what the runtime reads (runtime/ntp_program.h) */
-  const char *gpu;            /* the autoplan pass's device profile */
+  const char *gpu;            /* the device profile (a built-in name or a file): autoplan's, codegen's */
   char *autoplan_notes;       /* what the autoplan pass chose, one line per choice */
   uint64_t dump_after;        /* passes whose result is printed to dump_out */
   FILE *dump_out;
@@ -311,9 +312,20 @@ static ntpc_status run_codegen(ntpc_session *s) {
   if (!s->sharded || !s->want_cuda) return NTPC_OK;
   s->cuda = calloc((size_t)s->ranks, sizeof *s->cuda);
   if (!s->cuda) return out_of_memory(s);
-  char err[256];
+  char err[512];
+  /* what the session's device profile (--gpu) says of the GPU, the same profile the autoplan
+   * pass plans for; without one, the codegen's defaults (not h100's: a built-in measures nothing) */
+  cg_options opts = {0};
+  if (s->gpu) {
+    plan_profile prof;
+    if (!plan_profile_find(s->gpu, &prof, err, sizeof err)) {
+      diag_emit(&s->diags, NTPC_ERROR, s->main_src->name, NTP_NOLOC, "%s", err);
+      return NTPC_ERR_INPUT;
+    }
+    opts.attn_gemm_from = prof.attn_gemm_from;
+  }
   for (int32_t r = 0; r < s->ranks; r++) {
-    int rc = cg_generate(s->sharded, r, &s->cuda[r], err, sizeof err);
+    int rc = cg_generate_with(s->sharded, r, &opts, &s->cuda[r], err, sizeof err);
     if (rc == -2) { /* the user's setting, not the compiler's fault */
       diag_emit(&s->diags, NTPC_ERROR, s->main_src->name, NTP_NOLOC, "%s", err);
       return NTPC_ERR_INPUT;

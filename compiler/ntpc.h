@@ -56,8 +56,11 @@ void ntpc_set_error_limit(ntpc_session *s, size_t n);
 /* The largest source (model or plan file) accepted: larger ones are an input error. */
 #define NTPC_MAX_SOURCE_BYTES ((size_t)16 << 20)
 
-/* The device profile the autoplan pass plans 'tp auto' layers for (a built-in name: h100, h200,
- * a100, b200; default h100, as `ntpc plan`). */
+/* The device profile of the compile: a built-in name (h100, h200, a100, b200) or a profile file
+ * (docs/planner.md#profile-format; `ntpc calibrate` writes one). The autoplan pass plans 'tp auto'
+ * layers for it (default h100, as `ntpc plan`); the codegen takes what it measured of the GPU
+ * (attention_gemm_from: where attention's GEMMs beat the tiled kernel). Read when a pass needs it:
+ * a name that is neither is an input error then. */
 void ntpc_set_gpu(ntpc_session *s, const char *gpu);
 /* Run the codegen pass (CUDA C++ for every rank): for --emit=cuda, a model library, the CUDA backend. */
 void ntpc_want_cuda(ntpc_session *s, bool on);

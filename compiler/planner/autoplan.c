@@ -28,8 +28,9 @@ bool autoplan_resolve(const ir_module *m, int32_t world, sh_placement *pls, cons
   const sh_placement *fa = &pls[first];
   plan_profile prof;
   const char *g = gpu ? gpu : "h100";
-  if (!plan_profile_builtin(g, &prof)) {
-    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' is planned for a GPU profile; '%s' is not one", g);
+  char why[512];
+  if (!plan_profile_find(g, &prof, why, sizeof why)) {
+    diag_emit(diags, NTPC_ERROR, fa->tp_file, fa->tp_loc, "'tp auto' is planned for a GPU profile: %s", why);
     return false;
   }
   size_t errors = diags->errors;

@@ -46,10 +46,17 @@ typedef struct plan_profile {
   double attn_eff;                         /* fraction of peak reached by the attention core */
   double mem_bw, mem_eff, mem_capacity;    /* bytes/s, fraction reached, bytes */
   double launch;                           /* seconds added per kernel */
+  /* attention_gemm_from: the sequence length from which the GEMM attention beat the tiled kernel
+   * (ntpc calibrate measures it); the codegen's rule takes it (docs/runtime.md, "Generated
+   * kernels"). 0: not given (the built-ins: the codegen's default); PLAN_ATTN_GEMM_NEVER: the
+   * GEMMs never won. Not a cost: the planner does not read it. */
+  int64_t attn_gemm_from;
   double link_bw[PLAN_NLEVELS];            /* bytes/s per GPU and direction */
   double lat[PLAN_NLEVELS][PLAN_NCOLLS];   /* seconds per collective call */
   plan_curve eff[PLAN_NLEVELS][PLAN_NCOLLS]; /* fraction of link_bw reached, by message bytes */
 } plan_profile;
+
+#define PLAN_ATTN_GEMM_NEVER INT64_MAX /* attention_gemm_from never */
 
 /* Built-in profiles: "h100", "h200", "a100", "b200" (also "h100-sxm", ...); NULL-terminated list. */
 const char *const *plan_profile_names(void);
@@ -59,6 +66,10 @@ const char *plan_profile_text(const char *name);
 /* Parses profile text; false + "FILE:LINE: message" in err. */
 bool plan_profile_parse(const char *text, const char *file, plan_profile *out, char *err, size_t cap);
 bool plan_profile_load(const char *path, plan_profile *out, char *err, size_t cap);
+/* What `--gpu NAME|FILE` names: a built-in profile by name, else the profile file at that path;
+ * false + a message ("unknown GPU 'x' (built-in profiles: ...; or a profile file)", or the file's
+ * error). */
+bool plan_profile_find(const char *name_or_file, plan_profile *out, char *err, size_t cap);
 
 /* ---- writing a profile (ntpc calibrate; profile_write.c) ---- */
 /* Where each line of a written profile came from: its trailing comment ("measured on DEVICE at
@@ -66,7 +77,7 @@ bool plan_profile_load(const char *path, plan_profile *out, char *err, size_t ca
 typedef struct plan_profile_notes {
   char header[512];                          /* comment lines at the top ('\n'-separated, without '#') */
   char flops[NTP_DTYPE_COUNT][384];
-  char gemm[384], attn[384], mem_bw[384], mem_cap[384], mem_eff[384], launch[384];
+  char gemm[384], attn[384], attn_gemm[384], mem_bw[384], mem_cap[384], mem_eff[384], launch[384];
   char link[PLAN_NLEVELS][384];
   char coll[PLAN_NLEVELS][PLAN_NCOLLS][384];
 } plan_profile_notes;

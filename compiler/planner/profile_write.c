@@ -38,6 +38,9 @@ bool plan_profile_write(FILE *out, const plan_profile *p, const plan_profile_not
   }
   fprintf(out, "attention_efficiency %.4g", p->attn_eff);
   note(out, nt->attn);
+  if (p->attn_gemm_from == PLAN_ATTN_GEMM_NEVER) fputs("attention_gemm_from never", out);
+  else if (p->attn_gemm_from > 0) fprintf(out, "attention_gemm_from %lld", (long long)p->attn_gemm_from);
+  if (p->attn_gemm_from > 0) note(out, nt->attn_gemm); /* 0: not given, no line (the codegen's default) */
   fprintf(out, "memory_bandwidth %.6g", p->mem_bw);
   note(out, nt->mem_bw);
   fprintf(out, "memory_capacity %.6g", p->mem_capacity);

@@ -272,6 +272,21 @@ static bool curve(parser *p, char **tok, int n, plan_curve *c) {
   return true;
 }
 
+/* attention_gemm_from's value: a sequence length (a positive integer), or never */
+static bool gemm_from(parser *p, const char *tok, int64_t *out) {
+  if (strcmp(tok, "never") == 0) {
+    *out = PLAN_ATTN_GEMM_NEVER;
+    return true;
+  }
+  char *end;
+  errno = 0;
+  long long v = strtoll(tok, &end, 10);
+  if (end == tok || *end || errno == ERANGE || v < 1)
+    return fail(p, "attention_gemm_from '%s': expected a sequence length (a positive integer) or 'never'", tok);
+  *out = v;
+  return true;
+}
+
 static int level_of(const char *s) {
   if (strcmp(s, "intra") == 0) return PLAN_INTRA;
   if (strcmp(s, "inter") == 0) return PLAN_INTER;
@@ -335,6 +350,9 @@ bool plan_profile_parse(const char *text, const char *file, plan_profile *out, c
     } else if (strcmp(key, "attention_efficiency") == 0) {
       if (nt != 2) fail(&p, "expected: attention_efficiency FRACTION");
       else fraction(&p, tok[1], &pr.attn_eff);
+    } else if (strcmp(key, "attention_gemm_from") == 0) {
+      if (nt != 2) fail(&p, "expected: attention_gemm_from SEQUENCE_LENGTH|never");
+      else gemm_from(&p, tok[1], &pr.attn_gemm_from);
     } else if (strcmp(key, "memory_bandwidth") == 0) {
       if (nt != 2) fail(&p, "expected: memory_bandwidth BYTES/S");
       else has_bw = number(&p, tok[1], false, false, &pr.mem_bw);
@@ -436,4 +454,18 @@ bool plan_profile_load(const char *path, plan_profile *out, char *err, size_t ca
   bool ok = plan_profile_parse(buf, path, out, err, cap);
   free(buf);
   return ok;
+}
+
+bool plan_profile_find(const char *name_or_file, plan_profile *out, char *err, size_t cap) {
+  if (plan_profile_builtin(name_or_file, out)) return true;
+  /* a path: it has a '/' or a '.' (no built-in name does), or a file of that name exists */
+  FILE *f = fopen(name_or_file, "rb");
+  bool path = f || strchr(name_or_file, '/') || strchr(name_or_file, '.');
+  if (f) fclose(f);
+  if (path) return plan_profile_load(name_or_file, out, err, cap);
+  char names[128] = "";
+  for (const char *const *n = plan_profile_names(); *n; n++)
+    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", *n);
+  snprintf(err, cap, "unknown GPU '%s' (built-in profiles: %s; or a profile file)", name_or_file, names);
+  return false;
 }

@@ -241,8 +241,9 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     dims to override ({"L": 2}); world: shard for this many ranks without a plan; backend: "cpu"
     (every rank simulated here) or "cuda" (loopback: every rank on one GPU); train: compile the
     training step (the loss's backward, the gradients' sync) for train_step; seed: the default
-    initialisation of parameters not loaded; gpu: the device profile 'tp auto' layers are planned
-    for. Errors in the model raise NtpError with every diagnostic."""
+    initialisation of parameters not loaded; gpu: the device profile (a built-in name or a profile
+    file) 'tp auto' layers are planned for, and whose measured attention crossover picks the CUDA
+    attention kernel (ntpc --gpu). Errors in the model raise NtpError with every diagnostic."""
     if backend not in ("cpu", "cuda"):
         raise ValueError(f"unknown backend '{backend}' (cpu or cuda)")
     unit = _Unit(source, plan=plan, plan_name=plan_name, defines=defines, model=model, world=world, train=train,

@@ -8,7 +8,9 @@
 # statistics pass, the GEMM baseline's softmax over the scores, the warp kernels above the tiled
 # head-dim limit of 128, the tiled kernel where a rank boundary cuts a group of query heads). Covered: causal and not; one query head per kv head, groups of 2 and 4;
 # head dims 8, 24, 64, 128 and 136; S = 1, 17, 100 (no multiple of a tile); fp32 and bf16;
-# heads split over ranks (--world: q_off / kv_off, a group cut by a rank boundary).
+# heads split over ranks (--world: q_off / kv_off, a group cut by a rank boundary). Then auto's
+# rule: its crossover from NTP_CUDA_ATTENTION_GEMM_FROM, from the device profile (--gpu FILE's
+# attention_gemm_from, as ntpc calibrate measures it) and the precedence between them.
 # Run by CTest with the emulator's environment (race check on; tests/emu/CMakeLists.txt).
 set -u
 ntpc=$1
@@ -120,4 +122,42 @@ for bad in "NTP_CUDA_ATTENTION=fast" "NTP_CUDA_ATTENTION_GEMM_FROM=0"; do
     echo "$bad: refused ($(grep -o 'expected.*' "$tmp/bad.txt"))"
   fi
 done
+
+# the crossover from the device profile the compile is given (--gpu FILE, as `ntpc calibrate`
+# writes one): attention_gemm_from 17 takes the GEMMs at S = 17 and the tiled kernel at S = 16;
+# NTP_CUDA_ATTENTION_GEMM_FROM overrides the profile's, NTP_CUDA_ATTENTION=tiled|gemm both;
+# 'never' keeps the tiled kernel; no --gpu, or a built-in (which measures nothing): the default 128
+model fp32 1 2 16 4 4 8 1 >"$tmp/mha16.ntp"
+{ cat profiles/h100.prof; echo "attention_gemm_from 17  # a test's crossover"; } >"$tmp/from17.prof"
+{ cat profiles/h100.prof; echo "attention_gemm_from never"; } >"$tmp/never.prof"
+# PROFILE (a file in $tmp, a built-in, or - for none) MODEL ENV_FROM ENV_MODE (- unset) GEMM (1: generated)
+for want in "from17 mha - - 1" "from17 mha16 - - 0" "from17 mha 18 - 0" "from17 mha16 16 - 1" "from17 mha - tiled 0" \
+            "never mha - - 0" "never mha 17 - 1" "never mha - gemm 1" "h100 mha - - 0" "- mha - - 0"; do
+  set -- $want
+  gpu="" got=0
+  [ -f "$tmp/$1.prof" ] && gpu="--gpu $tmp/$1.prof"
+  [ "$1" = h100 ] && gpu="--gpu h100"
+  from=$3 mode=$4
+  [ "$from" = - ] && from=""
+  [ "$mode" = - ] && mode=""
+  NTP_CUDA_ATTENTION=$mode NTP_CUDA_ATTENTION_GEMM_FROM=$from "$ntpc" "$tmp/$2.ntp" $gpu --emit=cuda >"$tmp/cuda.txt" 2>&1 &&
+    grep -q 'const float \*SCO' "$tmp/cuda.txt" && got=1
+  what="profile $1, $2, env from '$from' mode '$mode'"
+  if [ "$got" = "$5" ]; then echo "$what: $( [ "$5" = 1 ] && echo gemm || echo tiled)"
+  else echo "[FAIL] $what: the wrong kernel"; head -3 "$tmp/cuda.txt"; fail=1; fi
+done
+# the profile's crossover end to end: the GEMM attention run by the CUDA backend equals the CPU's
+if "$ntpc" run "$tmp/mha.ntp" --backend cuda --gpu "$tmp/from17.prof" >"$tmp/out.txt" 2>&1 && grep -q 'vs cpu reference.* ok$' "$tmp/out.txt"; then
+  echo "ntpc run --gpu from17.prof: the GEMM attention equals the CPU's"
+else
+  echo "[FAIL] ntpc run --gpu from17.prof"; tail -20 "$tmp/out.txt"; fail=1
+fi
+# a bad crossover in the profile: a usage error naming the file, line and key
+{ cat profiles/h100.prof; echo "attention_gemm_from 0"; } >"$tmp/bad.prof"
+"$ntpc" "$tmp/mha.ntp" --gpu "$tmp/bad.prof" --emit=cuda >"$tmp/bad.txt" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "bad.prof:[0-9]*: attention_gemm_from '0': expected a sequence length" "$tmp/bad.txt"; then
+  echo "--gpu bad.prof: refused ($(grep -o 'attention_gemm_from .*' "$tmp/bad.txt"))"
+else
+  echo "[FAIL] --gpu bad.prof: exit $rc"; cat "$tmp/bad.txt"; fail=1
+fi
 exit $fail

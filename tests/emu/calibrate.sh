@@ -1,8 +1,9 @@
 #!/bin/sh
 # calibrate.sh NTPC — `ntpc calibrate --quick` end to end on the emulated GPU (the numbers mean
-# nothing there): every measurement runs (GEMMs, the attention layer, copies, the streaming
-# kernel, launches, an NCCL all-reduce over 2 emulated GPUs), the profile is written, every
-# measured line says so, the planner reads it and plans with it; and with no GPU at all
+# nothing there): every measurement runs (GEMMs, attention's two kernels against each other and
+# the attention layer, copies, the streaming kernel, launches, an NCCL all-reduce over 2 emulated
+# GPUs), the profile is written, every measured line says so, the planner reads it and plans with
+# it, the compiler reads it (--gpu FILE); and with no GPU at all
 # (NTP_EMU_GPUS=0) the command exits 1 with a line saying why, writing nothing.
 # shellcheck disable=SC2015 # "A && B || fail": fail when any check does not hold
 set -u
@@ -12,10 +13,17 @@ fail() { echo "calibrate.sh: FAIL: $*" >&2; exit 1; }
 
 "$ntpc" calibrate --quick --gpus 2 -o "$tmp/emu.prof" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; fail "ntpc calibrate exited $?"; }
 grep -q "^calibrate: wrote $tmp/emu.prof" "$tmp/out" || fail "no 'wrote' line"
-for key in "flops bf16" "flops fp16" "flops fp32" gemm_efficiency attention_efficiency memory_bandwidth memory_efficiency \
-           kernel_launch "collective intra all-reduce"; do
+for key in "flops bf16" "flops fp16" "flops fp32" gemm_efficiency attention_efficiency attention_gemm_from memory_bandwidth \
+           memory_efficiency kernel_launch "collective intra all-reduce"; do
   grep "^$key " "$tmp/emu.prof" | grep -q "# measured on .* at 20[0-9-]*T" || fail "'$key' is not marked measured"
 done
+# attention's crossover: both kernels timed at each S, a sequence length or never; the compiler
+# reads the profile (--gpu FILE) and picks attention's kernel by it
+grep -q "^attention_gemm_from \([0-9][0-9]*\|never\)  # measured on .*: tiled vs gemm attention layers.*S = 16\.\.32" "$tmp/emu.prof" ||
+  fail "no measured attention_gemm_from line: $(grep attention_gemm_from "$tmp/emu.prof")"
+grep -q "^calibrate: attention S=32 .*: tiled .* us, gemm .* us" "$tmp/err" || fail "no tiled-vs-gemm timing on stderr"
+printf 'model a {\n  dim B = 1, S = 32, D = 32;\n  dtype bf16;\n  input x : bf16[B, S, D];\n  output y = attn: attention(x, heads = 2, causal);\n}\n' >"$tmp/a.ntp"
+"$ntpc" "$tmp/a.ntp" --gpu "$tmp/emu.prof" --emit=cuda >"$tmp/a.cu" 2>&1 || { cat "$tmp/a.cu" >&2; fail "--gpu emu.prof does not compile"; }
 # what was not measured names where it came from
 grep "^link intra " "$tmp/emu.prof" | grep -q "# from built-in h100" || fail "'link intra' does not name its source"
 grep "^collective intra all-gather " "$tmp/emu.prof" | grep -q "not measured: libnccl lacks ncclAllGather" ||

@@ -1,6 +1,7 @@
 /* test_profile_write.c — what ntpc calibrate relies on in the planner (profile_write.c): a written
- * profile reads back to the same numbers; curves fitted from measurements; a collective's curve
- * inverts plan_coll_time; the closest built-in by a device's name. */
+ * profile reads back to the same numbers (attention's measured crossover too, and the parser's
+ * refusals of a bad one); curves fitted from measurements; a collective's curve inverts
+ * plan_coll_time; the closest built-in by a device's name. */
 #define _GNU_SOURCE /* open_memstream */
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ static void round_trip(const plan_profile *p) {
   plan_profile_notes notes = {0};
   snprintf(notes.header, sizeof notes.header, "line one\nline two");
   snprintf(notes.gemm, sizeof notes.gemm, "measured on a test at noon");
+  snprintf(notes.attn_gemm, sizeof notes.attn_gemm, "crossover note");
   CHECK(plan_profile_write(f, p, &notes));
   fclose(f);
   plan_profile q;
@@ -37,12 +39,21 @@ static void round_trip(const plan_profile *p) {
   CHECK(ok);
   if (!ok) fprintf(stderr, "%s\n%s", err, text);
   CHECK(strstr(text, "# line two\n") && strstr(text, "  # measured on a test at noon\n"));
+  /* attention_gemm_from: a line only where the profile gives one, "never" spelled out, its note */
+  const char *agf = strstr(text, "\nattention_gemm_from ");
+  if (p->attn_gemm_from == 0) CHECK(!agf);
+  else if (p->attn_gemm_from == PLAN_ATTN_GEMM_NEVER) {
+    static const char never[] = "\nattention_gemm_from never  # crossover note\n";
+    CHECK(agf && !strncmp(agf, never, strlen(never)));
+  }
+  else CHECK(agf && strtoll(agf + 21, NULL, 10) == p->attn_gemm_from && strstr(agf, "  # crossover note\n"));
   free(text);
   if (!ok) return;
   CHECK(!strcmp(p->name, q.name) && !strcmp(p->device, q.device));
   for (int d = 0; d < NTP_DTYPE_COUNT; d++) CHECK(close_to(p->flops[d], q.flops[d]));
   CHECK(curves_close(&p->gemm_eff, &q.gemm_eff));
   CHECK(fabs(p->attn_eff - q.attn_eff) <= 5e-4 * p->attn_eff && fabs(p->mem_eff - q.mem_eff) <= 5e-4 * p->mem_eff);
+  CHECK(p->attn_gemm_from == q.attn_gemm_from);
   CHECK(close_to(p->mem_bw, q.mem_bw) && close_to(p->mem_capacity, q.mem_capacity) && close_to(p->launch, q.launch));
   for (int lv = 0; lv < PLAN_NLEVELS; lv++) {
     CHECK(close_to(p->link_bw[lv], q.link_bw[lv]));
@@ -72,7 +83,36 @@ int main(void) {
     p.mem_bw = 1e11 * (1 + 50 * unit(&r));
     p.launch = 1e-6 * (1 + 10 * unit(&r));
     p.lat[PLAN_INTRA][COMM_ALL_REDUCE] = 1e-5 * unit(&r);
+    /* the crossover: not given, never, or any sequence length up to 2^40 */
+    p.attn_gemm_from = t % 5 == 0 ? 0 : t % 5 == 1 ? PLAN_ATTN_GEMM_NEVER : 1 + (int64_t)(next(&r) >> 24);
     round_trip(&p);
+  }
+
+  /* the built-ins measure no crossover: no attention_gemm_from, the codegen's default */
+  for (const char *const *n = plan_profile_names(); *n; n++) {
+    plan_profile b;
+    CHECK(plan_profile_builtin(*n, &b) && b.attn_gemm_from == 0);
+  }
+  /* its values: a positive integer or never; anything else names the line and the key */
+  static const char base[] = "name t\nflops bf16 1e12\nmemory_bandwidth 1e12\nmemory_capacity 1e9\nlink intra 1e9\n"
+                             "link inter 1e9\n";
+  static const struct {
+    const char *line;
+    int64_t want; /* -1: refused */
+  } gf[] = {{"attention_gemm_from 17", 17},  {"attention_gemm_from never  # the GEMMs lost", PLAN_ATTN_GEMM_NEVER},
+            {"attention_gemm_from 1", 1},    {"attention_gemm_from 0", -1},
+            {"attention_gemm_from -5", -1},  {"attention_gemm_from 12.5", -1},
+            {"attention_gemm_from", -1},     {"attention_gemm_from 64 128", -1},
+            {"attention_gemm_from Never", -1}, {"attention_gemm_from 99999999999999999999", -1}};
+  for (size_t i = 0; i < sizeof gf / sizeof gf[0]; i++) {
+    char text[512], err[256];
+    snprintf(text, sizeof text, "%s%s\n", base, gf[i].line);
+    plan_profile q;
+    bool ok = plan_profile_parse(text, "t.prof", &q, err, sizeof err);
+    CHECK(ok == (gf[i].want >= 0));
+    if (ok) CHECK(q.attn_gemm_from == gf[i].want);
+    else CHECK(strstr(err, "t.prof:7: ") && strstr(err, "attention_gemm_from"));
+    if (ok != (gf[i].want >= 0) || (ok && q.attn_gemm_from != gf[i].want)) fprintf(stderr, "'%s': %s\n", gf[i].line, err);
   }
 
   /* fitting: duplicates averaged, sorted, clamped to the parser's range, NaN dropped */

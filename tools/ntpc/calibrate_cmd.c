@@ -24,8 +24,9 @@ static const char calibrate_usage[] =
     "usage: ntpc calibrate [-o FILE] [--quick] [--gpus N] [--base PROFILE] [--name NAME]\n"
     "\n"
     "Measures the local GPU and writes a device profile (docs/planner.md#calibration): cuBLASLt GEMM\n"
-    "rates by shape (bf16, fp16, fp32) -> flops and gemm_efficiency; the generated attention kernel\n"
-    "-> attention_efficiency; device copies and a streaming kernel -> memory_bandwidth and\n"
+    "rates by shape (bf16, fp16, fp32) -> flops and gemm_efficiency; attention's tiled and GEMM kernels\n"
+    "against each other by S -> attention_gemm_from (the crossover 'ntpc --gpu FILE' compiles by); the\n"
+    "kernel it picks -> attention_efficiency; device copies and a streaming kernel -> memory_bandwidth and\n"
     "memory_efficiency; the launch gap -> kernel_launch; with 2 GPUs or more, NCCL all-reduce,\n"
     "reduce-scatter and all-gather from 64K to 256M -> their 'collective intra' lines. The rest comes\n"
     "from the base profile. Then: ntpc plan MODEL --world W --profile FILE.\n"
@@ -110,21 +111,56 @@ static int calibrate_gemms(calib *k) {
   return 0;
 }
 
-/* ---- attention: the generated kernel, in a compiled attention layer on one GPU --------------- */
+/* ---- attention: the generated kernels, in a compiled attention layer on one GPU --------------- */
 
-/* Device seconds of layer 0 (the attention layer) of the model, best of `iters` forwards, and the
- * seconds of its four projection GEMMs (measured alone) so the core is what remains. */
-static int attention_core(calib *k, int64_t B, int64_t S, int64_t D, int64_t H, double *core) {
-  char src[512];
+/* NAME=VALUE while one layer is compiled (the codegen reads it; VALUE NULL: unset), then the
+ * value it had before */
+typedef struct env_save {
+  const char *name;
+  char *old;
+  bool had;
+} env_save;
+static env_save env_push(const char *name, const char *value) {
+  const char *old = getenv(name);
+  env_save e = {.name = name, .had = old != NULL, .old = old ? strdup(old) : NULL};
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+  return e;
+}
+static void env_pop(env_save *e) {
+  if (e->had && e->old) setenv(e->name, e->old, 1);
+  else unsetenv(e->name);
+  free(e->old);
+}
+
+/* Does rank 0's code run an attention step as the GEMM baseline? */
+static bool runs_attention_gemm(const ntp_program *p) {
+  for (size_t i = 0; p->cuda && i < p->n_steps; i++)
+    if (p->cuda[0].steps[i].kind == CG_ATTENTION_GEMM) return true;
+  return false;
+}
+
+/* Device seconds of layer 0 (the attention layer, its projections included) of a causal bf16
+ * model, best of the forwards after a warm-up, with attention's kernel chosen by the codegen's
+ * setting `mode` (tiled, gemm; auto: from the sequence length `gemm_from` on, PLAN_ATTN_GEMM_NEVER:
+ * never). A forced kernel that is not the one generated is an error: the shape would measure the
+ * other one. */
+static int attention_layer(calib *k, int64_t B, int64_t S, int64_t D, int64_t H, const char *mode, int64_t gemm_from,
+                           double *seconds) {
+  char src[512], from[32];
   snprintf(src, sizeof src,
            "model calibrate_attention {\n  dim B = %lld, S = %lld, D = %lld, H = %lld;\n  dtype bf16;\n"
            "  input x : bf16[B, S, D];\n  output y = attn: attention(x, heads = H, causal);\n}\n",
            (long long)B, (long long)S, (long long)D, (long long)H);
+  if (!strcmp(mode, "auto") && gemm_from == PLAN_ATTN_GEMM_NEVER) mode = "tiled";
+  snprintf(from, sizeof from, "%lld", (long long)gemm_from);
+  env_save em = env_push("NTP_CUDA_ATTENTION", mode);
+  env_save ef = env_push("NTP_CUDA_ATTENTION_GEMM_FROM", !strcmp(mode, "auto") && gemm_from > 0 ? from : NULL);
   ntpc_session *s = ntpc_session_new();
   ntp_program *p = NULL;
   ntp_cuda *c = NULL;
   int rc = -1;
-  if (!s) return -1;
+  if (!s) goto done;
   ntpc_set_world(s, 1);
   ntpc_want_cuda(s, true);
   if (ntpc_compile_string(s, "calibrate_attention.ntp", src) != NTPC_OK) {
@@ -133,6 +169,11 @@ static int attention_core(calib *k, int64_t B, int64_t S, int64_t D, int64_t H, 
     goto done;
   }
   if (!(p = session_program(s, k->err, sizeof k->err))) goto done;
+  if (strcmp(mode, "auto") && runs_attention_gemm(p) != !strcmp(mode, "gemm")) {
+    snprintf(k->err, sizeof k->err, "NTP_CUDA_ATTENTION=%s did not generate that kernel at B=%lld S=%lld D=%lld H=%lld", mode,
+             (long long)B, (long long)S, (long long)D, (long long)H);
+    goto done;
+  }
   ntp_cuda_options co = {.loopback = 1, .rank_hi = 1};
   if (ntp_cuda_create(p, &co, &c, k->err, sizeof k->err) != 0 || ntp_cuda_profile_layers(c, true, k->err, sizeof k->err) != 0)
     goto done;
@@ -144,16 +185,67 @@ static int attention_core(calib *k, int64_t B, int64_t S, int64_t D, int64_t H, 
       goto done;
     if (i > 0 && t[0] < best) best = t[0];
   }
-  double proj = 0, g;
-  if (ntp_measure_gemm(0, NTP_BF16, B * S, D, D, k->quick ? 2 : 10, &g, k->err, sizeof k->err) != 0) goto done;
-  proj = 4 * g; /* Q, K, V and the output projection */
-  *core = best - proj > best * 0.05 ? best - proj : best * 0.05;
+  *seconds = best;
   rc = 0;
 done:
   ntp_cuda_free(c);
   ntp_program_free(p);
   ntpc_session_free(s);
+  env_pop(&ef);
+  env_pop(&em);
   return rc;
+}
+
+/* The attention core's seconds: the layer with the kernel the measured crossover picks, less its
+ * four projection GEMMs (measured alone). */
+static int attention_core(calib *k, int64_t B, int64_t S, int64_t D, int64_t H, double *core) {
+  double best, g;
+  if (attention_layer(k, B, S, D, H, "auto", k->prof.attn_gemm_from, &best) != 0 ||
+      ntp_measure_gemm(0, NTP_BF16, B * S, D, D, k->quick ? 2 : 10, &g, k->err, sizeof k->err) != 0)
+    return -1;
+  double proj = 4 * g; /* Q, K, V and the output projection */
+  *core = best - proj > best * 0.05 ? best - proj : best * 0.05;
+  return 0;
+}
+
+/* attention_gemm_from: both forward kernels forced (tiled, gemm) on the same causal layers, at
+ * each S doubling, their times summed over the head dims; the crossover is the smallest S from
+ * which the GEMMs were faster at every S measured (never: not even at the largest). B = tokens / S,
+ * so every S has the same positions; H heads keep the largest S's scores within the GEMMs' 1 GiB. */
+static int calibrate_attention_kernels(calib *k) {
+  static const int64_t full_s[] = {64, 128, 256, 512, 1024, 2048, 4096}, quick_s[] = {16, 32};
+  static const int64_t full_hd[] = {64, 128}, quick_hd[] = {16};
+  const int64_t *ss = k->quick ? quick_s : full_s, *hds = k->quick ? quick_hd : full_hd;
+  int ns = k->quick ? 2 : 7, nh = k->quick ? 1 : 2;
+  int64_t H = k->quick ? 2 : 4, tokens = k->quick ? 32 : 8192;
+  double tiled[7] = {0}, gemm[7] = {0};
+  for (int i = 0; i < ns; i++) {
+    int64_t S = ss[i], B = tokens / S > 1 ? tokens / S : 1;
+    for (int h = 0; h < nh; h++) {
+      double t, g;
+      if (attention_layer(k, B, S, H * hds[h], H, "tiled", 0, &t) != 0 ||
+          attention_layer(k, B, S, H * hds[h], H, "gemm", 0, &g) != 0)
+        return -1;
+      tiled[i] += t, gemm[i] += g;
+    }
+    say("calibrate: attention S=%lld (B=%lld, %lld heads): tiled %.1f us, gemm %.1f us\n", (long long)S, (long long)B,
+        (long long)H, tiled[i] * 1e6, gemm[i] * 1e6);
+  }
+  int64_t from = PLAN_ATTN_GEMM_NEVER;
+  for (int i = ns - 1; i >= 0 && gemm[i] < tiled[i]; i--) from = ss[i];
+  k->prof.attn_gemm_from = from;
+  char hd_list[32] = "";
+  for (int h = 0; h < nh; h++)
+    snprintf(hd_list + strlen(hd_list), sizeof hd_list - strlen(hd_list), "%s%lld", h ? "/" : "", (long long)hds[h]);
+  char won[64];
+  if (from == PLAN_ATTN_GEMM_NEVER) snprintf(won, sizeof won, "the GEMMs were slower at S = %lld", (long long)ss[ns - 1]);
+  else snprintf(won, sizeof won, "the GEMMs faster from S = %lld on", (long long)from);
+  measured(k->notes.attn_gemm, sizeof k->notes.attn_gemm, k,
+           "tiled vs gemm attention layers, causal bf16, hd %s, %lld heads, B*S = %lld, S = %lld..%lld doubling: %s", hd_list,
+           (long long)H, (long long)tokens, (long long)ss[0], (long long)ss[ns - 1], won);
+  if (from == PLAN_ATTN_GEMM_NEVER) say("calibrate: attention: the GEMMs lost at the largest S: never\n");
+  else say("calibrate: attention: the GEMMs from S = %lld on\n", (long long)from);
+  return 0;
 }
 
 static int calibrate_attention(calib *k) {
@@ -173,7 +265,8 @@ static int calibrate_attention(calib *k) {
   double eff = sum / n;
   k->prof.attn_eff = eff > 1 ? 1 : eff < 1e-4 ? 1e-4 : eff;
   measured(k->notes.attn, sizeof k->notes.attn, k,
-           "the generated causal attention kernel (bf16, %s), its layer's time less its 4 projection GEMMs, / bf16 peak",
+           "the generated causal attention kernels (bf16, %s; the kernel attention_gemm_from picks), their layer's time less "
+           "its 4 projection GEMMs, / bf16 peak",
            k->quick ? "B=1 S=32 D=32 H=2" : "B*S*D = 8*1024*768, 4*2048*1024, 2*4096*2048");
   say("calibrate: attention efficiency %.3f\n", k->prof.attn_eff);
   return 0;
@@ -259,7 +352,7 @@ static int load_base(calib *k, const char *base) {
   snprintf(from, sizeof from, "from %s", k->base);
 #define FROM(field) snprintf(field, sizeof field, "%s", from)
   for (int d = 0; d < NTP_DTYPE_COUNT; d++) FROM(nt->flops[d]);
-  FROM(nt->gemm); FROM(nt->attn); FROM(nt->mem_bw); FROM(nt->mem_cap); FROM(nt->mem_eff); FROM(nt->launch);
+  FROM(nt->gemm); FROM(nt->attn); FROM(nt->attn_gemm); FROM(nt->mem_bw); FROM(nt->mem_cap); FROM(nt->mem_eff); FROM(nt->launch);
   for (int lv = 0; lv < PLAN_NLEVELS; lv++) {
     FROM(nt->link[lv]);
     for (int c = 0; c < PLAN_NCOLLS; c++) FROM(nt->coll[lv][c]);
@@ -344,7 +437,9 @@ int ntpc_calibrate_command(int argc, char **argv) {
     goto done;
   }
   say("calibrate: %s (%d visible), base %s\n", k->device, ndev, k->base);
-  if (calibrate_gemms(k) != 0 || calibrate_attention(k) != 0 || calibrate_memory(k) != 0) goto fail;
+  if (calibrate_gemms(k) != 0 || calibrate_attention_kernels(k) != 0 || calibrate_attention(k) != 0 ||
+      calibrate_memory(k) != 0)
+    goto fail;
   if (mem > 0) {
     k->prof.mem_capacity = mem;
     measured(k->notes.mem_cap, sizeof k->notes.mem_cap, k, "cudaMemGetInfo's total");
@@ -359,7 +454,7 @@ int ntpc_calibrate_command(int argc, char **argv) {
   snprintf(k->prof.name, sizeof k->prof.name, "%s", name ? name : pname);
   snprintf(k->notes.header, sizeof k->notes.header,
            "Written by ntpc calibrate, %s. Each line's comment says where its figure comes from.\n"
-           "%sUse: ntpc plan MODEL --world W --profile THIS_FILE",
+           "%sUse: ntpc plan MODEL --world W --profile THIS_FILE; ntpc run MODEL --backend cuda --gpu THIS_FILE",
            k->measured, k->quick ? "--quick: small shapes and few repetitions, a check of the tool, not for planning.\n" : "");
   char def_path[48]; /* NAME.prof: NAME is at most 31 characters */
   snprintf(def_path, sizeof def_path, "%s.prof", k->prof.name);

@@ -47,8 +47,9 @@ static const char usage_text[] =
     "  --model NAME       the model to compile when the file holds several\n"
     "  --world W          shard for W ranks (default: the plan's world, else 1); run then\n"
     "                     simulates all ranks and compares with the unsharded run\n"
-    "  --gpu NAME         the device profile 'tp auto' layers are planned for: h100 (default),\n"
-    "                     h200, a100, b200 (as 'ntpc plan --gpu')\n"
+    "  --gpu NAME|FILE    the device profile: 'tp auto' layers are planned for it (h100 default,\n"
+    "                     h200, a100, b200, as 'ntpc plan --gpu'); a calibrated FILE also picks\n"
+    "                     attention's CUDA kernel by its measured crossover ('ntpc calibrate')\n"
     "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels) | image\n"
     "  -o FILE            the model library, or the emitted text (written whole or not at all)\n"
     "  --keep-c           keep the model library's generated C file (FILE.c)\n"
@@ -569,10 +570,9 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
     } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
       ntpc_select_model(s, v);
     } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) {
-      plan_profile probe;
-      if (!plan_profile_builtin(v, &probe)) {
-        return usage_error("unknown GPU '%s' (built-in profiles: h100, h200, a100, b200)", v);
-      }
+      plan_profile probe; /* read once here, so a bad name or file is a usage error */
+      char why[512];
+      if (!plan_profile_find(v, &probe, why, sizeof why)) return usage_error("%s", why);
       ntpc_set_gpu(s, v);
     } else if ((v = cli_option_value(argc, argv, &i, "--dump-after", &missing))) {
       if (ntpc_dump_after(s, v, stdout) != NTPC_OK) return usage_error("%s", ntpc_last_error(s));
