@@ -4,13 +4,22 @@
 
 #include <stdlib.h>
 
-static bool init_step(const ntp_step *st) {
+bool ntp_step_inits(const ntp_step *st) {
   return st->kind == SH_COMPUTE && (st->op.code == IR_PARAM || st->op.code == IR_INPUT);
+}
+
+bool ntp_comm_takes_part(const ntp_program *p, size_t s, int r) {
+  const ntp_step *st = &p->steps[s];
+  for (int i = 0; i < st->nranks; i++)
+    if (st->ranks[i] == r) return true;
+  for (size_t x = 0; x < st->nxfers; x++)
+    if (p->tensors[st->xfers[x].src].rank == r || p->tensors[st->xfers[x].dst].rank == r) return true;
+  return false;
 }
 
 bool ntp_step_launches(const ntp_program *p, size_t s) {
   const ntp_step *st = &p->steps[s];
-  if (st->kind != SH_COMPUTE || init_step(st)) return false;
+  if (st->kind != SH_COMPUTE || ntp_step_inits(st)) return false;
   cg_step_kind k = p->cuda[st->rank].steps[s].kind;
   return k == CG_KERNEL || k == CG_GEMM || k == CG_ATTENTION_GEMM;
 }
@@ -59,7 +68,7 @@ static void launch_spans(const ntp_program *p, size_t s, spans *b) {
   int32_t r = p->steps[s].rank;
   for (size_t f = s + 1; f < p->n_steps; f++) {
     const ntp_step *st = &p->steps[f];
-    if (st->kind != SH_COMPUTE || st->rank != r || init_step(st)) continue;
+    if (st->kind != SH_COMPUTE || st->rank != r || ntp_step_inits(st)) continue;
     cg_step_kind k = p->cuda[r].steps[f].kind;
     if (k == CG_KERNEL || k == CG_GEMM || k == CG_ATTENTION_GEMM) break;
     if (k == CG_FUSED) op_spans(p, f, b);

@@ -36,8 +36,12 @@ typedef struct ntp_footprints {
   ntp_span *span;
 } ntp_footprints;
 
+/* a parameter's or input's initialisation (run before everything else: they read nothing) */
+bool ntp_step_inits(const ntp_step *st);
 /* a compute step the CUDA backend launches (kernel, GEMM, GEMM attention; not an initialisation) */
 bool ntp_step_launches(const ntp_program *p, size_t s);
+/* rank r runs part of collective s (a participant, or bytes of its own moved) */
+bool ntp_comm_takes_part(const ntp_program *p, size_t s, int r);
 /* 0, or -1 when out of memory. */
 int ntp_footprints_build(const ntp_program *p, ntp_footprints *f);
 void ntp_footprints_free(ntp_footprints *f);

@@ -1152,14 +1152,6 @@ fail:
 }
 
 /* Does rank r run part of collective st (a source or destination of a box, or a member)? */
-static bool takes_part(const ntp_program *p, const ntp_step *st, int r) {
-  for (int i = 0; i < st->nranks; i++)
-    if (st->ranks[i] == r) return true;
-  for (size_t x = 0; x < st->nxfers; x++)
-    if (p->tensors[st->xfers[x].src].rank == r || p->tensors[st->xfers[x].dst].rank == r) return true;
-  return false;
-}
-
 /* The rank whose comm stream runs rank r's part of the collectives (loopback: the one stream). */
 static int comm_rank(const ntp_cuda *c, int r) { return c->nccl ? r : c->rank_lo; }
 
@@ -1196,7 +1188,7 @@ static int comm_events(ntp_cuda *c, char *err, size_t cap) {
     const ntp_step *st = &p->steps[s];
     if (st->kind != SH_COMM) continue;
     for (int r = c->rank_lo; r < c->rank_hi; r++) {
-      if (c->nccl ? !takes_part(p, st, r) : r != c->rank_lo) continue; /* loopback: all on the one comm stream */
+      if (c->nccl ? !ntp_comm_takes_part(p, s, r) : r != c->rank_lo) continue; /* loopback: all on the one comm stream */
       CU(cu.cudaSetDevice(c->dev[r]));
       CU(cu.cudaEventCreateWithFlags(&c->done[s * (size_t)p->world + (size_t)r], cudaEventDisableTiming));
     }
@@ -1564,7 +1556,7 @@ static int enqueue_step(ntp_cuda *c, size_t s, uint64_t seed, char *err, size_t 
   if (!local_rank(c, r)) return 0;
   const cg_step *cs = &c->cuda[r].steps[s];
   if (cs->kind != CG_GEMM && cs->kind != CG_KERNEL && cs->kind != CG_ATTENTION_GEMM) return 0;
-  if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) return 0;
+  if (ntp_step_inits(st) && c->filled[st->op.result]) return 0;
   CU(cu.cudaSetDevice(c->dev[r]));
   if (wait_comms(c, s, r, err, cap) != 0) return -1;
   if (cs->kind == CG_GEMM) {
@@ -1591,12 +1583,8 @@ fail:
 static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
   const ntp_program *p = c->p;
   if (fork_comm(c, false, err, cap) != 0) return -1;
-  for (size_t s = 0; s < p->n_steps; s++) {
-    const ntp_step *st = &p->steps[s];
-    if (st->kind == SH_COMPUTE && (st->op.code == IR_PARAM || st->op.code == IR_INPUT) &&
-        enqueue_step(c, s, seed, err, cap) != 0)
-      return -1;
-  }
+  for (size_t s = 0; s < p->n_steps; s++)
+    if (ntp_step_inits(&p->steps[s]) && enqueue_step(c, s, seed, err, cap) != 0) return -1;
   for (size_t k = 0; k < c->order.n; k++) {
     size_t s = (size_t)c->order.step[k];
     if (c->profile && profile_mark(c, p->steps[s].layer, err, cap) != 0) return -1;

@@ -4,20 +4,6 @@
 
 #include <stdlib.h>
 
-static bool init_step(const ntp_step *st) {
-  return st->kind == SH_COMPUTE && (st->op.code == IR_PARAM || st->op.code == IR_INPUT);
-}
-
-/* rank r runs part of collective s (a participant, or bytes of its own moved) */
-static bool part_of(const ntp_program *p, size_t s, int r) {
-  const ntp_step *st = &p->steps[s];
-  for (int i = 0; i < st->nranks; i++)
-    if (st->ranks[i] == r) return true;
-  for (size_t x = 0; x < st->nxfers; x++)
-    if (p->tensors[st->xfers[x].src].rank == r || p->tensors[st->xfers[x].dst].rank == r) return true;
-  return false;
-}
-
 /* One rank's list schedule: its units (launches and collectives, step order) u[0..m) into out,
  * in the order launch_order.h describes. An edge i -> j (i < j, at most the window apart) where
  * the two may not swap; a unit is a candidate once it lies in the window [next, next + K) from
@@ -160,8 +146,8 @@ int ntp_launch_order_build(const ntp_program *p, const ntp_footprints *f, int ra
     size_t m = 0;
     for (size_t s = 0; s < S; s++) {
       const ntp_step *st = &p->steps[s];
-      if (init_step(st)) continue;
-      if (st->kind == SH_COMM ? part_of(p, s, r) : ntp_step_launches(p, s) && st->rank == r) units[m++] = (int32_t)s;
+      if (ntp_step_inits(st)) continue;
+      if (st->kind == SH_COMM ? ntp_comm_takes_part(p, s, r) : ntp_step_launches(p, s) && st->rank == r) units[m++] = (int32_t)s;
     }
     begin[r - rank_lo] = cur[r - rank_lo] = at;
     if (rank_order(p, f, units, m, sched_ + at, &o->moved) != 0) goto oom;
@@ -173,7 +159,7 @@ int ntp_launch_order_build(const ntp_program *p, const ntp_footprints *f, int ra
     if (s < S && p->steps[s].kind != SH_COMM) continue;
     for (int r = rank_lo; r < rank_hi; r++) {
       size_t i = (size_t)(r - rank_lo), end = r + 1 < rank_hi ? begin[i + 1] : at;
-      if (s < S && !part_of(p, s, r)) continue;
+      if (s < S && !ntp_comm_takes_part(p, s, r)) continue;
       while (cur[i] < end && (s == S || sched_[cur[i]] != (int32_t)s)) o->step[o->n++] = sched_[cur[i]++];
       if (cur[i] < end) cur[i]++; /* s itself, enqueued once below */
     }
