@@ -15,7 +15,8 @@ typedef struct sched {
   const int32_t *u;
   size_t m;
   bool *coll, *done, *pending, *urgent;
-  int32_t *npred;
+  int32_t *npred; /* preds not yet enqueued */
+  int32_t *busy;  /* preds that are collectives in flight (enqueued, no consumer enqueued since) */
   size_t *pstart, *sstart; /* preds of j: pred[pstart[j] .. pstart[j + 1]); succs likewise */
   int32_t *pred, *succ;
 } sched;
@@ -63,11 +64,11 @@ static void mark_urgent(sched *s, size_t next, size_t cn) {
   }
 }
 
-/* a launch that would wait for a collective still in flight (enqueued, no consumer since) */
-static bool waits(const sched *s, size_t j) {
-  for (size_t e = s->pstart[j]; e < s->pstart[j + 1]; e++)
-    if (s->coll[s->pred[e]] && s->pending[s->pred[e]]) return true;
-  return false;
+/* collective i in flight (on) or consumed: its successors wait for it or not */
+static void set_pending(sched *s, size_t i, bool on) {
+  if (s->pending[i] == on) return;
+  s->pending[i] = on;
+  for (size_t e = s->sstart[i]; e < s->sstart[i + 1]; e++) s->busy[s->succ[e]] += on ? 1 : -1;
 }
 
 static size_t next_coll(const sched *s, size_t from) {
@@ -87,7 +88,7 @@ static int schedule(sched *s, int32_t *out, int32_t *moved) {
       int best = 3; /* 0: leads to the next collective, 1: waits for nothing in flight, 2: a consumer */
       for (size_t j = next; j < hi && best > 0; j++) {
         if (s->done[j] || s->coll[j] || s->npred[j]) continue;
-        bool busy = waits(s, j);
+        bool busy = s->busy[j] > 0; /* it would wait for a collective in flight */
         int cls = !busy && urgent_for == cn && j < cn && s->urgent[j] ? 0 : busy ? 2 : 1;
         if (cls < best) best = cls, pick = j;
       }
@@ -98,10 +99,11 @@ static int schedule(sched *s, int32_t *out, int32_t *moved) {
     if (!s->coll[pick] && pick != next) ++*moved;
     for (size_t e = s->sstart[pick]; e < s->sstart[pick + 1]; e++) s->npred[s->succ[e]]--;
     if (s->coll[pick]) {
-      s->pending[pick] = true;
+      set_pending(s, pick, true);
       cn = next_coll(s, pick + 1);
     } else {
-      for (size_t e = s->pstart[pick]; e < s->pstart[pick + 1]; e++) s->pending[s->pred[e]] = false; /* consumed */
+      for (size_t e = s->pstart[pick]; e < s->pstart[pick + 1]; e++)
+        if (s->coll[s->pred[e]]) set_pending(s, (size_t)s->pred[e], false); /* consumed */
     }
     while (next < m && s->done[next]) next++;
   }
@@ -116,12 +118,13 @@ static int rank_order(const ntp_program *p, const ntp_footprints *f, const int32
   s.pending = calloc(m + 1, sizeof *s.pending);
   s.urgent = calloc(m + 1, sizeof *s.urgent);
   s.npred = calloc(m + 1, sizeof *s.npred);
+  s.busy = calloc(m + 1, sizeof *s.busy);
   int rc = -1;
-  if (s.coll && s.done && s.pending && s.urgent && s.npred) {
+  if (s.coll && s.done && s.pending && s.urgent && s.npred && s.busy) {
     for (size_t i = 0; i < m; i++) s.coll[i] = p->steps[u[i]].kind == SH_COMM;
     rc = schedule(&s, out, moved);
   }
-  free(s.coll), free(s.done), free(s.pending), free(s.urgent), free(s.npred);
+  free(s.coll), free(s.done), free(s.pending), free(s.urgent), free(s.npred), free(s.busy);
   free(s.pstart), free(s.sstart), free(s.pred), free(s.succ);
   return rc;
 }
