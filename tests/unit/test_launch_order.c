@@ -18,6 +18,7 @@
 
 static ntp_program *compile(void) {
   ntpc_session *s = ntpc_session_new();
+  ntpc_set_world(s, 0); /* the plan's */
   ntpc_want_grad(s, true);
   ntpc_want_cuda(s, true);
   static const char *dims[] = {"B=2", "S=16", "D=64", "H=8"};
