@@ -1,7 +1,8 @@
 /* cuda_backend.c — runs a sharded program on GPUs (see cuda_backend.h).
  *
- * Loopback mode: every rank's arena lives on one GPU and the compute steps run in order on one
- * stream, the collectives on a second (comm_deps.h: the events between them); collectives
+ * Loopback mode: every rank's arena lives on one GPU and the compute steps run in their launch
+ * order (launch_order.h) on one stream, the collectives on a second (comm_deps.h: the events
+ * between them); collectives
  * are device copies and fp32 reductions done by three small kernels
  * (the same arithmetic as the CPU simulation: sum in participant order, round once), so
  * sharded GPU execution is checked on a single GPU. GEMMs go to cuBLASLt (fp32
@@ -12,6 +13,7 @@
 #define _GNU_SOURCE
 #include "cuda_backend.h"
 #include "comm_deps.h"
+#include "launch_order.h"
 #include "cuda_f16.h"
 #include "nvrtc_dl.h"
 
@@ -322,11 +324,14 @@ struct ntp_cuda {
   bool nccl;              /* ranks on separate GPUs, collectives through NCCL; else loopback */
   int rank_lo, rank_hi;   /* the ranks this process runs */
   int *dev;               /* per rank: its GPU */
-  cudaStream_t *stream;   /* per rank (loopback: all the same stream): compute, in step order */
+  cudaStream_t *stream;   /* per rank (loopback: all the same stream): compute, in the launch order */
   cudaStream_t *comm;     /* per rank (loopback: one): collectives, overlapping compute (comm_deps.h);
                            * the compute stream itself with NTP_CUDA_OVERLAP=0 */
   bool overlap;
-  ntp_comm_deps deps;
+  ntp_footprints fp;       /* every launch's and collective's bytes (comm_deps.h) */
+  ntp_launch_order order;  /* the enqueue order after the initialisation steps (launch_order.h; step order without overlap) */
+  ntp_comm_deps deps;      /* in that order */
+  ntp_overlap_count overlap_now, overlap_before; /* for ntp_cuda_overlap_summary */
   cudaEvent_t *fork;      /* per rank: the compute stream's point a collective starts after */
   cudaEvent_t *done;      /* [step * world + rank], collectives only: the collective's end on that rank */
   cudaEvent_t *join;      /* per rank: the comm stream's end of the step list */
@@ -1147,30 +1152,43 @@ fail:
 }
 
 /* Does rank r run part of collective st (a source or destination of a box, or a member)? */
-static bool takes_part(const ntp_program *p, const ntp_step *st, int r) {
-  for (int i = 0; i < st->nranks; i++)
-    if (st->ranks[i] == r) return true;
-  for (size_t x = 0; x < st->nxfers; x++)
-    if (p->tensors[st->xfers[x].src].rank == r || p->tensors[st->xfers[x].dst].rank == r) return true;
-  return false;
-}
-
 /* The rank whose comm stream runs rank r's part of the collectives (loopback: the one stream). */
 static int comm_rank(const ntp_cuda *c, int r) { return c->nccl ? r : c->rank_lo; }
+
+/* The launch order (launch_order.h: step order with NTP_CUDA_OVERLAP=0), the waits for the
+ * collectives in it, and what it overlaps against step order (ntp_cuda_overlap_summary). */
+static int plan_launches(ntp_cuda *c, char *err, size_t cap) {
+  const ntp_program *p = c->p;
+  ntp_launch_order steps = {0};
+  ntp_comm_deps deps = {0};
+  if (ntp_footprints_build(p, &c->fp) != 0 ||
+      ntp_launch_order_build(p, &c->fp, c->rank_lo, c->rank_hi, c->overlap, &c->order) != 0)
+    goto oom;
+  if (!c->overlap) return 0;
+  if (ntp_comm_deps_build(p, &c->fp, c->order.step, c->order.n, &c->deps) != 0) goto oom;
+  ntp_overlap_measure(p, &c->order, &c->deps, &c->overlap_now);
+  if (ntp_launch_order_build(p, &c->fp, c->rank_lo, c->rank_hi, false, &steps) != 0 ||
+      ntp_comm_deps_build(p, &c->fp, steps.step, steps.n, &deps) != 0)
+    goto oom;
+  ntp_overlap_measure(p, &steps, &deps, &c->overlap_before);
+  ntp_launch_order_free(&steps);
+  ntp_comm_deps_free(&deps);
+  return 0;
+oom:
+  ntp_launch_order_free(&steps);
+  snprintf(err, cap, "out of host memory (the launch order)");
+  return -1;
+}
 
 /* The events of the overlap: each collective's end on each rank of this process taking part
  * (comm_deps.h says which compute steps wait for it). */
 static int comm_events(ntp_cuda *c, char *err, size_t cap) {
   const ntp_program *p = c->p;
-  if (ntp_comm_deps_build(p, &c->deps) != 0) {
-    snprintf(err, cap, "out of host memory");
-    return -1;
-  }
   for (size_t s = 0; s < p->n_steps; s++) {
     const ntp_step *st = &p->steps[s];
     if (st->kind != SH_COMM) continue;
     for (int r = c->rank_lo; r < c->rank_hi; r++) {
-      if (c->nccl ? !takes_part(p, st, r) : r != c->rank_lo) continue; /* loopback: all on the one comm stream */
+      if (c->nccl ? !ntp_comm_takes_part(p, s, r) : r != c->rank_lo) continue; /* loopback: all on the one comm stream */
       CU(cu.cudaSetDevice(c->dev[r]));
       CU(cu.cudaEventCreateWithFlags(&c->done[s * (size_t)p->world + (size_t)r], cudaEventDisableTiming));
     }
@@ -1179,6 +1197,13 @@ static int comm_events(ntp_cuda *c, char *err, size_t cap) {
   return 0;
 fail:
   return -1;
+}
+
+void ntp_cuda_overlap_summary(const ntp_cuda *c, ntp_cuda_overlap *out) {
+  *out = (ntp_cuda_overlap){.on = c->overlap, .ranks = c->nccl ? c->rank_hi - c->rank_lo : c->p->world,
+                            .consumed = c->overlap_now.consumed, .overlapped = c->overlap_now.overlapped,
+                            .overlapped_before = c->overlap_before.overlapped, .launches = c->overlap_now.launches,
+                            .launches_before = c->overlap_before.launches, .moved = c->order.moved};
 }
 
 void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out) {
@@ -1333,7 +1358,7 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   if (c->nccl && (nccl_world(c, o, err, cap) != 0 || nccl_groups(c, err, cap) != 0)) goto fail;
   const char *prof = getenv("NTP_CUDA_PROFILE"); /* layers: per-layer device times */
   if (prof && !strcmp(prof, "layers") && ntp_cuda_profile_layers(c, true, err, cap) != 0) goto fail;
-  if (c->overlap && comm_events(c, err, cap) != 0) goto fail;
+  if (plan_launches(c, err, cap) != 0 || (c->overlap && comm_events(c, err, cap) != 0)) goto fail;
   *out = c;
   for (int r = 0; r < W; r++) free(cubins[r]);
   free(cubins), free(first);
@@ -1520,50 +1545,53 @@ fail:
   return -1;
 }
 
-/* Enqueues the step list on the streams: initialisation first (fused kernels may read a
- * parameter earlier in the list than its initialisation step), then everything else in order;
- * compute on the compute streams, collectives on the comm streams. */
-static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
+/* One step of the list: a collective on the comm streams, or a launch of a rank of this process
+ * on its compute stream, after the waits for the collectives it touches. */
+static int enqueue_step(ntp_cuda *c, size_t s, uint64_t seed, char *err, size_t cap) {
   const ntp_program *p = c->p;
   static const float one = 1.0f, zero = 0.0f; /* read by cuBLASLt at the call, or at the replay of a graph */
+  const ntp_step *st = &p->steps[s];
+  if (st->kind == SH_COMM) return enqueue_comm(c, (int32_t)s, st, err, cap);
+  int r = st->rank;
+  if (!local_rank(c, r)) return 0;
+  const cg_step *cs = &c->cuda[r].steps[s];
+  if (cs->kind != CG_GEMM && cs->kind != CG_KERNEL && cs->kind != CG_ATTENTION_GEMM) return 0;
+  if (ntp_step_inits(st) && c->filled[st->op.result]) return 0;
+  CU(cu.cudaSetDevice(c->dev[r]));
+  if (wait_comms(c, s, r, err, cap) != 0) return -1;
+  if (cs->kind == CG_GEMM) {
+    gemm *g = &c->gemms[s];
+    const ntp_op *mm = &p->steps[cs->mm].op; /* this step's, or the earlier matmul run here */
+    unsigned char *a = dev_ptr(c, mm->args[0]), *b = dev_ptr(c, mm->args[1]), *d = dev_ptr(c, cs->out);
+    LT(cu.cublasLtMatmul(c->lt[r], g->op, &one, b, g->a, a, g->b, &zero, d, g->c, d, g->c, &g->algo.algo,
+                         c->workspace[r], g->algo.workspaceSize, c->stream[r]));
+    return 0;
+  }
+  if (cs->kind == CG_ATTENTION_GEMM) return run_attention_gemm(c, s, cs, seed, err, cap);
+  if (cs->pre >= 0 && launch_step_kernel(c, r, cs, cs->pre, cs->pre_grid, seed, err, cap) != 0) /* the first pass */
+    return -1;
+  return launch_step_kernel(c, r, cs, cs->kernel, cs->grid, seed, err, cap);
+fail:
+  return -1;
+}
+
+/* Enqueues the step list on the streams: initialisation first (fused kernels may read a
+ * parameter earlier in the list than its initialisation step), then everything else in the
+ * launch order (launch_order.h: collectives overlapping the compute that does not need them;
+ * step order with NTP_CUDA_OVERLAP=0); compute on the compute streams, collectives on the comm
+ * streams. */
+static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
+  const ntp_program *p = c->p;
   if (fork_comm(c, false, err, cap) != 0) return -1;
-  for (int pass = 0; pass < 2; pass++)
-  for (size_t s = 0; s < p->n_steps; s++) {
-    const ntp_step *st = &p->steps[s];
-    bool init = st->kind == SH_COMPUTE && (st->op.code == IR_PARAM || st->op.code == IR_INPUT);
-    if (init != (pass == 0)) continue;
-    if (c->profile && pass == 1 && profile_mark(c, st->layer, err, cap) != 0) return -1;
-    if (st->kind == SH_COMM) {
-      if (enqueue_comm(c, (int32_t)s, st, err, cap) != 0) return -1;
-      continue;
-    }
-    int r = st->rank;
-    if (!local_rank(c, r)) continue;
-    const cg_step *cs = &c->cuda[r].steps[s];
-    if (cs->kind != CG_GEMM && cs->kind != CG_KERNEL && cs->kind != CG_ATTENTION_GEMM) continue;
-    if ((st->op.code == IR_PARAM || st->op.code == IR_INPUT) && c->filled[st->op.result]) continue;
-    CU(cu.cudaSetDevice(c->dev[r]));
-    if (wait_comms(c, s, r, err, cap) != 0) return -1;
-    if (cs->kind == CG_GEMM) {
-      gemm *g = &c->gemms[s];
-      const ntp_op *mm = &p->steps[cs->mm].op; /* this step's, or the earlier matmul run here */
-      unsigned char *a = dev_ptr(c, mm->args[0]), *b = dev_ptr(c, mm->args[1]), *d = dev_ptr(c, cs->out);
-      LT(cu.cublasLtMatmul(c->lt[r], g->op, &one, b, g->a, a, g->b, &zero, d, g->c, d, g->c, &g->algo.algo,
-                           c->workspace[r], g->algo.workspaceSize, c->stream[r]));
-      continue;
-    }
-    if (cs->kind == CG_ATTENTION_GEMM) {
-      if (run_attention_gemm(c, s, cs, seed, err, cap) != 0) return -1;
-      continue;
-    }
-    if (cs->pre >= 0 && launch_step_kernel(c, r, cs, cs->pre, cs->pre_grid, seed, err, cap) != 0) /* the first pass */
-      return -1;
-    if (launch_step_kernel(c, r, cs, cs->kernel, cs->grid, seed, err, cap) != 0) return -1;
+  for (size_t s = 0; s < p->n_steps; s++)
+    if (ntp_step_inits(&p->steps[s]) && enqueue_step(c, s, seed, err, cap) != 0) return -1;
+  for (size_t k = 0; k < c->order.n; k++) {
+    size_t s = (size_t)c->order.step[k];
+    if (c->profile && profile_mark(c, p->steps[s].layer, err, cap) != 0) return -1;
+    if (enqueue_step(c, s, seed, err, cap) != 0) return -1;
   }
   if (c->profile && profile_mark(c, INT32_MIN, err, cap) != 0) return -1; /* the end of the last layer */
   return fork_comm(c, true, err, cap);
-fail:
-  return -1;
 }
 
 /* the ranks that own a compute stream here (loopback: the first) */
@@ -2271,6 +2299,8 @@ void ntp_cuda_free(ntp_cuda *c) {
     else cu.cudaSetDevice(c->dev[r]), cu.cudaEventDestroy(c->done[e]);
   }
   ntp_comm_deps_free(&c->deps);
+  ntp_launch_order_free(&c->order);
+  ntp_footprints_free(&c->fp);
   for (size_t s = 0; c->gemms && s < 2 * c->p->n_steps; s++) {
     gemm *g = &c->gemms[s];
     if (g->op) cu.cublasLtMatmulDescDestroy(g->op);
@@ -2485,7 +2515,23 @@ void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out) {
   (void)c;
   *out = (ntp_cuda_gemms){0};
 }
+void ntp_cuda_overlap_summary(const ntp_cuda *c, ntp_cuda_overlap *out) {
+  (void)c;
+  *out = (ntp_cuda_overlap){0};
+}
 #endif
+
+void ntp_cuda_overlap_line(const ntp_cuda_overlap *s, char *buf, size_t cap) {
+  if (!s->on) {
+    snprintf(buf, cap, "overlap: off (NTP_CUDA_OVERLAP=0: step order, collectives on the compute stream)");
+    return;
+  }
+  int n = snprintf(buf, cap, "overlap: %d collectives with a consumer, %d with compute in flight (was %d), "
+                   "%d launches between them and their consumers (was %d), %d launches moved",
+                   s->consumed, s->overlapped, s->overlapped_before, s->launches, s->launches_before, s->moved);
+  if (s->ranks > 1 && n > 0 && (size_t)n < cap)
+    snprintf(buf + n, cap - (size_t)n, " (collective and rank pairs over this process's %d ranks)", s->ranks);
+}
 
 void ntp_cuda_gemm_line(const ntp_cuda_gemms *s, char *buf, size_t cap) {
   int n = snprintf(buf, cap, "cuBLASLt: %d GEMMs, %d distinct shapes (one heuristic query each), workspace %zu bytes "

@@ -68,6 +68,19 @@ typedef struct ntp_cuda_gemms {
 void ntp_cuda_gemm_summary(const ntp_cuda *c, ntp_cuda_gemms *out);
 /* the summary as one line, "cuBLASLt: ..." (no newline) */
 void ntp_cuda_gemm_line(const ntp_cuda_gemms *s, char *buf, size_t cap);
+/* The overlap of collectives with compute in this process, for NTP_VERBOSE (launch_order.h):
+ * over the collectives and this process's ranks where the rank has a consumer (the first launch
+ * that waits for it), how many have compute of the rank enqueued between the collective and that
+ * consumer, in the launch order and (before) in step order, and how many launches were moved
+ * ahead of an earlier step; off: NTP_CUDA_OVERLAP=0 (step order, one stream). */
+typedef struct ntp_cuda_overlap {
+  bool on;
+  int ranks;
+  int32_t consumed, overlapped, overlapped_before, launches, launches_before, moved;
+} ntp_cuda_overlap;
+void ntp_cuda_overlap_summary(const ntp_cuda *c, ntp_cuda_overlap *out);
+/* "overlap: ..." (no newline) */
+void ntp_cuda_overlap_line(const ntp_cuda_overlap *s, char *buf, size_t cap);
 /* Does rank r run in this process? (every rank does, but with one rank per process) */
 bool ntp_cuda_runs_rank(const ntp_cuda *c, int r);
 /* Does every rank of the program run in this process? */

@@ -1,9 +1,11 @@
 #!/bin/sh
 # train.sh NTPC PYTHON — `ntpc train --backend cuda` on the emulated GPU trains as the CPU does:
 # 3 AdamW steps of a small GPT (fp32) unsharded, at 7 ranks in groups (4, 3) on one GPU
-# (loopback, twice: the same bits; and checkpointed at step 2, resumed: the same bits), two
-# replicas of 4 losing a GPU before step 2 (--fail-at; on one GPU, and through NCCL with its
-# communicators aborted and shrunk, or created again), at 8 ranks with every layer its own way through NCCL, and
+# (loopback, twice: the same bits in the launch order and in step order; and checkpointed at
+# step 2, resumed: the same bits), two replicas of 4 losing a GPU before step 2 (--fail-at; on
+# one GPU, and through NCCL with its communicators aborted and shrunk, or created again), at 8
+# ranks with every layer its own way through NCCL (its overlap line showing more collectives with
+# compute in flight than step order, and the same bits in step order), and
 # of a bf16 GPT at 7 ranks; each step's loss and the trained parameters are compared with the CPU
 # run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
 # the parameters' scale: bf16 activations make a gradient that is within their rounding step move
@@ -24,15 +26,19 @@ gpt="examples/byte_gpt.ntp -D B=2 -D S=16 -D D=64 -D H=8"
 train cpu $gpt &&
   train cuda1 $gpt --backend cuda && same cpu cuda1 1e-5 1e-5
 train cuda7 $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback && same cpu cuda7 1e-5 1e-5
-# determinism: no kernel uses atomics, so a second run gives the same bits
+# determinism and the launch order: no kernel uses atomics, and the launch order only swaps steps
+# that share no byte one of them writes (runtime/launch_order.h), so a second run in step order
+# on one stream (NTP_CUDA_OVERLAP=0) gives the same bits
+export NTP_CUDA_OVERLAP=0
 if train cuda7b $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback >/dev/null; then
   if cmp -s "$tmp/cuda7.st" "$tmp/cuda7b.st" && cmp -s "$tmp/cuda7.log" "$tmp/cuda7b.log"; then
-    echo "cuda7: a second run gives the same losses and parameters, bit for bit"
+    echo "cuda7: a second run, in step order (NTP_CUDA_OVERLAP=0), gives the same losses and parameters, bit for bit"
   else
-    echo "[FAIL] cuda7: two runs differ"
+    echo "[FAIL] cuda7: the run in step order differs from the reordered one"
     fail=1
   fi
 fi
+unset NTP_CUDA_OVERLAP
 # a checkpoint of the GPUs' state (each rank's slices come down and are written in place) at step 2,
 # resumed to step 3 on the GPUs: the straight run's parameters, bit for bit (a constant learning
 # rate: the schedule's length is --steps)
@@ -54,7 +60,24 @@ fi
 # and parameters
 train fail7 $gpt --plan tests/plans/byte_gpt_two4.ntp --backend cuda --loopback --fail-at 2:3 && same cpu fail7 1e-5 1e-5
 grep -q '(no checkpoint read)' "$tmp/fail7.out" || { echo "[FAIL] fail7: no hand-over from the surviving replicas"; fail=1; }
+export NTP_VERBOSE=1 # the overlap line: the launch order puts compute in flight with more collectives
 train nccl8 $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda && same cpu nccl8 1e-5 1e-5
+unset NTP_VERBOSE
+grep '^overlap:' "$tmp/nccl8.out"
+sed -n 's/^overlap: \([0-9]*\) collectives with a consumer, \([0-9]*\) with compute in flight (was \([0-9]*\)), \([0-9]*\) launches between them and their consumers (was \([0-9]*\)).*/\1 \2 \3 \4 \5/p' \
+  "$tmp/nccl8.out" | { read -r n now was ln lw && [ "$now" -gt "$was" ] && [ "$ln" -gt "$lw" ]; } ||
+  { echo "[FAIL] nccl8: no overlap line, or the launch order did not put compute in flight with more collectives"; fail=1; }
+# ... and in step order on one stream: the same bits, through NCCL too
+export NTP_CUDA_OVERLAP=0
+if train nccl8_inorder $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda >/dev/null; then
+  if cmp -s "$tmp/nccl8.st" "$tmp/nccl8_inorder.st" && cmp -s "$tmp/nccl8.log" "$tmp/nccl8_inorder.log"; then
+    echo "nccl8: in step order (NTP_CUDA_OVERLAP=0), the same losses and parameters, bit for bit"
+  else
+    echo "[FAIL] nccl8: the run in step order differs from the reordered one"
+    fail=1
+  fi
+fi
+unset NTP_CUDA_OVERLAP
 # the same failure through NCCL (a GPU per rank): on the survivors every communicator with GPU 3 in
 # it is aborted and the world shrunk to the 7 (ncclCommShrink), or created again over their GPUs
 # (NTP_NCCL_NO_SHRINK=1: ncclCommInitAll, as where libnccl has no ncclCommShrink); new rank r runs

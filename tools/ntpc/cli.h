@@ -28,7 +28,9 @@ int ntpc_goodput_command(int argc, char **argv);
 int ntpc_calibrate_command(int argc, char **argv);
 
 /* With NTP_VERBOSE set (and not "0"): the CUDA backend's GEMM summary line on stdout
- * (ntp_cuda_gemm_line: distinct shapes, workspace, epilogues); nothing for a NULL backend. */
+ * (ntp_cuda_gemm_line: distinct shapes, workspace, epilogues) and its overlap line
+ * (ntp_cuda_overlap_line: collectives with compute in flight, before and after the launch
+ * order); nothing for a NULL backend. */
 struct ntp_cuda;
 void cli_verbose_gemms(const struct ntp_cuda *c);
 

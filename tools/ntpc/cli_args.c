@@ -51,4 +51,8 @@ void cli_verbose_gemms(const struct ntp_cuda *c) {
   ntp_cuda_gemm_summary(c, &g);
   ntp_cuda_gemm_line(&g, line, sizeof line);
   printf("%s\n", line);
+  ntp_cuda_overlap o;
+  ntp_cuda_overlap_summary(c, &o);
+  ntp_cuda_overlap_line(&o, line, sizeof line);
+  printf("%s\n", line);
 }
