@@ -29,16 +29,21 @@ train cuda7 $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback 
 # determinism and the launch order: no kernel uses atomics, and the launch order only swaps steps
 # that share no byte one of them writes (runtime/launch_order.h), so a second run in step order
 # on one stream (NTP_CUDA_OVERLAP=0) gives the same bits
-export NTP_CUDA_OVERLAP=0
-if train cuda7b $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback >/dev/null; then
-  if cmp -s "$tmp/cuda7.st" "$tmp/cuda7b.st" && cmp -s "$tmp/cuda7.log" "$tmp/cuda7b.log"; then
-    echo "cuda7: a second run, in step order (NTP_CUDA_OVERLAP=0), gives the same losses and parameters, bit for bit"
-  else
-    echo "[FAIL] cuda7: the run in step order differs from the reordered one"
-    fail=1
+same_in_step_order() { # REF AGAIN ARGS...: AGAIN is REF's run once more in step order, bit for bit
+  ref=$1 again=$2
+  shift 2
+  export NTP_CUDA_OVERLAP=0
+  if train "$again" "$@" >/dev/null; then
+    if cmp -s "$tmp/$ref.st" "$tmp/$again.st" && cmp -s "$tmp/$ref.log" "$tmp/$again.log"; then
+      echo "$ref: again in step order (NTP_CUDA_OVERLAP=0): the same losses and parameters, bit for bit"
+    else
+      echo "[FAIL] $ref: the run in step order differs from the reordered one"
+      fail=1
+    fi
   fi
-fi
-unset NTP_CUDA_OVERLAP
+  unset NTP_CUDA_OVERLAP
+}
+same_in_step_order cuda7 cuda7b $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback
 # a checkpoint of the GPUs' state (each rank's slices come down and are written in place) at step 2,
 # resumed to step 3 on the GPUs: the straight run's parameters, bit for bit (a constant learning
 # rate: the schedule's length is --steps)
@@ -68,16 +73,7 @@ sed -n 's/^overlap: \([0-9]*\) collectives with a consumer, \([0-9]*\) with comp
   "$tmp/nccl8.out" | { read -r n now was ln lw && [ "$now" -gt "$was" ] && [ "$ln" -gt "$lw" ]; } ||
   { echo "[FAIL] nccl8: no overlap line, or the launch order did not put compute in flight with more collectives"; fail=1; }
 # ... and in step order on one stream: the same bits, through NCCL too
-export NTP_CUDA_OVERLAP=0
-if train nccl8_inorder $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda >/dev/null; then
-  if cmp -s "$tmp/nccl8.st" "$tmp/nccl8_inorder.st" && cmp -s "$tmp/nccl8.log" "$tmp/nccl8_inorder.log"; then
-    echo "nccl8: in step order (NTP_CUDA_OVERLAP=0), the same losses and parameters, bit for bit"
-  else
-    echo "[FAIL] nccl8: the run in step order differs from the reordered one"
-    fail=1
-  fi
-fi
-unset NTP_CUDA_OVERLAP
+same_in_step_order nccl8 nccl8_inorder $gpt --plan examples/plans/byte_gpt_mixed8.ntp --backend cuda
 # the same failure through NCCL (a GPU per rank): on the survivors every communicator with GPU 3 in
 # it is aborted and the world shrunk to the 7 (ncclCommShrink), or created again over their GPUs
 # (NTP_NCCL_NO_SHRINK=1: ncclCommInitAll, as where libnccl has no ncclCommShrink); new rank r runs
