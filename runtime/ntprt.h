@@ -104,6 +104,9 @@ int ntp_safetensors_read_box(const ntp_safetensors *f, const char *name, ntp_dty
 int ntp_safetensors_set_format(ntp_safetensors *f, const char *format, const ntp_module *m, char *err, size_t errlen);
 /* Whether `format` is one of those layouts. */
 bool ntp_param_format_known(const char *format);
+/* Whether the layout has a place for every parameter of m, none shared (-1 with the message):
+ * what ntp_safetensors_save_format would refuse, asked before the work whose result it saves. */
+int ntp_safetensors_format_check(const char *format, const ntp_module *m, char *err, size_t errlen);
 /* Writes the model's tensors in a layout ("ntp": as ntp_safetensors_save). */
 int ntp_safetensors_save_format(const char *path, const char *format, const ntp_module *m, const ntp_host_tensor *ts,
                                 size_t n, char *err, size_t errlen);

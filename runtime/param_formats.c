@@ -69,6 +69,7 @@ static bool place_gpt2(const param *ps, size_t n, const param *p, const char *pr
   if (!strcmp(r, "wte") || !strcmp(r, "wpe")) {
     snprintf(nm, sizeof nm, "%s%s.weight", pre, r);
     e->source = strdup(nm);
+    e->longer_ok = r[1] == 'p'; /* wpe: the first positions of a longer table */
     return true;
   }
   if (p->norm >= 0 || (b < 0 && layer_has(ps, n, p->layer, "g"))) {
@@ -86,6 +87,15 @@ static bool place_gpt2(const param *ps, size_t n, const param *p, const char *pr
       !strcmp(r, "bv")) {
     /* c_attn: q, k and v side by side (Conv1D: [D, 3D], input-major) */
     const param *q = find_role(ps, n, p->layer, bias ? "bq" : "wq"), *k = find_role(ps, n, p->layer, bias ? "bk" : "wk");
+    if (!q || !k || !find_role(ps, n, p->layer, bias ? "bv" : "wv")) { /* c_attn holds all three, in this order */
+      snprintf(err, cap, "parameter '%s': the hf-gpt2 layout's c_attn needs %s of layer '%s' together", p->name,
+               bias ? "bq, bk and bv" : "wq, wk and wv", p->layer);
+      return false;
+    }
+    if (q->val->shape.ndim < 1 || k->val->shape.ndim < 1) {
+      snprintf(err, cap, "parameter '%s': a scalar has no place in the hf-gpt2 layout's c_attn", p->name);
+      return false;
+    }
     int64_t off = r[1] == 'q' ? 0 : r[1] == 'k' ? q->val->shape.dim[0] : q->val->shape.dim[0] + k->val->shape.dim[0];
     e->source = strf(bias ? "%sh.%d.attn.c_attn.%s" : "%sh.%d.attn.c_attn.%s", pre, b, bias ? "bias" : "weight");
     e->transpose = !bias, e->offset = off;
@@ -146,10 +156,52 @@ static bool place_llama(const param *ps, size_t n, const param *p, bool (*has)(v
   if (b < 0 && !strcmp(r, "w")) { /* the head; a checkpoint with tied embeddings has none */
     bool tied = has && !has(ctx, "lm_head.weight") && has(ctx, "model.embed_tokens.weight");
     e->source = strdup(tied ? "model.embed_tokens.weight" : "lm_head.weight");
+    e->shared = tied;
     return true;
   }
   snprintf(err, cap, "parameter '%s' has no place in the hf-llama layout (role '%s')", p->name, r);
   return false;
+}
+
+/* The parts of one file tensor must fit together: the same orientation and inner dims, rows that do
+ * not overlap (two blocks mapped to one h.0.* would keep one block's weights in a saved file, or
+ * load one block's weights into both), unless one reads what the other does (a tied head). Then
+ * every part learns the file tensor's extent, which a file must match exactly. */
+static int check_parts(ntp_st_names *map, const param *ps, const char *format, char *err, size_t cap) {
+  for (size_t a = 0; a < map->n; a++) {
+    ntp_st_name *x = &map->e[a];
+    const ntp_shape *xs = &ps[a].val->shape;
+    if (xs->ndim < 1 || (x->transpose && xs->ndim != 2)) {
+      snprintf(err, cap, "parameter '%s': a %d-dim tensor has no place at %s in the %s layout", x->model, xs->ndim,
+               x->source, format);
+      return -1;
+    }
+    x->extent = x->offset + xs->dim[0];
+    for (size_t b = 0; b < map->n; b++) {
+      const ntp_st_name *y = &map->e[b];
+      const ntp_shape *ys = &ps[b].val->shape;
+      if (a == b || strcmp(x->source, y->source) != 0) continue;
+      if (y->offset + ys->dim[0] > x->extent) x->extent = y->offset + ys->dim[0];
+      if (b < a) continue; /* each pair once */
+      bool inner = x->transpose == y->transpose && xs->ndim == ys->ndim;
+      for (int d = 1; inner && d < xs->ndim; d++) inner = xs->dim[d] == ys->dim[d];
+      bool same = x->offset == y->offset && xs->dim[0] == ys->dim[0];
+      bool apart = x->offset + xs->dim[0] <= y->offset || y->offset + ys->dim[0] <= x->offset;
+      if (!inner) {
+        snprintf(err, cap, "parameters '%s' and '%s' map to one tensor %s of the %s layout with different inner dims",
+                 x->model, y->model, x->source, format);
+        return -1;
+      }
+      if (!apart && !(same && (x->shared || y->shared))) {
+        snprintf(err, cap,
+                 "parameters '%s' and '%s' both map to %s in the %s layout (the file could hold only one of them; "
+                 "are two blocks numbered alike?)",
+                 x->model, y->model, x->source, format);
+        return -1;
+      }
+    }
+  }
+  return 0;
 }
 
 int ntp_st_names_build(const char *format, const ntp_module *m, bool (*has)(void *ctx, const char *name), void *ctx,
@@ -218,6 +270,7 @@ int ntp_st_names_build(const char *format, const ntp_module *m, bool (*has)(void
     }
     if (!ok) rc = -1;
   }
+  if (!rc) rc = check_parts(map, ps, format, err, cap);
   free(ps);
   if (rc) {
     ntp_st_names_free(map);

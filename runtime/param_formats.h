@@ -17,6 +17,9 @@ typedef struct ntp_st_name {
   char *source;
   bool transpose;
   int64_t offset;
+  int64_t extent;  /* the file tensor's length along the offset dim: the end of its last part */
+  bool longer_ok;  /* the file's may be longer (a position table cut to the model's positions) */
+  bool shared;     /* another parameter reads the same range (a tied head, reading only) */
 } ntp_st_name;
 
 typedef struct ntp_st_names {

@@ -320,23 +320,32 @@ static int read_mapped(const ntp_safetensors *f, const ntp_st_name *e, const cha
   const char *fdt;
   ntp_shape fs;
   const unsigned char *base;
-  char e2[256];
+  char e2[512];
   if (st_entry(f, e->source, &fdt, &fs, &base, e2, sizeof e2) != 0) {
-    snprintf(err, cap, "parameter '%s' (%s in the %s layout): %s", name, e->source, f->format,
-             strncmp(e2, "parameter '", 11) == 0 ? strstr(e2, "' ") + 2 : e2);
+    /* st_entry's message names the file's tensor, which this one names already */
+    char pre[300];
+    int pn = snprintf(pre, sizeof pre, "parameter '%s'", e->source);
+    const char *why = e2;
+    if (pn > 0 && (size_t)pn < sizeof pre && strncmp(e2, pre, (size_t)pn) == 0) why = e2 + pn + (e2[pn] == ':');
+    snprintf(err, cap, "parameter '%s' (%s in the %s layout):%s%s", name, e->source, f->format, *why == ' ' ? "" : " ",
+             why);
     return -1;
   }
-  /* the model's box in the file's coordinates */
+  /* the model's box in the file's coordinates; the file's tensor is exactly the parts mapped into
+   * it (param_formats.c), longer only where the layout allows a cut (a position table) */
   ntp_box src = *box;
-  bool fits = e->transpose ? shape->ndim == 2 && fs.ndim == 2 && fs.dim[0] == shape->dim[1] &&
-                                 fs.dim[1] >= e->offset + shape->dim[0]
-                           : fs.ndim == shape->ndim && fs.dim[0] >= e->offset + shape->dim[0];
+  int64_t len = e->transpose ? (fs.ndim == 2 ? fs.dim[1] : -1) : (fs.ndim >= 1 ? fs.dim[0] : -1);
+  bool fits = (len == e->extent || (e->longer_ok && len > e->extent)) &&
+              (e->transpose ? shape->ndim == 2 && fs.ndim == 2 && fs.dim[0] == shape->dim[1] : fs.ndim == shape->ndim);
   for (int d = 1; fits && !e->transpose && d < shape->ndim; d++) fits = fs.dim[d] == shape->dim[d];
   if (!fits) {
-    char a[64], b[64];
-    snprintf(err, cap, "parameter '%s' (%s in the %s layout): the file's shape %s does not hold the model's %s%s", name,
-             e->source, f->format, shape_str(&fs, a, sizeof a), shape_str(shape, b, sizeof b),
-             e->transpose ? " transposed" : "");
+    ntp_shape want = *shape; /* the file tensor this model's parts make up */
+    if (e->transpose && shape->ndim == 2) want.dim[0] = shape->dim[1], want.dim[1] = e->extent;
+    else if (shape->ndim >= 1) want.dim[0] = e->extent;
+    char a[64], b[64], c[64];
+    snprintf(err, cap, "parameter '%s' (%s in the %s layout): the file's shape %s should be %s%s for the model's %s%s",
+             name, e->source, f->format, shape_str(&fs, a, sizeof a), shape_str(&want, c, sizeof c),
+             e->longer_ok ? " (or longer)" : "", shape_str(shape, b, sizeof b), e->transpose ? " transposed" : "");
     return -1;
   }
   if (e->transpose) {
@@ -468,6 +477,13 @@ int ntp_safetensors_set_format(ntp_safetensors *f, const char *format, const ntp
   ntp_st_names_free(f->names);
   f->names = map;
   snprintf(f->format, sizeof f->format, "%s", format);
+  return 0;
+}
+
+int ntp_safetensors_format_check(const char *format, const ntp_module *m, char *err, size_t cap) {
+  ntp_st_names *map;
+  if (ntp_st_names_build(format, m, NULL, NULL, &map, err, cap) != 0) return -1;
+  ntp_st_names_free(map);
   return 0;
 }
 

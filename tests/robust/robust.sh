@@ -5,49 +5,8 @@
 # and prints the expected message. Run all: for c in $(sh robust.sh - list); do ...
 set -u
 ntpc=$1 case=$2
-tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
-fail=0
-
-# expect NAME RC SECONDS TEXT CMD... : exit status RC within SECONDS, output containing TEXT
-# The time limits are for an optimised build; a sanitizer build scales them (NTP_TEST_TIME_SCALE).
-expect() {
-  name=$1 want=$2 secs=$(( $3 * ${NTP_TEST_TIME_SCALE:-1} )) text=$4; shift 4
-  timeout -s KILL "$secs" "$@" >"$tmp/out" 2>&1
-  rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    fail=1
-    if [ "$rc" -eq 137 ]; then echo "[FAIL] $name: killed after ${secs}s (a hang or unbounded work)"
-    elif [ "$rc" -gt 128 ]; then echo "[FAIL] $name: killed by signal $((rc - 128))"
-    else echo "[FAIL] $name: exit $rc, expected $want"; fi
-    head -c 2000 "$tmp/out" | sed 's/^/    /'
-    return
-  fi
-  if [ -n "$text" ] && ! grep -qF -- "$text" "$tmp/out"; then
-    fail=1
-    echo "[FAIL] $name: output lacks '$text'"
-    head -c 2000 "$tmp/out" | sed 's/^/    /'
-    return
-  fi
-  echo "[ok] $name"
-}
-
-model() { # model FILE BODY : a one-model file
-  printf 'model m {\n%s\n}\n' "$2" >"$1"
-}
-
-# a safetensors file: header JSON ($2) padded to 8 bytes, then $3 bytes of zeros
-safetensors() {
-  python3 - "$1" "$2" "$3" <<'EOF'
-import struct, sys
-path, header, nbytes = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
-header += b' ' * (-len(header) % 8)
-open(path, 'wb').write(struct.pack('<Q', len(header)) + header + bytes(nbytes))
-EOF
-}
-
-tiny='  dim N = 4;
-  input x : fp32[2, N];
-  output y = lin: linear(x, out = 3);'
+# shellcheck source=tests/robust/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 case $case in
 list)

@@ -495,6 +495,10 @@ static int run_cpu(const ir_module *m, const ntp_program *prog, const options *o
   char err[512];
   int mem = check_host_memory(m, sharded);
   if (mem) return mem;
+  if (o->save_params && ntp_safetensors_format_check(o->params_format, &prog->global, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: --save-params: %s\n", err); /* the model does not fit the layout: its input */
+    return 1;
+  }
   ntp_safetensors *params = NULL;
   if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
                     ntp_safetensors_set_format(params, o->params_format, &prog->global, err, sizeof err) != 0)) {
