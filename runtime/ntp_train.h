@@ -138,6 +138,12 @@ void ntp_tokens_close(ntp_tokens *d);
  * epoch; seek restores both (the shuffled order is redrawn from (seed, epoch)). */
 void ntp_tokens_position(const ntp_tokens *d, int64_t *pos, int64_t *epoch);
 void ntp_tokens_seek(ntp_tokens *d, int64_t pos, int64_t epoch);
+/* Whether (pos, epoch) is a position of this file (pos at most its token count, epoch below
+ * 2^40): what a checkpoint's index may name. */
+bool ntp_tokens_position_valid(const ntp_tokens *d, int64_t pos, int64_t epoch);
+/* Every id of the file below vocab, checked before a run's first step (a bad id near the end
+ * would otherwise end the run there): -1 naming the first one outside. */
+int ntp_tokens_check_vocab(const ntp_tokens *d, int64_t vocab, char *err, size_t cap);
 /* Writes tokens (uint16 ids) as a token file, whole or not at all. */
 int ntp_tokens_save(const char *path, const uint16_t *ids, int64_t n, char *err, size_t cap);
 

@@ -166,6 +166,20 @@ void ntp_tokens_seek(ntp_tokens *d, int64_t pos, int64_t epoch) {
   d->norder = 0;
 }
 
+bool ntp_tokens_position_valid(const ntp_tokens *d, int64_t pos, int64_t epoch) {
+  return pos >= 0 && pos <= d->n && epoch >= 0 && epoch < (int64_t)1 << 40;
+}
+
+int ntp_tokens_check_vocab(const ntp_tokens *d, int64_t vocab, char *err, size_t cap) {
+  for (int64_t i = 0; i < d->n; i++)
+    if (d->ids[i] >= vocab) {
+      snprintf(err, cap, "token %lld of %lld is %d, outside the model's vocabulary of %lld", (long long)i,
+               (long long)d->n, d->ids[i], (long long)vocab);
+      return -1;
+    }
+  return 0;
+}
+
 void ntp_tokens_close(ntp_tokens *d) {
   if (!d) return;
   free(d->ids);

@@ -94,6 +94,9 @@ int ntp_outfile_open(ntp_outfile *o, const char *path, const char *suffix, char 
   snprintf(o->tmp, n, "%s.tmp%ld%s", path, (long)getpid(), suffix ? suffix : "");
   /* O_EXCL | O_NOFOLLOW: never through a link or onto something already there */
   int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
+  /* a replaced file keeps its permissions (a read-only output stays read-only) */
+  struct stat sb;
+  if (fd >= 0 && stat(path, &sb) == 0) fchmod(fd, sb.st_mode & 07777);
   if (fd < 0 || !(o->f = fdopen(fd, "wb"))) {
     snprintf(err, cap, "cannot write '%s': %s", path, strerror(errno));
     if (fd >= 0) {

@@ -44,3 +44,16 @@ tiny='  dim N = 4;
   input x : fp32[2, N];
   output y = lin: linear(x, out = 3);'
 
+
+# tokens FILE N [ID] : an llm.c token file of N byte-valued ids; ID (if given) as its last token
+tokens() {
+  python3 - "$@" <<'PY'
+import random, struct, sys
+path, n = sys.argv[1], int(sys.argv[2])
+ids = [random.Random(5).randrange(256) for _ in range(n)]
+if len(sys.argv) > 3:
+    ids[-1] = int(sys.argv[3])
+head = struct.pack("<3i", 20240520, 1, n) + bytes(4 * 253)
+open(path, "wb").write(head + struct.pack("<%dH" % n, *ids))
+PY
+}

@@ -5,12 +5,14 @@
 # within the time limit, and the expected message; the case's comment names the item it guards.
 set -u
 ntpc=$1 case=$2
+case $ntpc in /*) ;; *) ntpc=$PWD/$ntpc ;; esac
 # shellcheck source=tests/robust/lib.sh
 . "$(dirname "$0")/lib.sh"
 edit=$(dirname "$0")/st_edit.py
 
 # a toy GPT-2 and Llama, and their parameters written in the Hugging Face layouts
 g2='examples/gpt2.ntp -D B=2 -D S=8 -D D=16 -D H=2 -D V=32 -D L=1'
+bg='examples/byte_gpt.ntp -D B=2 -D S=16 -D D=16 -D H=2 -D L=1 --steps 3 -q'
 ll='examples/llama3_8b.ntp -D B=2 -D S=8 -D D=16 -D H=4 -D F=24 -D V=32 -D L=1'
 hf_gpt2() { # hf_gpt2 FILE EDIT... : the toy GPT-2's file, edited
   # shellcheck disable=SC2086
@@ -102,6 +104,119 @@ EOT
   # shellcheck disable=SC2086
   expect "$case.kv_heads" 1 20 "parameter 'blk.0.attn.wk' (model.layers.0.self_attn.k_proj.weight in the hf-llama layout): the file's shape [8, 16] should be [4, 16]" \
     "$ntpc" run $ll -D G=4 --params "$tmp/l2.st" --params-format hf-llama ;;
+
+# item 4: --fail-at's numbers: decimal, in range, both halves (a huge rank wrapped to a negative index)
+fail_at_numbers)
+  tokens "$tmp/t.bin" 4000
+  for v in 2:2147483648 2:4294967296 2:4294967295 2: 2:-1 :3 2:3, 2:0x3 0:1 "2: 3" 2:3:4 1000000001:0; do
+    # shellcheck disable=SC2086
+    expect "$case.$v" 2 20 "--fail-at $v: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)" \
+      "$ntpc" train $bg --data "$tmp/t.bin" --plan examples/plans/byte_gpt_7.ntp --fail-at "$v"
+  done ;;
+fail_at_outside_world)
+  tokens "$tmp/t.bin" 4000
+  # shellcheck disable=SC2086
+  expect "$case" 2 20 "--fail-at 3:9: GPU 9 is not in the world of 7" \
+    "$ntpc" train $bg -D H=4 --data "$tmp/t.bin" --plan examples/plans/byte_gpt_7.ntp --fail-at 2:1,3:9 ;;
+
+# item 10: every output path and every id of the data checked before step 1
+train_bad_checkpoint_early)
+  tokens "$tmp/t.bin" 4000
+  : >"$tmp/file"
+  # shellcheck disable=SC2086
+  expect "$case" 2 20 "--checkpoint: '$tmp/file' is not a folder (checked before the first step)" \
+    "$ntpc" train $bg --data "$tmp/t.bin" --checkpoint "$tmp/file" --save-params "$tmp/p.st"
+  grep -q '^step' "$tmp/out" && { fail=1; echo "[FAIL] $case: it trained first"; } ;;
+train_bad_save_params_early)
+  tokens "$tmp/t.bin" 4000
+  # shellcheck disable=SC2086
+  expect "$case" 2 20 "--save-params: cannot write '$tmp/no/p.st'" \
+    "$ntpc" train $bg --data "$tmp/t.bin" --save-params "$tmp/no/p.st"
+  grep -q '^step' "$tmp/out" && { fail=1; echo "[FAIL] $case: it trained first"; } ;;
+train_save_params_layout_early)
+  tokens "$tmp/t.bin" 4000
+  # shellcheck disable=SC2086
+  expect "$case" 2 20 "--save-params: parameter 'embed.wpe' has no place in the hf-llama layout (role 'wpe') (checked before the first step)" \
+    "$ntpc" train $bg --data "$tmp/t.bin" --save-params "$tmp/p.st" --params-format hf-llama ;;
+train_vocab_late)
+  tokens "$tmp/t.bin" 4001 300
+  # shellcheck disable=SC2086
+  expect "$case" 1 20 "token 4000 of 4001 is 300, outside the model's vocabulary of 256 (checked before the first step)" \
+    "$ntpc" train $bg --data "$tmp/t.bin" --steps 2 ;;
+train_checkpoint_fails_params_saved)
+  tokens "$tmp/t.bin" 4000
+  # shellcheck disable=SC2086
+  NTP_FAILPOINT=checkpoint-error:3 expect "$case" 2 30 "the checkpoint of step 3 was not written" \
+    "$ntpc" train $bg --data "$tmp/t.bin" --steps 5 --checkpoint "$tmp/ck" --checkpoint-every 1 --save-params "$tmp/p.st"
+  grep -qF "its parameters are in $tmp/p.st" "$tmp/out" && [ -s "$tmp/p.st" ] ||
+    { fail=1; echo "[FAIL] $case: the parameters were not saved"; } ;;
+
+# item 11: a checkpoint index is checked against its state file and never deletes another file
+ckpt_previous_names_index)
+  tokens "$tmp/t.bin" 4000
+  # shellcheck disable=SC2086
+  "$ntpc" train $bg --data "$tmp/t.bin" --steps 2 --checkpoint "$tmp/ck" -q >/dev/null || exit 1
+  : >"$tmp/ck/notes.txt"
+  sed -i 's/"previous": "[^"]*"/"previous": "checkpoint.json"/' "$tmp/ck/checkpoint.json"
+  # shellcheck disable=SC2086
+  expect "$case.resume" 1 20 "'previous' is 'checkpoint.json', not the state file of an earlier step" \
+    "$ntpc" train $bg --data "$tmp/t.bin" --steps 3 --resume "$tmp/ck"
+  # a save over it (no resume) starts the chain again and removes nothing but state files
+  sed -i 's/"previous": "[^"]*"/"previous": "notes.txt"/' "$tmp/ck/checkpoint.json"
+  # shellcheck disable=SC2086
+  expect "$case.save" 0 30 "checkpoint: $tmp/ck at step 2" "$ntpc" train $bg --data "$tmp/t.bin" --steps 2 --checkpoint "$tmp/ck"
+  [ -f "$tmp/ck/checkpoint.json" ] && [ -f "$tmp/ck/notes.txt" ] ||
+    { fail=1; echo "[FAIL] $case: a save deleted its index or another file: $(ls "$tmp/ck")"; } ;;
+ckpt_index_numbers)
+  tokens "$tmp/t.bin" 4000
+  # shellcheck disable=SC2086
+  "$ntpc" train $bg --data "$tmp/t.bin" --steps 2 --checkpoint "$tmp/ck" -q >/dev/null || exit 1
+  cp "$tmp/ck/checkpoint.json" "$tmp/good.json"
+  while IFS='|' read -r what from to text; do
+    sed "s/$from/$to/" "$tmp/good.json" >"$tmp/ck/checkpoint.json"
+    # shellcheck disable=SC2086
+    expect "$case.$what" 1 20 "$text" "$ntpc" train $bg --data "$tmp/t.bin" --steps 3 --resume "$tmp/ck"
+  done <<'EOT'
+step_huge|"step": 2|"step": 99999999999999999999|'step' is missing, not a whole number or outside [0, 1000000000]
+step_string|"step": 2|"step": "2"|'step' is missing, not a whole number
+step_other_file|"step": 2|"step": 1|'file' is 'ckpt-2.safetensors', not the state file of step 1
+position_huge|"data_position": [0-9]*|"data_position": 9223372036854775807|'data_position' is missing, not a whole number or outside
+position_past_end|"data_position": [0-9]*|"data_position": 5000|data position 5000 (epoch 0) is not a position of the token file of 4000 tokens
+position_float|"data_position": [0-9]*|"data_position": 1.5|'data_position' is missing, not a whole number
+epoch_negative|"data_epoch": [0-9]*|"data_epoch": -1|'data_epoch' is missing, not a whole number or outside
+EOT
+  ;;
+
+# item 15: a save killed by kill -9 leaves temporaries, which the next save removes
+ckpt_stale_temporaries)
+  tokens "$tmp/t.bin" 4000
+  mkdir "$tmp/ck"
+  : >"$tmp/ck/ckpt-7.safetensors.tmp999999999"
+  : >"$tmp/ck/checkpoint.json.tmp999999999.json"
+  : >"$tmp/ck/mine.tmp999999999" # not a checkpoint's name: left alone
+  : >"$tmp/ck/ckpt-8.safetensors.tmp$$" # this shell is alive: left alone
+  # shellcheck disable=SC2086
+  expect "$case" 0 30 "checkpoint: $tmp/ck at step 2" "$ntpc" train $bg --data "$tmp/t.bin" --steps 2 --checkpoint "$tmp/ck"
+  left=$(cd "$tmp/ck" && ls | grep tmp | tr '\n' ' ')
+  [ "$left" = "ckpt-8.safetensors.tmp$$ mine.tmp999999999 " ] || { fail=1; echo "[FAIL] $case: left in the folder: $left"; } ;;
+readonly_output_mode)
+  tokens "$tmp/t.bin" 4000
+  : >"$tmp/p.st"
+  chmod 444 "$tmp/p.st"
+  # shellcheck disable=SC2086
+  expect "$case" 0 30 "wrote $tmp/p.st" "$ntpc" train $bg --data "$tmp/t.bin" --steps 1 --save-params "$tmp/p.st"
+  mode=$(stat -c %a "$tmp/p.st")
+  [ "$mode" = 444 ] || { fail=1; echo "[FAIL] $case: the replaced file has mode $mode"; } ;;
+numbers_decimal_only)
+  tokens "$tmp/t.bin" 4000
+  for v in 0x10 inf nan " 1" 1e-3x ""; do
+    # shellcheck disable=SC2086
+    expect "$case.lr[$v]" 2 20 "expected a number of 0 or more" "$ntpc" train $bg --data "$tmp/t.bin" --lr "$v"
+  done
+  src=$PWD # ntpc plan writes its plan in the working folder: run it in the scratch one
+  (cd "$tmp" && expect "$case.plan" 2 20 "--mem-cap expects GiB per GPU (a positive number), got '0x10'" \
+    "$ntpc" plan "$src/examples/gpt2.ntp" --world 8 --mem-cap 0x10 && exit "$fail") || fail=1
+  expect "$case.goodput" 2 20 "--fractions expects" "$ntpc" goodput examples/gpt2.ntp --fractions 0x0.1 ;;
 
 *)
   echo "surfaces.sh: unknown case '$case'" >&2

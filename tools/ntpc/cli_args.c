@@ -35,6 +35,8 @@ int cli_usage_error(const char *command, const char *fmt, const char *arg) {
 }
 
 bool cli_number(const char *v, double lo, double hi, double *out) {
+  /* decimal only: strtod would also take hex (0x10), "inf", "nan" and leading spaces */
+  if (!*v || strspn(v, "0123456789.eE+-") != strlen(v)) return false;
   char *end;
   errno = 0;
   double d = strtod(v, &end);

@@ -74,8 +74,16 @@ typedef struct gp_opts {
 
 static int usage_fail(const char *fmt, const char *arg) { return cli_usage_error("ntpc goodput", fmt, arg); }
 
+/* strtod below reads a decimal prefix; these characters keep it from reading hex, inf or nan */
+static bool decimal_chars(const char *s, const char *also) {
+  for (; *s; s++)
+    if (!strchr("0123456789.eE+", *s) && !strchr(also, *s)) return false;
+  return true;
+}
+
 static bool parse_list(const char *s, double *out, int *n, int cap) {
   *n = 0;
+  if (!decimal_chars(s, ",-")) return false;
   while (*s) {
     char *end;
     double v = strtod(s, &end);
@@ -152,8 +160,8 @@ static int parse(int argc, char **argv, gp_opts *o) {
     else if ((v = cli_option_value(argc, argv, &i, "--svg", &missing))) o->svg = v;
     else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) o->color = v;
     else if ((v = cli_option_value(argc, argv, &i, "--hw-repair-days", &missing))) {
-      char *end;
-      double lo = strtod(v, &end), hi = lo;
+      char *end = (char *)v;
+      double lo = decimal_chars(v, "-") ? strtod(v, &end) : 0, hi = lo;
       if (end != v && *end == '-') hi = strtod(end + 1, &end);
       if (end == v || *end || !(lo > 0) || !(hi >= lo) || hi > 1e4)
         return usage_fail("--hw-repair-days expects days or a range A-B, got '%s'", v);

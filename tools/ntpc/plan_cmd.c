@@ -320,10 +320,7 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
     } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) o.gpu = v;
     else if ((v = cli_option_value(argc, argv, &i, "--profile", &missing))) o.profile = v;
     else if ((v = cli_option_value(argc, argv, &i, "--mem-cap", &missing))) {
-      char *end;
-      errno = 0;
-      o.mem_cap_gib = strtod(v, &end);
-      if (end == v || *end || errno || !(o.mem_cap_gib > 0) || !isfinite(o.mem_cap_gib) || o.mem_cap_gib > 1e9)
+      if (!cli_number(v, 0, 1e9, &o.mem_cap_gib) || !(o.mem_cap_gib > 0))
         return usage_fail("--mem-cap expects GiB per GPU (a positive number), got '%s'", v);
     } else if ((v = cli_option_value(argc, argv, &i, "--nodes-of", &missing))) {
       if (!parse_long(v, 1, 1 << 16, &o.nodes_of)) return usage_fail("--nodes-of expects GPUs per node, got '%s'", v);

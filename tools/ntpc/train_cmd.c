@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "cuda_backend.h"
 #include "ntp_train.h"
 #include "ntpc.h"
+#include "outfile.h"
 #include "session_program.h"
 #include "train_failover.h"
 
@@ -100,6 +102,30 @@ static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntp
 /* a finite number of at least lo (cli_number with no upper bound) */
 static bool number(const char *v, double lo, double *out) { return cli_number(v, lo, DBL_MAX, out); }
 
+/* A decimal whole number in [lo, hi] at *p, which advances past its digits (no sign, no
+ * spaces, no other base: what the user wrote is what is used). */
+static bool whole(const char **p, long lo, long hi, long *out) {
+  long x = 0;
+  const char *q = *p;
+  for (; *q >= '0' && *q <= '9'; q++)
+    if ((x = x * 10 + (*q - '0')) > hi) return false;
+  if (q == *p || x < lo) return false;
+  *p = q, *out = x;
+  return true;
+}
+
+/* --fail-at STEP:RANK[,STEP:RANK...] */
+static bool parse_fail_at(const char *v, train_opts *o) {
+  for (const char *p = v;;) {
+    long st, r;
+    if (o->nfail == 64 || !whole(&p, 1, 1000000000, &st) || *p++ != ':' || !whole(&p, 0, 4095, &r)) return false;
+    o->fail_step[o->nfail] = st;
+    o->fail_rank[o->nfail++] = (int32_t)r;
+    if (!*p) return true;
+    if (*p++ != ',') return false;
+  }
+}
+
 static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -145,16 +171,8 @@ static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
       o->plan_file = v;
       o->sharded = true;
     } else if ((v = cli_option_value(argc, argv, &i, "--fail-at", &missing))) {
-      for (const char *p = v; *p;) {
-        char *end;
-        long st = strtol(p, &end, 10), r = -1;
-        if (end != p && *end == ':') r = strtol(end + 1, &end, 10);
-        if (st < 1 || r < 0 || (*end && *end != ',') || o->nfail == 64)
-          return usage("--fail-at %s: expected STEP:RANK[,STEP:RANK...] (steps from 1, ranks from 0)", v);
-        o->fail_step[o->nfail] = st;
-        o->fail_rank[o->nfail++] = (int32_t)r;
-        p = *end ? end + 1 : end;
-      }
+      if (!parse_fail_at(v, o))
+        return usage("--fail-at %s: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)", v);
     } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       if (!number(v, 1, &d) || d != floor(d) || d > 4096) return usage("--world %s: expected 1 to 4096 ranks", v);
       o->world = (int32_t)d;
@@ -284,6 +302,58 @@ static bool find_inputs(const ntp_module *m, batch_inputs *b, char *err, size_t 
   b->rows = ts->dim[0];
   b->len = ts->dim[1];
   return true;
+}
+
+/* Can path be written (a temporary file beside it created and removed, as the real write
+ * will)? */
+static bool writable(const char *path, char *err, size_t cap) {
+  ntp_outfile f;
+  if (ntp_outfile_open(&f, path, NULL, err, cap) != 0) return false;
+  ntp_outfile_abort(&f);
+  return true;
+}
+
+/* Before step 1, everything that would make the run fail later: every output the run writes
+ * can be written, the data's ids are in the vocabulary, and --fail-at names GPUs of the world.
+ * A bad path found after the last step would throw the trained state away. */
+/* 0, or the exit status: 1 for the data (an input), 2 for an option or an output path. */
+static int preflight(const train_opts *o, const ntp_program *prog, const ntp_tokens *data, int64_t vocab, char *err,
+                     size_t cap) {
+  char why[512];
+  for (int k = 0; k < o->nfail; k++)
+    if (o->fail_rank[k] >= prog->world) {
+      snprintf(err, cap, "--fail-at %ld:%d: GPU %d is not in the world of %d", o->fail_step[k], o->fail_rank[k],
+               o->fail_rank[k], prog->world);
+      return 2;
+    }
+  if (ntp_tokens_check_vocab(data, vocab, why, sizeof why) != 0) {
+    snprintf(err, cap, "%s: %s (checked before the first step)", o->data, why);
+    return 1;
+  }
+  if (o->rank > 0) return 0; /* one rank per process: rank 0's process writes the files */
+  if (o->ckpt) {
+    struct stat sb;
+    bool exists = stat(o->ckpt, &sb) == 0;
+    if (exists ? !S_ISDIR(sb.st_mode) : mkdir(o->ckpt, 0777) != 0) {
+      snprintf(err, cap, "--checkpoint: '%s' %s%s (checked before the first step)", o->ckpt,
+               exists ? "is not a folder" : "cannot be created: ", exists ? "" : strerror(errno));
+      return 2;
+    }
+    size_t n = strlen(o->ckpt) + 32;
+    char *index = malloc(n);
+    bool ok = index != NULL;
+    if (ok) snprintf(index, n, "%s/checkpoint.json", o->ckpt);
+    if (ok && !(ok = writable(index, why, sizeof why)))
+      snprintf(err, cap, "--checkpoint: %s (checked before the first step)", why);
+    free(index);
+    if (!ok) return 2;
+  }
+  if (o->save_params && (ntp_safetensors_format_check(o->params_format, &prog->global, why, sizeof why) != 0 ||
+                         !writable(o->save_params, why, sizeof why))) {
+    snprintf(err, cap, "--save-params: %s (checked before the first step)", why);
+    return 2;
+  }
+  return 0;
 }
 
 static double now_s(void) {
@@ -426,6 +496,8 @@ static int train(const train_opts *o, ntpc_session *s) {
   batch_inputs bi;
   if (!find_inputs(m, &bi, err, sizeof err)) goto fail;
   if (ntp_tokens_open(o->data, &data, err, sizeof err) != 0) goto fail;
+  if ((rc = preflight(o, prog, data, bi.vocab, err, sizeof err)) != 0) goto fail;
+  rc = 1;
   if (o->shuffle) ntp_tokens_shuffle(data, o->seed);
   if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
                     ntp_safetensors_set_format(params, o->params_format, m, err, sizeof err) != 0))
@@ -485,6 +557,8 @@ static int train(const train_opts *o, ntpc_session *s) {
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
          (long long)aw.warmup, aw.lr * aw.min_lr_frac, aw.beta1, aw.beta2, aw.eps, aw.weight_decay, aw.clip);
   double first = NAN, last = NAN, total_s = 0;
+  char ckpt_err[1024];
+  long long ckpt_failed = 0; /* the step whose checkpoint could not be written */
   long ran = 0; /* steps of this run (a resumed one starts where its checkpoint stopped) */
   for (long step = (long)ntp_trainer_steps_taken(tr); step < o->steps; step++, ran++) {
     int32_t now[64];
@@ -538,9 +612,10 @@ static int train(const train_opts *o, ntpc_session *s) {
            st.lr, st.grad_norm, (double)n / st.seconds);
     fflush(stdout);
     if (o->ckpt && ((o->ckpt_every && st.step % o->ckpt_every == 0) || step + 1 == o->steps)) {
-      if (ntp_checkpoint_save(o->ckpt, tr, data, err, sizeof err) != 0) {
-        rc = 2;
-        goto fail;
+      if (ntp_checkpoint_save(o->ckpt, tr, data, ckpt_err, sizeof ckpt_err) != 0) {
+        ckpt_failed = st.step; /* the run stops here; what can be saved still is (below) */
+        ran++;
+        break;
       }
       printf("checkpoint: %s at step %lld\n", o->ckpt, (long long)st.step);
     }
@@ -560,6 +635,13 @@ static int train(const train_opts *o, ntpc_session *s) {
       goto fail;
     }
     if (writer) printf("wrote %s\n", o->save_params);
+  }
+  if (ckpt_failed) {
+    fprintf(stderr, "ntpc train: error: the checkpoint of step %lld was not written: %s; training stopped there%s%s\n",
+            ckpt_failed, ckpt_err, o->save_params ? ", its parameters are in " : "",
+            o->save_params ? o->save_params : "");
+    rc = 2;
+    goto done;
   }
   rc = 0;
   goto done;
