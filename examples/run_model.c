@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <dlpack/dlpack.h>
+#include <elf.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,35 @@ static float value_at(const DLTensor *t, int64_t i) {
   return h & 0x8000 ? -v : v;
 }
 
+/* dlopen maps a library's segments from the file as its program headers say; a file cut short
+ * (a copy that did not finish) then faults (SIGBUS) inside the loader, so its size is checked
+ * against the headers first. 0, or -1 with the reason printed. */
+static int whole_elf(const char *path) {
+  FILE *f = fopen(path, "rb");
+  Elf64_Ehdr eh;
+  long size = -1;
+  int ok = f && fread(&eh, sizeof eh, 1, f) == 1 && !memcmp(eh.e_ident, ELFMAG, SELFMAG) &&
+           eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && fseek(f, 0, SEEK_END) == 0 &&
+           (size = ftell(f)) >= 0;
+  uint64_t need = ok ? eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize : 0;
+  for (int i = 0; ok && i < eh.e_phnum; i++) {
+    Elf64_Phdr ph;
+    ok = fseek(f, (long)(eh.e_phoff + (uint64_t)i * sizeof ph), SEEK_SET) == 0 && fread(&ph, sizeof ph, 1, f) == 1;
+    if (ok && ph.p_offset + ph.p_filesz > need) need = ph.p_offset + ph.p_filesz;
+  }
+  if (f) fclose(f);
+  if (!ok) {
+    fprintf(stderr, "run_model: %s: not a 64-bit ELF shared library\n", path);
+    return -1;
+  }
+  if ((uint64_t)size < need) {
+    fprintf(stderr, "run_model: %s: %ld bytes, its headers describe %llu (a truncated file?)\n", path, size,
+            (unsigned long long)need);
+    return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: run_model MODEL.so [--seed N] [--params FILE] [--backend cpu|cuda]\n");
@@ -61,6 +91,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--params")) params = argv[i + 1];
     else if (!strcmp(argv[i], "--backend")) opt.backend = argv[i + 1];
   }
+  if (whole_elf(argv[1]) != 0) return 1;
   void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     fprintf(stderr, "run_model: %s\n", dlerror());

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ntp_train.h"
 #include "ntprt.h"
@@ -159,6 +160,9 @@ int ntp_inputs_text(const ntp_module *m, const char *text, size_t len, ntp_host_
 
 /* ------------------------------------------ .npy ------------------------------------------ */
 
+/* the compiler's bound on one tensor (NTP_MAX_TENSOR_ELEMS): no array a model can take is larger */
+#define NPY_MAX_ELEMS (INT64_C(1) << 40)
+
 typedef struct npy {
   char kind;  /* 'i' signed, 'u' unsigned, 'f' float, 'b' bool */
   int size;   /* bytes per element */
@@ -218,9 +222,14 @@ static int npy_read(const char *path, npy *a, char *err, size_t cap) {
     snprintf(err, cap, "%s: a .npy header without descr, fortran_order and shape", path);
     goto done;
   }
-  char order = d[1], kind = d[2];
-  int size = atoi(d + 3);
-  if (!strchr("<>|=", order) || !strchr("iufb", kind) || size < 1 || size > 8 || (size & (size - 1))) {
+  /* 'Okn': byte order, kind, size, and the closing quote right after; each character read only
+   * once the one before it is known not to end the header. Only what NumPy itself calls these
+   * types: bool is b1, floats are f2, f4 and f8, integers 1, 2, 4 or 8 bytes. */
+  char order = d[1], kind = order ? d[2] : 0;
+  int size = kind && d[3] >= '1' && d[3] <= '8' ? d[3] - '0' : 0;
+  bool plain = size && d[4] == '\'' && strchr("<>|=", order) && strchr("iufb", kind) && !(size & (size - 1)) &&
+               (kind != 'b' || size == 1) && (kind != 'f' || size >= 2);
+  if (!plain) {
     snprintf(err, cap, "%s: element type %.12s is not a number NumPy writes plainly (int, uint, float, bool)", path, d);
     goto done;
   }
@@ -235,9 +244,15 @@ static int npy_read(const char *path, npy *a, char *err, size_t cap) {
     while (*p == ' ' || *p == ',') p++;
     if (*p == ')') break;
     char *end;
+    errno = 0;
     long long v = strtoll(p, &end, 10);
-    if (end == p || v < 0 || a->shape.ndim == NTP_MAX_RANK) {
+    if (end == p || v < 0 || errno || a->shape.ndim == NTP_MAX_RANK) {
       snprintf(err, cap, "%s: a shape this reader cannot hold (at most %d dims)", path, NTP_MAX_RANK);
+      goto done;
+    }
+    /* checked before the product: no element count overflows, none allocates without bound */
+    if (v && a->n > NPY_MAX_ELEMS / v) {
+      snprintf(err, cap, "%s: a shape of more than 2^40 elements", path);
       goto done;
     }
     a->shape.dim[a->shape.ndim++] = v;
@@ -245,6 +260,9 @@ static int npy_read(const char *path, npy *a, char *err, size_t cap) {
     p = end;
   }
   size_t bytes = (size_t)a->n * (size_t)size;
+  long at = ftell(f);
+  struct stat sb;
+  if (at < 0 || fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size < (uint64_t)at + bytes) goto short_;
   if (!(a->data = malloc(bytes ? bytes : 1))) {
     snprintf(err, cap, "%s: out of memory for %zu bytes", path, bytes);
     goto done;
@@ -341,29 +359,39 @@ static bool ends_with(const char *s, const char *suf) {
   return n >= k && strcmp(s + n - k, suf) == 0;
 }
 
-static int read_text_file(const char *path, char **out, size_t *len, char *err, size_t cap) {
+/* The first `limit` bytes of a text (fewer if it is shorter): the ids the input needs, never a
+ * whole file of unknown size (a text may be /dev/zero). */
+static int read_text_file(const char *path, size_t limit, char **out, size_t *len, char *err, size_t cap) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno));
     return -1;
   }
-  size_t n = 0, c = 4096;
-  char *b = malloc(c);
-  size_t got;
-  while (b && (got = fread(b + n, 1, c - n, f)) > 0) {
-    n += got;
-    if (n == c) {
-      char *nb = realloc(b, c * 2);
-      if (!nb) free(b);
-      b = nb, c *= 2;
-    }
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    snprintf(err, cap, "cannot read '%s': %s", path, strerror(EISDIR));
+    fclose(f);
+    return -1;
   }
+  char *b = malloc(limit ? limit : 1);
+  size_t n = b ? fread(b, 1, limit, f) : 0;
+  bool bad = b && ferror(f);
+  int saved = errno;
   fclose(f);
-  if (!b) {
-    snprintf(err, cap, "out of memory reading '%s'", path);
+  if (!b || bad) {
+    free(b);
+    snprintf(err, cap, bad ? "cannot read '%s': %s" : "out of memory reading '%s'", path, strerror(saved));
     return -1;
   }
   *out = b, *len = n;
+  return 0;
+}
+
+/* How many ids the token input takes (and one more for the targets a loss reads). */
+static int ids_needed(const ntp_module *m, int64_t *need, char *err, size_t cap) {
+  int32_t tok, tgt;
+  if (token_inputs(m, &tok, &tgt, err, cap) != 0) return -1;
+  *need = shape_numel(&m->values[tok].shape) + (tgt >= 0);
   return 0;
 }
 
@@ -407,9 +435,14 @@ int ntp_inputs_load(const ntp_module *m, const char *spec, ntp_host_tensor **giv
   char terr[256];
   if (ends_with(path, ".bin") && ntp_tokens_open(path, &d, terr, sizeof terr) == 0) {
     /* an llm.c token file: its first ids */
-    int64_t n = ntp_tokens_count(d);
-    int64_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    int64_t n = ntp_tokens_count(d), need;
     int rc = -1;
+    if (ids_needed(m, &need, err, cap) != 0) {
+      ntp_tokens_close(d);
+      return -1;
+    }
+    if (n > need) n = need; /* the ids the input takes, whatever the file's length */
+    int64_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
     if (ids && ntp_tokens_ids(d, ids, n) == 0) rc = fill_tokens(m, ids, n, path, given, err, cap);
     else snprintf(err, cap, "out of memory");
     free(ids);
@@ -422,7 +455,8 @@ int ntp_inputs_load(const ntp_module *m, const char *spec, ntp_host_tensor **giv
   }
   char *text;
   size_t len;
-  if (read_text_file(path, &text, &len, err, cap) != 0) return -1;
+  int64_t need;
+  if (ids_needed(m, &need, err, cap) != 0 || read_text_file(path, (size_t)need, &text, &len, err, cap) != 0) return -1;
   int rc = ntp_inputs_text(m, text, len, given, err, cap);
   free(text);
   return rc;

@@ -57,3 +57,14 @@ head = struct.pack("<3i", 20240520, 1, n) + bytes(4 * 253)
 open(path, "wb").write(head + struct.pack("<%dH" % n, *ids))
 PY
 }
+
+# npy FILE DESCR SHAPE NBYTES : a .npy version 1.0 file of that descr and shape, then NBYTES bytes
+npy() {
+  python3 - "$@" <<'PY'
+import struct, sys
+path, descr, shape, nbytes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+h = ("{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)).encode()
+h += b" " * (-(len(h) + 11) % 64) + b"\n"
+open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + bytes(nbytes))
+PY
+}

@@ -218,6 +218,60 @@ numbers_decimal_only)
     "$ntpc" plan "$src/examples/gpt2.ntp" --world 8 --mem-cap 0x10 && exit "$fail") || fail=1
   expect "$case.goodput" 2 20 "--fractions expects" "$ntpc" goodput examples/gpt2.ntp --fractions 0x0.1 ;;
 
+# item 12: a text input is read only as far as the input needs (/dev/zero never ends)
+inputs_text_unbounded)
+  # shellcheck disable=SC2086
+  expect "$case" 0 30 "output logits" "$ntpc" run $g2 --inputs /dev/zero ;;
+
+# item 13: .npy element types NumPy itself refuses, a header cut inside descr, a shape past 2^40
+npy_descr_not_numpy)
+  for d in '<f1' '|b8' '<b2' '<f4junk' '<f16' '<i3' '<c8' "'"; do
+    npy "$tmp/a.npy" "$d" '(2, 8)' 128
+    # shellcheck disable=SC2086
+    expect "$case.$d" 1 20 "is not a number NumPy writes plainly (int, uint, float, bool)" "$ntpc" run $g2 --inputs "$tmp/a.npy"
+  done ;;
+npy_descr_cut)
+  printf "\223NUMPY\001\000\013\000{'descr': '" >"$tmp/a.npy"
+  # shellcheck disable=SC2086
+  expect "$case" 1 20 "$tmp/a.npy" "$ntpc" run $g2 --inputs "$tmp/a.npy" ;;
+npy_shape_overflow)
+  npy "$tmp/a.npy" '<i4' '(4294967296, 4294967296, 4294967296)' 0
+  # shellcheck disable=SC2086
+  expect "$case" 1 20 "a shape of more than 2^40 elements" "$ntpc" run $g2 --inputs "$tmp/a.npy"
+  npy "$tmp/b.npy" '<i4' '(2, 8)' 8 # the data shorter than the shape
+  # shellcheck disable=SC2086
+  expect "$case.short" 1 20 "shorter than its header says" "$ntpc" run $g2 --inputs "$tmp/b.npy" ;;
+
+# item 15: the small ones
+inputs_directory)
+  # shellcheck disable=SC2086
+  expect "$case" 1 20 "cannot read '$tmp': Is a directory" "$ntpc" run $g2 --inputs "$tmp" ;;
+text_twice)
+  # shellcheck disable=SC2086
+  expect "$case" 2 20 "--text is given twice" "$ntpc" run $g2 --text hello --text world ;;
+run_options_elsewhere)
+  for o in "--inputs x.npy" "--text hi" "--params p.st" "--save-params p.st" "--dump d"; do
+    # shellcheck disable=SC2086
+    expect "$case.${o%% *}" 2 20 "${o%% *} applies to 'ntpc run' only" "$ntpc" check $g2 $o
+  done
+  # shellcheck disable=SC2086
+  expect "$case.report" 2 20 "--inputs applies to 'ntpc run' only" "$ntpc" report $g2 --inputs x.npy ;;
+calibrate_bad_arguments)
+  expect "$case.base" 2 20 "--base: unknown base profile 'nope'" "$ntpc" calibrate --base nope
+  printf 'name x\n' >"$tmp/bad.prof"
+  expect "$case.base_file" 2 20 "--base: " "$ntpc" calibrate --base "$tmp/bad.prof"
+  expect "$case.out" 2 20 "-o: cannot write '$tmp/no/c.prof'" "$ntpc" calibrate -o "$tmp/no/c.prof"
+  expect "$case.out_dir" 2 20 "-o: cannot write '$tmp': it exists and is a directory" "$ntpc" calibrate -o "$tmp" ;;
+model_library_truncated)
+  # shellcheck disable=SC2086
+  "$ntpc" $g2 -o "$tmp/m.so" >/dev/null 2>&1 || exit 1
+  cc -std=c17 examples/run_model.c -Iruntime -ldl -lm -o "$tmp/run_model" || exit 1
+  size=$(stat -c %s "$tmp/m.so")
+  head -c $((size / 2)) "$tmp/m.so" >"$tmp/half.so"
+  expect "$case" 1 20 "its headers describe $size" "$tmp/run_model" "$tmp/half.so"
+  head -c 100 "$tmp/m.so" >"$tmp/tiny.so"
+  expect "$case.header" 1 20 "not a 64-bit ELF shared library" "$tmp/run_model" "$tmp/tiny.so" ;;
+
 *)
   echo "surfaces.sh: unknown case '$case'" >&2
   exit 2 ;;

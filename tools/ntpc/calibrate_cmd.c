@@ -414,6 +414,20 @@ int ntpc_calibrate_command(int argc, char **argv) {
     rc = usage_fail("--name needs a word of at most 31 characters, got '%s'", name);
     goto done;
   }
+  /* the arguments first: a bad --base or -o is a usage error, found before any GPU is asked for */
+  if (base && load_base(k, base) != 0) {
+    rc = usage_fail("--base: %s", k->err);
+    goto done;
+  }
+  if (out) {
+    ntp_outfile probe;
+    char why[512];
+    if (ntp_outfile_open(&probe, out, NULL, why, sizeof why) != 0) {
+      rc = usage_fail("-o: %s", why);
+      goto done;
+    }
+    ntp_outfile_abort(&probe);
+  }
   int ndev = 0;
   rc = 1;
   if (ntp_measure_devices(&ndev, k->err, sizeof k->err) != 0 || ndev == 0) {
@@ -431,9 +445,8 @@ int ntpc_calibrate_command(int argc, char **argv) {
   time_t now = time(NULL);
   strftime(k->date, sizeof k->date, "%Y-%m-%dT%H:%MZ", gmtime(&now));
   snprintf(k->measured, sizeof k->measured, "measured on %s at %s%s", k->device, k->date, k->quick ? " (--quick)" : "");
-  if (load_base(k, base) != 0) {
+  if (!base && load_base(k, NULL) != 0) { /* the built-in closest to the GPU's name */
     fprintf(stderr, "ntpc calibrate: error: %s\n", k->err);
-    rc = base ? 2 : 1;
     goto done;
   }
   say("calibrate: %s (%d visible), base %s\n", k->device, ndev, k->base);

@@ -612,6 +612,7 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       if (!ntp_param_format_known(v)) return usage_error("--params-format expects ntp, hf-gpt2 or hf-llama, got '%s'", v);
       o->params_format = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--text", &missing))) {
+      if (o->text) return usage_error("--text is given twice (one text fills the token input)%s", "");
       o->text = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
       o->params = v;
@@ -670,6 +671,13 @@ int main(int argc, char **argv) {
     goto out;
   }
   bool library = !o.command && !o.emit && o.out;
+  /* what only a run reads or writes: silently ignored elsewhere, it would look used */
+  const char *run_only = o.dump ? "--dump" : o.params ? "--params" : o.save_params ? "--save-params"
+                         : o.ninputs ? "--inputs" : o.text ? "--text" : NULL;
+  if (run_only && !(o.command && strcmp(o.command, "run") == 0)) {
+    rc = usage_error("%s applies to 'ntpc run' only", run_only);
+    goto out;
+  }
   if (o.out && o.command && !o.emit && strcmp(o.command, "report") != 0) {
     rc = usage_error("-o applies to --emit and report, not to '%s'", o.command);
     goto out;
