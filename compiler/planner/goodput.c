@@ -30,6 +30,12 @@ const char *gp_config_check(const gp_config *c) {
   if (c->micro < 0) return "micro-batches per replica: 0 (the batch divides freely) or more";
   if (c->max_lost < 0 || c->max_lost >= c->tp) return "a group can lose 0 to tp-1 GPUs";
   if (!(c->tau_ntp[c->tp] > 0)) return "no plan fits the healthy TP group";
+  /* fewer GPUs are never faster: the healthy group could run the smaller group's plan and leave
+   * the rest idle, so a table that says otherwise would price a failure as a gain */
+  for (int32_t t = c->tp - c->max_lost; t < c->tp; t++)
+    if ((c->tau_ntp[t] > 0 && c->tau_ntp[t] < c->tau_ntp[c->tp]) ||
+        (c->tau_uni[t] > 0 && c->tau_uni[t] < c->tau_ntp[c->tp]))
+      return "a degraded group's step is priced below the healthy group's (the healthy group can run its plan)";
   return NULL;
 }
 
@@ -244,6 +250,9 @@ bool gp_simulate(const gp_config *c, const gp_failures *f, const gp_costs *k, do
   for (int p = 0; ok && p < GP_NPOLICIES; p++) ok = (pr[p].cfg = calloc((size_t)G, sizeof(int32_t))) != NULL;
   for (int p = 0; ok && p < GP_NPOLICIES; p++) ok = (pr[p].e = gp_evaluate(c, (gp_policy)p, lost)).replicas >= 0;
   double work[GP_NPOLICIES] = {0}, run_time[GP_NPOLICIES] = {0};
+  /* a policy's pauses and redone work never overlap: a failure during a pause extends it, and
+   * what is redone is at most what ran since the policy last resumed */
+  double paused_until[GP_NPOLICIES] = {0};
   double t0 = burn_days * 24, t1 = (burn_days + days) * 24, t = 0, failed_h = 0;
   int32_t ndown = 0, npend = 0;
   uint64_t rng = seed;
@@ -258,7 +267,10 @@ bool gp_simulate(const gp_config *c, const gp_failures *f, const gp_costs *k, do
     if (te > t1) te = t1;
     /* the interval [t, te) at the running configurations, measured where it is after the burn-in */
     double a = t > t0 ? t : t0, dt = te > a ? te - a : 0;
-    for (int p = 0; p < GP_NPOLICIES; p++) work[p] += pr[p].e.throughput * dt, run_time[p] += pr[p].e.throughput * dt;
+    for (int p = 0; p < GP_NPOLICIES; p++) { /* paused: no work */
+      double from = paused_until[p] > a ? paused_until[p] : a, run = te > from ? te - from : 0;
+      work[p] += pr[p].e.throughput * (run < dt ? run : dt), run_time[p] += pr[p].e.throughput * dt;
+    }
     failed_h += (double)ndown / N * dt;
     if ((double)ndown / N > out->max_failed_frac && te > t0) out->max_failed_frac = (double)ndown / N;
     t = te;
@@ -295,7 +307,14 @@ bool gp_simulate(const gp_config *c, const gp_failures *f, const gp_costs *k, do
       if (!measuring) continue;
       double pause_h = live ? ((is_repair ? 0 : k->detect_s) + k->resume_s) / 3600 : k->restart_s / 3600,
              redo_h = live ? 0 : k->ckpt_s / 2 / 3600;
-      work[p] -= pr[p].e.throughput * pause_h + before * redo_h;
+      /* redone: what ran since the last resume, at most (at `before`: only a stop changes a
+       * restart-based policy's rate); paused: the part of [t, t + pause) not paused already */
+      double since = t > paused_until[p] ? t - (paused_until[p] > t0 ? paused_until[p] : t0) : 0;
+      if (redo_h > since) redo_h = since;
+      double end = t + pause_h < t1 ? t + pause_h : t1, from = paused_until[p] > t ? paused_until[p] : t;
+      pause_h = end > from ? end - from : 0;
+      if (end > paused_until[p]) paused_until[p] = end;
+      work[p] -= before * redo_h;
       out->stops[p]++;
       out->paused_h[p] += pause_h + redo_h;
     }

@@ -174,11 +174,35 @@ static void test_run(void) {
   CHECK(memcmp(&r, &again, sizeof r) == 0);
 }
 
+/* issue 24 item 14: no policy beats the healthy cluster, whatever the tables and the costs */
+static void test_never_above_healthy(void) {
+  gp_config c = big(32, 4);
+  CHECK(gp_config_check(&c) == NULL);
+  c.tau_ntp[31] = 0.9 * c.tau_ntp[32]; /* a degraded plan priced faster than the healthy one */
+  CHECK(gp_config_check(&c) != NULL);
+  c = big(32, 4);
+  c.tau_uni[30] = 0.5 * c.tau_ntp[32];
+  CHECK(gp_config_check(&c) != NULL);
+  /* failures faster than restarts end: the pauses overlap, goodput stays in [0, throughput] */
+  c = big(32, 4);
+  gp_failures f = {.hw_frac = 0.78, .hw_min_h = 72, .hw_max_h = 120, .sw_h = 3};
+  f.rate_per_gpu_h = gp_rate_for_fraction(&f, 0.3);
+  gp_costs k = {.restart_s = 36000, .ckpt_s = 36000, .detect_s = 600, .resume_s = 600};
+  gp_run_result r;
+  CHECK(gp_simulate(&c, &f, &k, 20, 2, 5, &r));
+  for (int p = 0; p < GP_NPOLICIES; p++) {
+    CHECK(r.throughput[p] >= 0 && r.throughput[p] <= 1 + 1e-12);
+    CHECK(r.goodput[p] >= -1e-12 && r.goodput[p] <= r.throughput[p] + 1e-12);
+    CHECK(r.paused_h[p] <= r.hours + 1e-9);
+  }
+}
+
 int main(void) {
   test_step_time();
   test_by_hand();
   test_closed_form();
   test_random_states();
   test_run();
+  test_never_above_healthy();
   return check_report("test_goodput");
 }

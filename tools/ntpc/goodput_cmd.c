@@ -237,8 +237,8 @@ static bool price(const plan_model *pm, const ir_module *m, const plan_profile *
   for (int32_t t = lo > 1 ? lo : 1; t <= T; t++)
     if (c->tau_uni[t] > 0 && (!(c->tau_ntp[t] > 0) || c->tau_uni[t] < c->tau_ntp[t])) c->tau_ntp[t] = c->tau_uni[t];
   /* and a group may leave GPUs idle: where fewer run faster (128 heads over 63 GPUs put as many
-   * on the busiest as over 61), it uses fewer */
-  for (int32_t t = (lo > 1 ? lo : 1) + 1; t < T; t++)
+   * on the busiest as over 61), it uses fewer; the healthy group too (a failure is never a gain) */
+  for (int32_t t = (lo > 1 ? lo : 1) + 1; t <= T; t++)
     if (c->tau_ntp[t - 1] > 0 && (!(c->tau_ntp[t] > 0) || c->tau_ntp[t - 1] < c->tau_ntp[t])) c->tau_ntp[t] = c->tau_ntp[t - 1];
   return true;
 }
