@@ -27,6 +27,13 @@ int ntpc_goodput_command(int argc, char **argv);
 /* `ntpc calibrate` (calibrate_cmd.c): measures the local GPUs, writes a device profile */
 int ntpc_calibrate_command(int argc, char **argv);
 
+/* The option parsers alone (the options fuzzer, tests/fuzz/fuzz_options.c): -1 when the options
+ * are accepted, else the exit status they give (0 for --help). Nothing is compiled, run or
+ * written; what the options name is not opened (-D values and plan files of train are). */
+int ntpc_train_parse_options(int argc, char **argv);
+int ntpc_plan_parse_options(int argc, char **argv);
+int ntpc_goodput_parse_options(int argc, char **argv);
+
 /* With NTP_VERBOSE set (and not "0"): the CUDA backend's GEMM summary line on stdout
  * (ntp_cuda_gemm_line: distinct shapes, workspace, epilogues) and its overlap line
  * (ntp_cuda_overlap_line: collectives with compute in flight, before and after the launch

@@ -436,6 +436,11 @@ static int run(const gp_opts *o, ntpc_session *s) {
   return rc;
 }
 
+int ntpc_goodput_parse_options(int argc, char **argv) {
+  gp_opts o;
+  return parse(argc, argv, &o);
+}
+
 int ntpc_goodput_command(int argc, char **argv) {
   gp_opts o;
   int rc = parse(argc, argv, &o);

@@ -529,6 +529,11 @@ done:
   return rc;
 }
 
+int ntpc_plan_parse_options(int argc, char **argv) {
+  plan_opts o;
+  return parse_options(argc, argv, &o);
+}
+
 int ntpc_plan_command(int argc, char **argv) {
   plan_opts o;
   int rc = parse_options(argc, argv, &o);

@@ -660,6 +660,16 @@ done:
   return rc;
 }
 
+int ntpc_train_parse_options(int argc, char **argv) {
+  train_opts o = {.steps = 10, .params_format = "ntp", .rank = -1};
+  ntp_adamw_defaults(&o.adamw);
+  ntpc_session *s = ntpc_session_new();
+  if (!s) return 2;
+  int rc = parse(argc, argv, s, &o);
+  ntpc_session_free(s);
+  return rc;
+}
+
 int ntpc_train_command(int argc, char **argv) {
   train_opts o = {.steps = 10, .params_format = "ntp", .rank = -1};
   ntp_adamw_defaults(&o.adamw);
