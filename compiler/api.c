@@ -137,7 +137,9 @@ static source_file *read_source(ntpc_session *s, const char *path, bool *too_big
   fclose(f);
   if (*too_big) {
     free(buf);
-    diag_emit(&s->diags, NTPC_ERROR, path, NTP_NOLOC, "the file is larger than %zu MiB, the largest source accepted",
+    /* the diagnostic outlives the caller's string: the session keeps its own copy of the name */
+    diag_emit(&s->diags, NTPC_ERROR, arena_strdup(&s->pool, path), NTP_NOLOC,
+              "the file is larger than %zu MiB, the largest source accepted",
               NTPC_MAX_SOURCE_BYTES >> 20);
     return NULL;
   }

@@ -2,7 +2,9 @@
  * diagnostics as data, walk the IR, run it on the CPU reference. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ir.h"
 #include "ntpc.h"
@@ -101,7 +103,32 @@ static void test_usage_errors(void) {
   ntpc_session_free(s);
 }
 
+/* issue 24 item 6: a source over the limit is refused with a diagnostic that names the file in
+ * the session's own copy: the caller's path is freed (and overwritten) before it is read (a
+ * use-after-free under ASan before; here also a wrong name) */
+static void test_big_source_names_its_copy(void) {
+  char *path = strdup("/tmp/ntp_test_api_big_XXXXXX");
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  FILE *f = fdopen(fd, "wb");
+  static char chunk[1 << 20];
+  memset(chunk, ' ', sizeof chunk);
+  for (int i = 0; f && i < 17; i++) CHECK(fwrite(chunk, 1, sizeof chunk, f) == sizeof chunk);
+  if (f) fclose(f);
+  ntpc_session *s = ntpc_session_new();
+  CHECK(ntpc_compile_file(s, path) == NTPC_ERR_INPUT);
+  char *name = strdup(path);
+  unlink(path);
+  memset(path, 'x', strlen(path));
+  free(path);
+  const ntpc_diag *d = ntpc_diag_at(s, 0);
+  CHECK(d && d->file && strcmp(d->file, name) == 0 && strstr(d->message, "larger than 16 MiB"));
+  free(name);
+  ntpc_session_free(s);
+}
+
 int main(void) {
+  test_big_source_names_its_copy();
   test_compile_and_walk();
   test_diagnostics_as_data();
   test_usage_errors();
