@@ -35,8 +35,8 @@ cmake --build build -j"$(nproc)"
 # PyPI (python/tests, docs/python.md); offline, they are skipped
 if [ ! -x build/pyenv/bin/python ]; then
   if /usr/bin/python3 -m venv build/pyenv >/dev/null 2>&1 &&
-    build/pyenv/bin/pip install -q numpy ml_dtypes pytest safetensors >/dev/null 2>&1; then
-    echo "setup: build/pyenv: NumPy, ml_dtypes, pytest and safetensors for the Python package's tests"
+    build/pyenv/bin/pip install -q numpy ml_dtypes pytest safetensors hypothesis >/dev/null 2>&1; then
+    echo "setup: build/pyenv: NumPy, ml_dtypes, pytest, safetensors and Hypothesis for the Python package's tests"
   else
     echo "setup: no Python test environment (PyPI unreachable?): the Python package's tests will be skipped"
     rm -rf build/pyenv

@@ -15,9 +15,11 @@ from __future__ import annotations
 import ctypes as C
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _checks as K
 from . import _native as N
 from ._tensors import as_input, dtype_name, is_torch, new_output
 
@@ -70,8 +72,9 @@ class _Unit:
     def __init__(self, source: Union[str, PathLike], *, plan: Optional[PathLike], plan_name: Optional[str],
                  defines: Optional[Mapping[str, int]], model: Optional[str], world: Optional[int], train: bool,
                  cuda: bool, gpu: Optional[str]):
+        self.h = None  # set before anything can raise: __del__ frees it
         path, text = _path_or_source(source)
-        defs = [f"{k}={int(v)}" for k, v in (defines or {}).items()]
+        defs = K.defines(defines)
         arr = (C.c_char_p * max(1, len(defs)))(*[d.encode() for d in defs])
         h = C.c_void_p()
         enc = lambda s: None if s is None else os.fspath(s).encode()
@@ -80,8 +83,8 @@ class _Unit:
         self.h = h
         if st != 0:
             diags = self.diagnostics()
-            text_ = N.lib.ntp_py_diagnostics(h).decode() if h else ""
-            msg = N.lib.ntp_py_last_error().decode()
+            text_ = K.text(N.lib.ntp_py_diagnostics(h)) if h else ""
+            msg = K.text(N.lib.ntp_py_last_error())
             self.free()
             if st == 1:
                 n = sum(d.severity == "error" for d in diags)
@@ -95,8 +98,8 @@ class _Unit:
         out = []
         for i in range(N.lib.ntp_py_diag_count(self.h) if self.h else 0):
             d = N.lib.ntp_py_diag(self.h, i).contents
-            out.append(Diagnostic(("error", "warning", "note")[d.severity], d.file.decode() if d.file else None, d.line,
-                                  d.col, d.end_col, d.message.decode()))
+            out.append(Diagnostic(("error", "warning", "note")[d.severity], K.text(d.file) if d.file else None, d.line,
+                                  d.col, d.end_col, K.text(d.message)))
         return out
 
     def free(self) -> None:
@@ -109,8 +112,12 @@ class _Unit:
 
 
 def _path_or_source(source: Union[str, PathLike]) -> Tuple[Optional[str], Optional[str]]:
+    if isinstance(source, bytes):
+        raise TypeError("source must be a path or the model's text (str), not bytes")
     if not isinstance(source, str) or "{" not in source:
         return os.fspath(source), None
+    if "\0" in source:
+        raise ValueError("the model's source holds a NUL character")
     return None, source
 
 
@@ -119,6 +126,10 @@ class Model:
     training step, parameters loaded and saved. Create with ntp.compile."""
 
     def __init__(self, unit: _Unit, *, backend: str, seed: int, loopback: bool, device: int):
+        # one native call on a model at a time: the runtime's model is not thread-safe (two
+        # forwards from two threads shared its buffers; a close under a forward freed them)
+        self._lock = threading.RLock()
+        self._m = None
         self._unit = unit
         art = N.lib.ntp_py_artifact(unit.h)
         info = art.contents.info
@@ -132,14 +143,20 @@ class Model:
         self.diagnostics: List[Diagnostic] = unit.diagnostics()  # warnings, notes
         opts = N.ModelOptionsC(backend.encode(), -1, device, int(loopback), None, seed)
         self._m = C.c_void_p()
-        if N.lib.ntprt_model_create(art, C.byref(opts), C.byref(self._m)) != 0:
-            self._m = None
-            raise NtpError(N.lib.ntprt_model_last_error().decode())
+        m = C.c_void_p()
+        if N.lib.ntprt_model_create(art, C.byref(opts), C.byref(m)) != 0:
+            raise NtpError(K.text(N.lib.ntprt_model_last_error()))
+        self._m = m
 
     # -- helpers
-    def _check(self, rc: int) -> None:
-        if rc != 0:
-            raise NtpError(N.lib.ntprt_model_last_error().decode())
+    def _call(self, fn, *args) -> None:
+        """fn(model, *args) under the model's lock; NtpError with the runtime's message (read in
+        the same thread: the message is thread-local) when it fails, or when the model is closed."""
+        with self._lock:
+            if not self._m:
+                raise NtpError(f"model {self.name} is closed")
+            if fn(self._m, *args) != 0:
+                raise NtpError(K.text(N.lib.ntprt_model_last_error()))
 
     def _held_inputs(self, args: Sequence[Any], kwargs: Mapping[str, Any]):
         if len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
@@ -170,7 +187,7 @@ class Model:
         held, ptrs, like = self._held_inputs(inputs, named)
         outs = [new_output(o.dtype, o.shape, like) for o in self.outputs]
         optrs = (C.POINTER(N.DLTensor) * max(1, len(outs)))(*[o.ptr for o in outs])
-        self._check(N.lib.ntprt_model_forward(self._m, ptrs, optrs))
+        self._call(N.lib.ntprt_model_forward, ptrs, optrs)
         del held
         return {o.name: h.array for o, h in zip(self.outputs, outs)}
 
@@ -180,10 +197,10 @@ class Model:
                    weight_decay: float = 0.1, clip: float = 1.0, **named: Any) -> float:
         """One AdamW step on the fp32 master weights (a model compiled with train=True); the loss
         before the update. The learning rate is this step's: the caller runs the schedule."""
+        opts = N.TrainOptionsC(*K.adamw(lr, beta1, beta2, eps, weight_decay, clip))
         held, ptrs, _ = self._held_inputs(inputs, named)
-        opts = N.TrainOptionsC(lr, beta1, beta2, eps, weight_decay, clip)
         loss = C.c_double()
-        self._check(N.lib.ntprt_model_train_step(self._m, C.byref(opts), ptrs, C.byref(loss)))
+        self._call(N.lib.ntprt_model_train_step, C.byref(opts), ptrs, C.byref(loss))
         del held
         return loss.value
 
@@ -191,12 +208,12 @@ class Model:
     def load(self, path: PathLike, format: str = "ntp") -> None:
         """Reads every parameter from a safetensors file: format "ntp" (the model's names), or a
         Hugging Face checkpoint as published, "hf-gpt2" or "hf-llama". Each rank reads its slices."""
-        self._check(N.lib.ntprt_model_load_format(self._m, os.fspath(path).encode(), format.encode()))
+        self._call(N.lib.ntprt_model_load_format, os.fsencode(path), _format(format))
 
     def save(self, path: PathLike, format: str = "ntp") -> None:
         """Writes every parameter to a safetensors file, in the model's names or a Hugging Face
         layout (cpu backend, or a model compiled with train=True)."""
-        self._check(N.lib.ntprt_model_save_format(self._m, os.fspath(path).encode(), format.encode()))
+        self._call(N.lib.ntprt_model_save_format, os.fsencode(path), _format(format))
 
     def _param(self, name: str) -> TensorInfo:
         for p in self.params:
@@ -208,20 +225,26 @@ class Model:
         """Sets one parameter from a global array (its full, unsharded shape)."""
         p = self._param(name)
         h = as_input(value, p.dtype, p.shape, f"parameter '{name}'")
-        self._check(N.lib.ntprt_model_set_param(self._m, name.encode(), h.ptr))
+        self._call(N.lib.ntprt_model_set_param, name.encode(), h.ptr)
 
     def get_param(self, name: str) -> Any:
         """A parameter's current value as a NumPy array, global shape (cpu backend, or a model
         compiled with train=True: its master weight rounded to the model's dtype)."""
         p = self._param(name)
         out = new_output(p.dtype, p.shape, None)
-        self._check(N.lib.ntprt_model_get_param(self._m, name.encode(), out.ptr))
+        self._call(N.lib.ntprt_model_get_param, name.encode(), out.ptr)
         return out.array
 
     def close(self) -> None:
-        if getattr(self, "_m", None):
-            N.lib.ntprt_model_destroy(self._m)
-            self._m = None
+        """Frees the runtime's model; waits for a call running in another thread. Later calls
+        raise NtpError."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if self._m:
+                N.lib.ntprt_model_destroy(self._m)
+                self._m = None
 
     def __del__(self):
         self.close()
@@ -229,6 +252,12 @@ class Model:
     def __repr__(self) -> str:
         return (f"<ntp.Model {self.name}: {self.world} rank{'s' if self.world != 1 else ''}, {self.backend}, "
                 f"inputs {[i.name for i in self.inputs]}, outputs {[o.name for o in self.outputs]}>")
+
+
+def _format(format: str) -> bytes:
+    if not isinstance(format, str):
+        raise TypeError(f"format must be ntp, hf-gpt2 or hf-llama, got {format!r}")
+    return format.encode()
 
 
 def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, plan_name: Optional[str] = None,
@@ -246,6 +275,11 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     attention kernel (ntpc --gpu). Errors in the model raise NtpError with every diagnostic."""
     if backend not in ("cpu", "cuda"):
         raise ValueError(f"unknown backend '{backend}' (cpu or cuda)")
+    # the CLI's bounds (ntpc --world, --seed); ctypes would truncate larger values silently
+    world = None if world is None else K.whole("world", world, 1, 4096)
+    seed = K.whole("seed", seed, 0, 2**64 - 1)
+    device = K.whole("device", device, 0, 2**31 - 1)
+    train, loopback = K.flag("train", train), K.flag("loopback", loopback)
     unit = _Unit(source, plan=plan, plan_name=plan_name, defines=defines, model=model, world=world, train=train,
                  cuda=backend == "cuda", gpu=gpu)
     return Model(unit, backend=backend, seed=seed, loopback=loopback, device=device)
@@ -292,15 +326,24 @@ def plan(source: Union[str, PathLike], world: int, *, gpu: str = "h100", train: 
     """Chooses every layer's TP placement for `world` GPUs of a built-in profile (h100, h200,
     a100, b200) within their memory (mem_cap_gib: 0 = the profile's), as `ntpc plan` does.
     train: plan a training step. Layers pinned by `plan` keep their placement."""
+    world = K.whole("world", world, 1, 1024)  # ntpc plan --world
+    mem_cap_gib = K.real("mem_cap_gib", mem_cap_gib, 0, 1e9)  # 0: the profile's
+    nodes_of = K.whole("nodes_of", nodes_of, 0, 1 << 16)
+    train = K.flag("train", train)
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a profile name, got {gpu!r}")
+    if train:  # a model that cannot train (no loss) is refused before planning, as ntpc plan --train does
+        _Unit(source, plan=None, plan_name=None, defines=defines, model=model, world=None, train=True, cuda=False,
+              gpu=None).free()
     unit = _Unit(source, plan=plan, plan_name=None, defines=defines, model=model, world=None, train=False, cuda=False,
                  gpu=None)
     out = C.c_void_p()
     st = N.lib.ntp_py_plan(unit.h, int(world), gpu.encode(), int(train), float(mem_cap_gib), int(nodes_of), C.byref(out))
     if st != 0:
         diags = unit.diagnostics()
-        raise (ValueError if st == 2 else NtpError)(N.lib.ntp_py_last_error().decode() + "\n" +
-                                                     N.lib.ntp_py_diagnostics(unit.h).decode(), *(() if st == 2 else (diags,)))
-    d = json.loads(C.string_at(out).decode())
+        raise (ValueError if st == 2 else NtpError)(K.text(N.lib.ntp_py_last_error()) + "\n" +
+                                                     K.text(N.lib.ntp_py_diagnostics(unit.h)), *(() if st == 2 else (diags,)))
+    d = json.loads(K.text(C.string_at(out)))
     N.lib.ntp_py_free_string(out)
     layers = [LayerPlan(l["name"], l["placement"], tuple(l["groups"]), l["sequence_parallel"], l["recompute"],
                         l["pinned"], l["compute_s"], l["comm_s"], l["redist_s"], l["param_bytes"], l["act_bytes"])

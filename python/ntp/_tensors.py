@@ -103,8 +103,13 @@ def as_input(x: Any, name: str, shape: tuple, what: str) -> Held:
             raise ValueError(f"{what}: a tensor of shape {tuple(x.shape)} for shape {tuple(shape)}")
         want = torch_dtype(name)
         if x.dtype != want:
-            if (name == "i32") != (not x.dtype.is_floating_point):
+            ints = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+            # ids: integers only (bool and complex are not ids), and within 32 bits before the
+            # cast, which would wrap 2**32 + 1 to 1; values: real floats only
+            if (x.dtype not in ints) if name == "i32" else (not x.dtype.is_floating_point or x.dtype.is_complex):
                 raise TypeError(f"{what}: {x.dtype} for a {name} tensor")
+            if name == "i32" and x.numel() and (int(x.min()) < -2**31 or int(x.max()) >= 2**31):
+                raise ValueError(f"{what}: ids beyond 32 bits")
             x = x.to(want)
         x = x.contiguous()
         dev = (N.kDLCUDA, x.device.index or 0) if x.device.type == "cuda" else (N.kDLCPU, 0)
