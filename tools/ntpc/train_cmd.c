@@ -660,22 +660,27 @@ done:
   return rc;
 }
 
+/* The options with their defaults into *o, in a new session *s (NULL when out of memory: 2). */
+static int parse_new(int argc, char **argv, ntpc_session **s, train_opts *o) {
+  *o = (train_opts){.steps = 10, .params_format = "ntp", .rank = -1};
+  ntp_adamw_defaults(&o->adamw);
+  if (!(*s = ntpc_session_new())) return 2;
+  return parse(argc, argv, *s, o);
+}
+
 int ntpc_train_parse_options(int argc, char **argv) {
-  train_opts o = {.steps = 10, .params_format = "ntp", .rank = -1};
-  ntp_adamw_defaults(&o.adamw);
-  ntpc_session *s = ntpc_session_new();
-  if (!s) return 2;
-  int rc = parse(argc, argv, s, &o);
+  train_opts o;
+  ntpc_session *s;
+  int rc = parse_new(argc, argv, &s, &o);
   ntpc_session_free(s);
   return rc;
 }
 
 int ntpc_train_command(int argc, char **argv) {
-  train_opts o = {.steps = 10, .params_format = "ntp", .rank = -1};
-  ntp_adamw_defaults(&o.adamw);
-  ntpc_session *s = ntpc_session_new();
-  if (!s) return 2;
-  int rc = parse(argc, argv, s, &o);
+  train_opts o;
+  ntpc_session *s;
+  int rc = parse_new(argc, argv, &s, &o);
+  if (!s) return rc;
   if (rc >= 0) {
     ntpc_session_free(s);
     return rc;
