@@ -42,6 +42,7 @@ int ntp_launcher_rank(int *rank, int *device) {
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +59,7 @@ static struct {
   FN(cudaStreamCreate);
   FN(cudaStreamDestroy);
   FN(cudaStreamSynchronize);
+  FN(cudaStreamQuery);
   FN(cudaGetErrorString);
   FN(cudaLibraryLoadData);
   FN(cudaLibraryUnload);
@@ -108,6 +110,7 @@ static struct {
   FN(ncclGroupEnd);
   FN(ncclGetErrorString);
   FN(ncclCommGetAsyncError); /* optional: NULL where the library lacks it */
+  FN(ncclCommInitRankConfig); /* optional (NCCL 2.14): non-blocking communicators need it */
 } cu;
 
 /* The last NCCL call that failed, by the NC macro (ntp_cuda_peer_lost reads it). */
@@ -135,6 +138,7 @@ static int load_nccl(char *err, size_t cap) {
 #undef GETN
   *(void **)&cu.ncclCommShrink = dlsym(cu.nccl, "ncclCommShrink"); /* optional */
   *(void **)&cu.ncclCommGetAsyncError = dlsym(cu.nccl, "ncclCommGetAsyncError");
+  *(void **)&cu.ncclCommInitRankConfig = dlsym(cu.nccl, "ncclCommInitRankConfig");
   return 0;
 }
 
@@ -160,7 +164,7 @@ static int load_libs(char *err, size_t cap) {
   }
   GET(rt, cudaGetDeviceCount) GET(rt, cudaSetDevice) GET(rt, cudaDeviceGetAttribute) GET(rt, cudaMalloc)
   GET(rt, cudaFree) GET(rt, cudaMemcpy) GET(rt, cudaMemsetAsync) GET(rt, cudaStreamCreate)
-  GET(rt, cudaStreamDestroy) GET(rt, cudaStreamSynchronize) GET(rt, cudaGetErrorString)
+  GET(rt, cudaStreamDestroy) GET(rt, cudaStreamSynchronize) GET(rt, cudaStreamQuery) GET(rt, cudaGetErrorString)
   GET(rt, cudaLibraryLoadData) GET(rt, cudaLibraryUnload) GET(rt, cudaLibraryGetKernel) GET(rt, cudaLaunchKernel)
   GET(rt, cudaEventCreate) GET(rt, cudaEventCreateWithFlags) GET(rt, cudaEventRecord) GET(rt, cudaStreamWaitEvent) GET(rt, cudaEventSynchronize) GET(rt, cudaEventElapsedTime)
   GET(rt, cudaEventDestroy) GET(rt, cudaPointerGetAttributes)
@@ -184,9 +188,12 @@ static int load_libs(char *err, size_t cap) {
       goto fail;                                                                                          \
     }                                                                                                     \
   } while (0)
+/* A non-blocking communicator's call may return ncclInProgress: NCCL then wants
+ * ncclCommGetAsyncError to say ncclSuccess before the next call (settle, below). */
 #define NC(call)                                                                                          \
   do {                                                                                                    \
     ncclResult_t n_ = (call);                                                                             \
+    if (n_ == ncclInProgress) n_ = settle(c, err, cap) == 0 ? ncclSuccess : nccl_last;                     \
     if (n_ != ncclSuccess) {                                                                              \
       nccl_last = n_;                                                                                     \
       snprintf(err, cap, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cu.ncclGetErrorString(n_));          \
@@ -364,12 +371,18 @@ struct ntp_cuda {
   ncclComm_t **group;     /* [rank][set], NULL where the rank is not a member */
   int *step_set;          /* per step: the set of its reduction */
   bool own_world;
+  bool nonblocking;       /* its communicators' calls may return ncclInProgress (ncclConfig_t.blocking = 0) */
+  bool wait_failed;       /* a wait saw a lost peer or timed out: its communicators are aborted, not destroyed */
+  ncclComm_t *settling;   /* a communicator being made outside c->world and c->group (the survivors' world):
+                           * while set, settle() polls it alone */
+  double nccl_timeout;    /* NTP_NCCL_TIMEOUT: seconds a wait may see no progress and no NCCL error */
   bool *dead;             /* per rank, after ntp_cuda_lose: failed with its GPU, never touched again */
   /* the step list captured as CUDA graphs, one per rank of this process (loopback: one) on its
    * compute stream, the comm stream forked into it and joined back, NCCL calls captured, and
    * replayed; captured again when the seed changes (the init kernels take it) or a value was set
    * (its init kernel is skipped); dropped by ntp_cuda_lose (they hold the old communicators) */
   bool graphs;
+  bool no_graphs;         /* never: NCCL joins several GPUs of this process (ntp_cuda_create) */
   cudaGraphExec_t *graph; /* per rank */
   uint64_t graph_seed;
   bool graph_stale;
@@ -380,6 +393,137 @@ struct ntp_cuda {
   int nprof;             /* events recorded in the last run */
   double host_s, host_graph_s, host_direct_s; /* the last run's host time to enqueue its work; by mode */
 };
+/* the ranks that own a compute stream here (loopback: the first) */
+static bool stream_owner(const ntp_cuda *c, int r) { return c->nccl || r == c->rank_lo; }
+static int settle(ntp_cuda *c, char *err, size_t cap);
+
+/* ---- waiting on NCCL: polled, never blocking ---------------------------------------------------
+ * NCCL's guide ("Asynchronous errors", "Fault tolerance"): an operation whose peer died "will
+ * usually not progress and never complete", so cudaStreamSynchronize on it never returns; the
+ * error shows only through ncclCommGetAsyncError, per communicator. Every wait here polls
+ * cudaStreamQuery together with the async error of every communicator of this process, and gives
+ * up after NTP_NCCL_TIMEOUT seconds (default 600) with no progress and no error (a peer stopped,
+ * or too slow). After a failed wait the communicators are aborted, never destroyed. */
+
+static double host_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* the set of ranks of communicator k of rank r ("the world" for k < 0), for messages */
+static void comm_name(const ntp_cuda *c, int r, int k, char *out, size_t cap) {
+  if (k < 0) {
+    snprintf(out, cap, "rank %d's world communicator", r);
+    return;
+  }
+  size_t n = (size_t)snprintf(out, cap, "rank %d's communicator of ranks {", r);
+  for (int i = 0; i < c->set_len[k] && n < cap; i++) n += (size_t)snprintf(out + n, cap - n, "%s%d", i ? "," : "", c->sets[k][i]);
+  if (n < cap) snprintf(out + n, cap - n, "}");
+}
+
+/* One look at every communicator of this process: 1 while some call is still in progress, 0
+ * when all are settled and well, -1 (err, nccl_last) when one reports an error. */
+static int comms_state(ntp_cuda *c, char *err, size_t cap) {
+  if (!c->nccl || !cu.ncclCommGetAsyncError) return 0;
+  int busy = 0;
+  if (c->settling) { /* a failover's new world: the old communicators are being aborted */
+    ncclResult_t a = ncclSuccess;
+    if (*c->settling && cu.ncclCommGetAsyncError(*c->settling, &a) != ncclSuccess) a = ncclInternalError;
+    if (a == ncclInProgress || a == ncclSuccess) return a == ncclInProgress;
+    nccl_last = a;
+    snprintf(err, cap, "NCCL reports %s on rank %d's new world communicator (ncclCommGetAsyncError)",
+             cu.ncclGetErrorString(a), c->rank_lo);
+    return -1;
+  }
+  for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    if (c->dead && c->dead[r]) continue;
+    for (int k = -1; k < c->nsets; k++) {
+      ncclComm_t m = k < 0 ? (c->world ? c->world[r] : NULL) : c->group && c->group[r] ? c->group[r][k] : NULL;
+      if (!m) continue;
+      ncclResult_t a = ncclSuccess;
+      if (cu.ncclCommGetAsyncError(m, &a) != ncclSuccess) a = ncclInternalError;
+      if (a == ncclInProgress) busy = 1;
+      else if (a != ncclSuccess) {
+        char name[256];
+        comm_name(c, r, k, name, sizeof name);
+        nccl_last = a;
+        c->wait_failed = true;
+        snprintf(err, cap, "NCCL reports %s on %s (ncclCommGetAsyncError)", cu.ncclGetErrorString(a), name);
+        return -1;
+      }
+    }
+  }
+  return busy;
+}
+
+/* a moment's pause in a polled wait: a yield at first, then sleeps growing to 1 ms */
+static void poll_pause(int spins) {
+  if (spins < 64) {
+    sched_yield();
+    return;
+  }
+  long ns = spins < 128 ? 50000L : spins < 256 ? 200000L : 1000000L;
+  nanosleep(&(struct timespec){0, ns}, NULL);
+}
+
+/* Until no communicator's call is in progress (a non-blocking one returned ncclInProgress). */
+static int settle(ntp_cuda *c, char *err, size_t cap) {
+  if (!c) {
+    nccl_last = ncclInternalError;
+    snprintf(err, cap, "internal: ncclInProgress from a call outside a communicator");
+    return -1;
+  }
+  double t0 = host_now();
+  for (int spins = 0;; spins++) {
+    int st = comms_state(c, err, cap);
+    if (st <= 0) return st;
+    if (host_now() - t0 > c->nccl_timeout) {
+      nccl_last = ncclInProgress;
+      c->wait_failed = true;
+      snprintf(err, cap, "a non-blocking NCCL call of rank %d was still in progress after %g s (NTP_NCCL_TIMEOUT): a "
+               "peer never joined", c->rank_lo, c->nccl_timeout);
+      return -1;
+    }
+    poll_pause(spins);
+  }
+}
+
+/* Until the streams of ranks [lo, hi) of this process have done their work. */
+static int wait_ranks(ntp_cuda *c, int lo, int hi, char *err, size_t cap) {
+  if (!c->nccl) { /* loopback: no peer to lose */
+    for (int r = lo; r < hi; r++) {
+      if (!stream_owner(c, r)) continue;
+      CU(cu.cudaSetDevice(c->dev[r]));
+      CU(cu.cudaStreamSynchronize(c->stream[r]));
+    }
+    return 0;
+  }
+  double t0 = host_now();
+  for (int spins = 0;; spins++) {
+    bool busy = false;
+    for (int r = lo; r < hi; r++) {
+      if ((c->dead && c->dead[r]) || !c->stream[r]) continue;
+      CU(cu.cudaSetDevice(c->dev[r]));
+      cudaError_t e = cu.cudaStreamQuery(c->stream[r]);
+      if (e == cudaErrorNotReady) busy = true;
+      else CU(e);
+    }
+    if (!busy) return 0;
+    if (comms_state(c, err, cap) < 0) return -1;
+    if (host_now() - t0 > c->nccl_timeout) {
+      c->wait_failed = true;
+      snprintf(err, cap, "rank %d's work made no progress for %g s (NTP_NCCL_TIMEOUT) and NCCL reported no error: a "
+               "peer is stopped or too slow", lo, c->nccl_timeout);
+      return -1;
+    }
+    poll_pause(spins);
+  }
+fail:
+  return -1;
+}
+static int wait_streams(ntp_cuda *c, char *err, size_t cap) { return wait_ranks(c, c->rank_lo, c->rank_hi, err, cap); }
+
 
 static bool local_rank(const ntp_cuda *c, int r) { return r >= c->rank_lo && r < c->rank_hi; }
 static void abandon(void *handle); /* a failed GPU's handle, never to be touched */
@@ -1014,6 +1158,7 @@ static int compile_ranks(ntp_cuda *c, int arch, void **cubin, int *first, char *
 /* A unique id through a file: the first rank creates it and writes it to `path` (a temporary file
  * renamed into place); the others wait for it, up to two minutes. */
 static int share_id(const char *path, bool first, ncclUniqueId *id, char *err, size_t cap) {
+  ntp_cuda *c = NULL; /* no communicator for NC to settle: ncclGetUniqueId is not a communicator's call */
   if (first) {
     NC(cu.ncclGetUniqueId(id));
     char tmp[4200];
@@ -1064,7 +1209,13 @@ static int nccl_world(ntp_cuda *c, const ntp_cuda_options *o, char *err, size_t 
   int r = c->rank_lo;
   if (share_id(path, r == 0, &id, err, cap) != 0) return -1;
   CU(cu.cudaSetDevice(c->dev[r]));
-  NC(cu.ncclCommInitRank(&c->world[r], W, id, r));
+  if (c->nonblocking) { /* its calls return at once; settle() polls them to their end */
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    NC(cu.ncclCommInitRankConfig(&c->world[r], W, id, r, &config));
+  } else {
+    NC(cu.ncclCommInitRank(&c->world[r], W, id, r));
+  }
   return 0;
 fail:
   return -1;
@@ -1102,7 +1253,9 @@ static int nccl_groups(ntp_cuda *c, char *err, size_t cap) {
       bool member = false;
       for (int i = 0; i < c->set_len[k]; i++) member |= c->sets[k][i] == r;
       CU(cu.cudaSetDevice(c->dev[r]));
-      NC(cu.ncclCommSplit(c->world[r], member ? k : NCCL_SPLIT_NOCOLOR, r, &c->group[r][k], NULL));
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = c->nonblocking ? 0 : 1;
+      NC(cu.ncclCommSplit(c->world[r], member ? k : NCCL_SPLIT_NOCOLOR, r, &c->group[r][k], &config));
     }
     NC(cu.ncclGroupEnd());
   }
@@ -1247,7 +1400,23 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   c->overlap = !(overlap && !strcmp(overlap, "0"));
   c->rank_lo = c->nccl ? o->rank_lo : 0;
   c->rank_hi = c->nccl && o->rank_hi > o->rank_lo ? o->rank_hi : W;
+  const char *timeout = getenv("NTP_NCCL_TIMEOUT");
+  c->nccl_timeout = timeout && atof(timeout) > 0 ? atof(timeout) : 600.0;
+  if (c->nccl && c->rank_hi - c->rank_lo > 1) { /* several GPUs of one process joined by NCCL */
+    /* NCCL's guide ("Using NCCL with CUDA graphs"): graphs of several GPUs launched from one thread
+     * may deadlock (a launch may block until the other GPUs' graphs run); steps one by one */
+    if (graphs && !strcmp(graphs, "1")) {
+      snprintf(err, cap, "NTP_CUDA_GRAPHS=1: CUDA graphs holding the NCCL calls of several GPUs, launched from one "
+               "thread, may deadlock (NCCL's guide); run one rank per process (--rank env) for graphs");
+      goto fail;
+    }
+    c->graphs = false;
+    c->no_graphs = true;
+  }
   if (c->nccl && load_nccl(err, cap) != 0) goto fail;
+  /* non-blocking communicators where NCCL can tell their state (NTP_NCCL_BLOCKING=1: blocking ones) */
+  const char *blocking = getenv("NTP_NCCL_BLOCKING");
+  c->nonblocking = c->nccl && cu.ncclCommGetAsyncError && cu.ncclCommInitRankConfig && !(blocking && !strcmp(blocking, "1"));
 #define ALLOC(field) c->field = calloc((size_t)W + 1, sizeof *c->field)
   ALLOC(dev); ALLOC(stream); ALLOC(comm); ALLOC(fork); ALLOC(join); ALLOC(graph); ALLOC(lt); ALLOC(workspace); ALLOC(workspace_size);
   ALLOC(arena); ALLOC(persist); ALLOC(staging);
@@ -1594,9 +1763,6 @@ static int enqueue_steps(ntp_cuda *c, uint64_t seed, char *err, size_t cap) {
   return fork_comm(c, true, err, cap);
 }
 
-/* the ranks that own a compute stream here (loopback: the first) */
-static bool stream_owner(const ntp_cuda *c, int r) { return c->nccl || r == c->rank_lo; }
-
 static void drop_graphs(ntp_cuda *c) {
   for (int r = c->rank_lo; c->graph && r < c->rank_hi; r++) {
     if (c->graph[r] && !(c->dead && c->dead[r])) cu.cudaGraphExecDestroy(c->graph[r]);
@@ -1642,11 +1808,6 @@ fail:
   return 0;
 }
 
-static double host_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t cap) {
   nccl_last = ncclSuccess;
@@ -1668,11 +1829,7 @@ int ntp_cuda_run(ntp_cuda *c, uint64_t seed, double *seconds, char *err, size_t 
   *(graphs ? &c->host_graph_s : &c->host_direct_s) = c->host_s;
   CU(cu.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu.cudaEventRecord(c->ev1, c->stream[c->rank_lo]));
-  for (int r = c->rank_lo; r < c->rank_hi; r++) {
-    if (!stream_owner(c, r)) continue;
-    CU(cu.cudaSetDevice(c->dev[r]));
-    CU(cu.cudaStreamSynchronize(c->stream[r]));
-  }
+  if (wait_streams(c, err, cap) != 0) goto fail; /* polled: a lost peer's operation never completes */
   float ms = 0;
   CU(cu.cudaEventElapsedTime(&ms, c->ev0, c->ev1));
   if (seconds) *seconds = ms / 1e3;
@@ -1683,6 +1840,7 @@ fail:
 
 int ntp_cuda_use_graphs(ntp_cuda *c, bool on) {
   if (!on) drop_graphs(c);
+  if (on && c->no_graphs) return -1; /* several GPUs of this process joined by NCCL: step by step */
   c->graphs = on;
   return 0;
 }
@@ -1771,7 +1929,7 @@ int ntp_cuda_set_device(ntp_cuda *c, int32_t v, const void *data, int dev, char 
       if (copy_box(c, &s->init_box, &all, (unsigned char *)data, &s->init_box, dev_ptr(c, (int32_t)t), s->dtype,
                    c->stream[s->rank], err, cap))
         goto fail;
-      CU(cu.cudaStreamSynchronize(c->stream[s->rank]));
+      if (wait_ranks(c, s->rank, s->rank + 1, err, cap) != 0) goto fail;
     } else {
       free(buf);
       if (!(buf = malloc(n + 1))) goto fail;
@@ -1810,7 +1968,7 @@ int ntp_cuda_output_device(ntp_cuda *c, size_t o, void *data, int dev, char *err
     CU(cu.cudaSetDevice(c->dev[s->rank]));
     if (c->dev[s->rank] == dev) {
       if (copy_box(c, &s->box, &s->box, dev_ptr(c, t), &all, data, s->dtype, c->stream[s->rank], err, cap)) goto fail;
-      CU(cu.cudaStreamSynchronize(c->stream[s->rank]));
+      if (wait_ranks(c, s->rank, s->rank + 1, err, cap) != 0) goto fail;
       continue;
     }
     free(buf);
@@ -1942,7 +2100,7 @@ fail:
 
 int ntp_cuda_get(ntp_cuda *c, int rank, void *host, const void *dev, size_t bytes, char *err, size_t cap) {
   CU(cu.cudaSetDevice(c->dev[rank]));
-  CU(cu.cudaStreamSynchronize(c->stream[rank]));
+  if (wait_ranks(c, rank, rank + 1, err, cap) != 0) goto fail;
   CU(cu.cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
   return 0;
 fail:
@@ -2045,7 +2203,7 @@ int ntp_cuda_merge(ntp_cuda *c, void *host, size_t bytes, char *err, size_t cap)
   CU(cu.cudaMalloc(&d, bytes));
   CU(cu.cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
   NC(cu.ncclAllReduce(d, d, bytes / 4, ncclInt32, ncclSum, c->world[r], c->stream[r]));
-  CU(cu.cudaStreamSynchronize(c->stream[r]));
+  if (wait_ranks(c, r, r + 1, err, cap) != 0) goto fail;
   CU(cu.cudaMemcpy(host, d, bytes, cudaMemcpyDeviceToHost));
   cu.cudaFree(d);
   return 0;
@@ -2080,7 +2238,7 @@ int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, flo
     rat += n_recv[q];
   }
   NC(cu.ncclGroupEnd());
-  CU(cu.cudaStreamSynchronize(c->stream[me]));
+  if (wait_ranks(c, me, me + 1, err, cap) != 0) goto fail;
   for (int q = 0; q < W; q++)
     if (q != me && n_recv[q]) {
       CU(cu.cudaMemcpy(recv[q], d + at, n_recv[q] * sizeof(float), cudaMemcpyDeviceToHost));
@@ -2095,13 +2253,8 @@ fail:
 
 bool ntp_cuda_peer_lost(ntp_cuda *c) {
   if (nccl_last == ncclRemoteError || nccl_last == ncclSystemError) return true;
-  for (int r = c->rank_lo; c->nccl && cu.ncclCommGetAsyncError && r < c->rank_hi; r++) {
-    ncclResult_t a = ncclSuccess;
-    if (c->world[r] && cu.ncclCommGetAsyncError(c->world[r], &a) == ncclSuccess &&
-        (a == ncclRemoteError || a == ncclSystemError))
-      return true;
-  }
-  return false;
+  char why[512]; /* every communicator of this process: the stalled operation may be on any of them */
+  return comms_state(c, why, sizeof why) < 0 && (nccl_last == ncclRemoteError || nccl_last == ncclSystemError);
 }
 
 /* ---- after a failure: the survivors' communicators (ntp_cuda_lose) ---------------------------- */
@@ -2155,18 +2308,22 @@ static int lose_one(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *
   for (int r = 0; r < W; r++)
     if (!dead[r]) s->local += r < me, s->n++;
   for (int i = 0; i < s->n; i++) s->devices[i] = c->dev[me]; /* only this process's is known here */
-  for (int k = 0; k < c->nsets; k++) /* every group: a peer may wait in any of them */
+  CU(cu.cudaSetDevice(c->dev[me]));
+  NC(cu.ncclGroupStart()); /* every group, freed together: a peer may wait in any of them */
+  for (int k = 0; k < c->nsets; k++)
     if (c->group[me][k]) {
-      CU(cu.cudaSetDevice(c->dev[me]));
       NC(cu.ncclCommAbort(c->group[me][k]));
       c->group[me][k] = NULL;
       s->aborted++;
     }
+  NC(cu.ncclGroupEnd());
   s->how = s->shrunk ? "ncclCommShrink across the processes"
            : cu.ncclCommShrink ? "ncclCommInitRank from a new unique id: NTP_NCCL_NO_SHRINK=1"
                                : "ncclCommInitRank from a new unique id: libnccl has no ncclCommShrink";
   CU(cu.cudaSetDevice(c->dev[me]));
+  c->settling = (ncclComm_t *)&s->world[s->local]; /* non-blocking as its parent: settled alone */
   if (s->shrunk) NC(cu.ncclCommShrink(c->world[me], excl, nexcl, (ncclComm_t *)&s->world[s->local], NULL, NCCL_SHRINK_ABORT));
+  c->settling = NULL;
   NC(cu.ncclCommAbort(c->world[me]));
   c->world[me] = NULL;
   s->aborted++;
@@ -2185,6 +2342,7 @@ static int lose_one(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *
   free(excl);
   return 0;
 fail:
+  c->settling = NULL;
   free(excl);
   ntp_cuda_survivors_free(s);
   return -1;
@@ -2219,6 +2377,7 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
   }
   /* the groups with a dead member: aborted on their survivors (the dead ranks' own handles are
    * the failed GPU's: left alone) */
+  NC(cu.ncclGroupStart()); /* one thread frees several GPUs' communicators: in one group (NCCL's guide) */
   for (int k = 0; k < c->nsets; k++) {
     bool hit = false;
     for (int i = 0; i < c->set_len[k]; i++) hit |= dead[c->sets[k][i]];
@@ -2232,6 +2391,7 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
       c->group[r][k] = NULL;
     }
   }
+  NC(cu.ncclGroupEnd());
   /* the world over the survivors: shrunk from the old one (its operations terminated first:
    * NCCL_SHRINK_ABORT), which is then aborted; or aborted and created again */
   s->how = s->shrunk ? "ncclCommShrink" : cu.ncclCommShrink ? "ncclCommInitAll: NTP_NCCL_NO_SHRINK=1"
@@ -2245,6 +2405,7 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
     }
     NC(cu.ncclGroupEnd());
   }
+  NC(cu.ncclGroupStart());
   for (int r = 0; r < W; r++) {
     if (!dead[r] && c->world[r]) {
       CU(cu.cudaSetDevice(c->dev[r]));
@@ -2253,6 +2414,7 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
     }
     c->world[r] = NULL;
   }
+  NC(cu.ncclGroupEnd());
   if (!s->shrunk) NC(cu.ncclCommInitAll((ncclComm_t *)s->world, s->n, s->devices));
   free(excl);
   return 0;
@@ -2263,8 +2425,10 @@ fail:
 }
 
 void ntp_cuda_survivors_free(ntp_cuda_survivors *s) {
+  if (s->world && cu.nccl) cu.ncclGroupStart(); /* several GPUs' communicators from one thread: one group */
   for (int i = 0; s->world && i < s->n; i++)
     if (s->world[i]) cu.ncclCommDestroy((ncclComm_t)s->world[i]);
+  if (s->world && cu.nccl) cu.ncclGroupEnd();
   free(s->devices);
   free(s->world);
   memset(s, 0, sizeof *s);
@@ -2289,9 +2453,37 @@ static void abandon(void *handle) {
   pthread_mutex_unlock(&abandoned_lock);
 }
 
+/* Every communicator of this process's live ranks, freed in one NCCL group (one thread may hold
+ * several GPUs' ranks: NCCL's guide frees them together): destroyed, or, after a wait that saw a
+ * lost peer or timed out, aborted (a destroy would wait for the peer for ever). */
+static void free_comms(ntp_cuda *c) {
+  if (!c->nccl || !c->world || !cu.nccl) return;
+  cu.ncclGroupStart();
+  for (int r = c->rank_lo; r < c->rank_hi; r++) {
+    if (c->dead && c->dead[r]) continue; /* a failed GPU's: abandoned with it (ntp_cuda_free) */
+    cu.cudaSetDevice(c->dev[r]);
+    for (int k = 0; c->group && c->group[r] && k < c->nsets; k++)
+      if (c->group[r][k]) {
+        (c->wait_failed ? cu.ncclCommAbort : cu.ncclCommDestroy)(c->group[r][k]);
+        c->group[r][k] = NULL;
+      }
+    if (c->world[r] && c->own_world) (c->wait_failed ? cu.ncclCommAbort : cu.ncclCommDestroy)(c->world[r]);
+    c->world[r] = NULL;
+  }
+  cu.ncclGroupEnd();
+}
+
 void ntp_cuda_free(ntp_cuda *c) {
   if (!c) return;
+  /* what is still queued (the last AdamW, with nothing read back after it) finishes before
+   * anything it uses is freed: polled, as every wait on NCCL is */
+  char why[512];
+  if (c->stream && !c->wait_failed && wait_streams(c, why, sizeof why) != 0) c->wait_failed = true;
   drop_graphs(c); /* before the modules its kernels live in */
+  free_comms(c);
+  /* after an abort, what was queued behind the aborted operations runs: it ends before its memory,
+   * descriptors and modules go (if it never does, they are left, as a failed GPU's are) */
+  if (c->wait_failed && c->stream && wait_streams(c, why, sizeof why) != 0) return;
   for (size_t e = 0; c->done && e < c->p->n_steps * (size_t)c->p->world; e++) {
     if (!c->done[e]) continue;
     int r = (int)(e % (size_t)c->p->world);
@@ -2322,12 +2514,7 @@ void ntp_cuda_free(ntp_cuda *c) {
       continue;
     }
     if (c->dev) cu.cudaSetDevice(c->dev[r]);
-    if (c->group && c->group[r]) {
-      for (int k = 0; k < c->nsets; k++)
-        if (c->group[r][k]) cu.ncclCommDestroy(c->group[r][k]);
-      free(c->group[r]);
-    }
-    if (c->world && c->world[r] && c->own_world) cu.ncclCommDestroy(c->world[r]);
+    if (c->group) free(c->group[r]); /* its communicators: free_comms */
     if (c->arena && c->arena[r]) cu.cudaFree(c->arena[r]);
     if (c->persist && c->persist[r]) cu.cudaFree(c->persist[r]);
     if (c->staging && c->staging[r]) cu.cudaFree(c->staging[r]);

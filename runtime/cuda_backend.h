@@ -47,7 +47,9 @@ typedef struct ntp_cuda_host {
 } ntp_cuda_host;
 void ntp_cuda_host_time(const ntp_cuda *c, ntp_cuda_host *h);
 /* Graphs on (the default; NTP_CUDA_GRAPHS=0 starts with them off) or off: launched step by step.
- * 0, or -1 where the backend is a stub. */
+ * 0, or -1 where the backend is a stub or graphs cannot be had: NCCL joins several GPUs of this
+ * process (NCCL's guide: their graphs launched from one thread may deadlock; one rank per process
+ * keeps them). */
 int ntp_cuda_use_graphs(ntp_cuda *c, bool on);
 int ntp_cuda_output_host(ntp_cuda *c, size_t output, ntp_host_tensor *h, char *err, size_t cap);
 int ntp_cuda_output_device(ntp_cuda *c, size_t output, void *data, int dev, char *err, size_t cap);

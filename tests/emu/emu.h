@@ -102,9 +102,14 @@ typedef struct emu_comm_ops {
   bool (*uses)(void *ctx, const void *comm);
   void (*copied)(void *ctx); /* optional: after ctx was copied */
   void (*release)(void *ctx); /* optional: before ctx is freed */
+  /* it can never complete (a peer died or aborted): why, for a blocking wait that would hang */
+  bool (*stuck)(void *ctx, char *why, size_t cap);
+  /* a communicator of it has several ranks in this process (no CUDA graph may hold it) */
+  bool (*shared)(void *ctx);
 } emu_comm_ops;
 int emu_enqueue_comm(const void *stream, const emu_comm_ops *ops, void *ctx);
 int emu_sync_all(void);                        /* runs all stream work; 0, or -1 after emu_fail() */
+int emu_run_ready(void);                       /* runs what can run without waiting; the same */
 void emu_streams_cancel_comm(const void *comm); /* its queued operations end unrun (an abort) */
 void emu_streams_drop_device(int d);            /* a failed GPU's queued work never runs */
 void emu_capture_epoch_bump(void);              /* a capture began or ended */

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +54,8 @@ void emu_gpus_fail(void) {
   static bool done;
   if (done) return;
   done = true;
-  emu_sync_all(); /* what was enqueued before the failure ran before it */
   const char *v = getenv("NTP_EMU_FAIL_GPUS");
+  if (v) emu_run_ready(); /* what was enqueued before the failure and could run, ran before it */
   for (char *end; v && *v; v = *end ? end + 1 : end) {
     long d = strtol(v, &end, 10);
     if (end == v) break;
@@ -75,6 +76,10 @@ void emu_fatal(const char *fmt, ...) {
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
   fprintf(stderr, "ntp-emu: error: %s (the process stops)\n", message);
+  if (getenv("NTP_EMU_BACKTRACE")) { /* where the program made the call (a debugging aid) */
+    void *frames[32];
+    backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+  }
   fflush(NULL);
   _exit(134);
 }

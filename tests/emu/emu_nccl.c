@@ -16,26 +16,29 @@
  *
  * After a failure (NCCL's fault-tolerance calls, as nccl.h and the user guide describe them):
  * - ncclCommAbort frees a communicator without waiting for its peers, and marks its clique
- *   aborted: a peer's later operation on it fails (ncclRemoteError) instead of hanging.
+ *   aborted: a peer's operation on it never completes (below).
  * - ncclCommShrink(comm, exclude, n, &newcomm, config, flags) is called by every rank that is not
  *   excluded (an excluded rank does not call it; several ranks of one thread in a group, as for
  *   ncclCommSplit) and gives them a communicator without the excluded ranks, renumbered in their
  *   order; config NULL inherits the parent's. NCCL_SHRINK_DEFAULT is for a healthy parent: here
  *   one whose clique nobody aborted and with no member on a failed GPU. NCCL_SHRINK_ABORT first
  *   terminates the parent's operations: the parent is then only to be freed (abort or destroy).
- * - ncclCommDestroy waits for its peers: destroying a communicator with a member on a failed GPU
- *   (NTP_EMU_FAIL_GPUS, emu.h) would hang, and stops the process here (emu_fatal).
+ * - ncclCommDestroy waits for its operations and its peers: destroying a communicator with a
+ *   member on a failed GPU (NTP_EMU_FAIL_GPUS, emu.h), or one of several ranks of this process
+ *   outside a group (the guide: one thread frees them in one group), would hang, and stops the
+ *   process here (emu_fatal). Destroys and aborts in a group run at its ncclGroupEnd.
  * The first ncclCommAbort or ncclCommShrink is when the GPUs of NTP_EMU_FAIL_GPUS fail.
  *
- * A peer process that dies (killed, or exited without its calls): every communicator's member
- * records its process id in the fabric when it is created, and an operation waiting for a member
- * whose process is gone (no /proc entry, or a zombie) fails with ncclRemoteError, as NCCL reports
- * a peer lost after its timeout; ncclCommGetAsyncError then says ncclRemoteError too. The dead
- * process's posted operations are taken off the board. The fabric's lock is a robust mutex, so a
- * process killed while holding it does not stop the others. NCCL_SHRINK_ABORT terminates the
- * parent's operations in every process (a peer waiting on it gets ncclRemoteError and can join
- * the shrink), and the shrink matches its participants whatever calls each made on the parent
- * before (a rank that failed out of an operation its peers never reached). */
+ * Faults as NCCL delivers them ("Asynchronous errors", "Fault tolerance"): an operation whose
+ * peer process died (every member records its process id in the fabric; gone: no /proc entry, or
+ * a zombie) or whose peer aborted the communicator never completes, and no call fails. Only
+ * ncclCommGetAsyncError of its communicator says ncclRemoteError (sticky); cudaStreamQuery says
+ * not ready; a blocking wait on it stops the process (emu_streams.c: on a GPU it never returns);
+ * ncclCommAbort ends it. Non-blocking communicators (ncclConfig_t.blocking = 0) return
+ * ncclInProgress from their creation and their first collective or point-to-point call, and are
+ * not to be used again until ncclCommGetAsyncError said ncclSuccess. NTP_EMU_NCCL_KILL=K and
+ * NTP_EMU_NCCL_STOP=K lose the process inside its K-th operation on a split communicator. The
+ * fabric's lock is a robust mutex, so a process killed while holding it does not stop the others. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -51,61 +54,7 @@
 #include <unistd.h>
 
 #include "emu.h"
-
-enum { MAX_OPS = 4096, MAX_RANKS = 64, HEAP_BYTES = 1 << 30 };
-enum { FREE, POSTED, DONE };
-enum { OP_INIT, OP_ALLREDUCE, OP_SEND, OP_RECV, OP_SPLIT, OP_SHRINK };
-static const char *const OP_NAME[] = {"ncclCommInitRank", "ncclAllReduce", "ncclSend", "ncclRecv", "ncclCommSplit",
-                                      "ncclCommShrink"};
-enum { MAX_ABORTED = 256, MAX_MEMBERS = 2048 };
-
-typedef struct board_op {
-  int state, kind;
-  uint64_t comm, seq;
-  int rank, nranks, peer;
-  size_t count;
-  int dtype, redop;
-  uint64_t data, result; /* heap offsets */
-  int color, key;
-  uint64_t exclude;       /* shrink: the excluded ranks, a bit each */
-  int new_rank, new_size; /* split and shrink results */
-  uint64_t new_comm;
-  int pid; /* the posting process */
-} board_op;
-
-typedef struct member { /* rank `rank` of communicator `uid` lives in process `pid` */
-  uint64_t uid;
-  int rank, pid;
-} member;
-
-typedef struct fabric {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int refs;
-  uint64_t heap_used;
-  board_op ops[MAX_OPS];
-  uint64_t aborted[MAX_ABORTED]; /* communicators (uids) a member aborted */
-  int naborted;
-  member members[MAX_MEMBERS];
-  int nmembers;
-  char path[256];
-} fabric;
-
-struct ncclComm {
-  int magic;
-  fabric *fab;
-  uint64_t uid;
-  int rank, nranks, device;
-  bool all_local; /* every rank in this process: a wait that cannot complete is a hang */
-  bool shrunk_abort; /* the parent of an NCCL_SHRINK_ABORT shrink: only to be freed now */
-  uint64_t coll_seq;
-  uint64_t send_seq[MAX_RANKS], recv_seq[MAX_RANKS];
-  struct ncclComm *next; /* the communicators alive in this process */
-};
-enum { COMM_MAGIC = 0x4e43434c };
-
-static unsigned char *heap(fabric *f) { return (unsigned char *)f + ((sizeof *f + 4095) & ~(size_t)4095); }
-static size_t fabric_bytes(void) { return ((sizeof(fabric) + 4095) & ~(size_t)4095) + HEAP_BYTES; }
+#include "emu_nccl.h"
 
 const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) {
@@ -126,274 +75,15 @@ ncclResult_t ncclGetVersion(int *v) {
   return ncclSuccess;
 }
 
-static void fabric_init(fabric *f) {
-  pthread_mutexattr_t ma;
-  pthread_condattr_t ca;
-  pthread_mutexattr_init(&ma);
-  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-  pthread_condattr_init(&ca);
-  pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_mutex_init(&f->mu, &ma);
-  pthread_cond_init(&f->cv, &ca);
-}
-
-static fabric *fabric_map(const char *path, bool create) {
-  int fd = open(path, O_RDWR | (create ? O_CREAT | O_EXCL : 0), 0600);
-  if (fd < 0) return NULL;
-  if (create && ftruncate(fd, (off_t)fabric_bytes()) != 0) {
-    close(fd);
-    return NULL;
-  }
-  void *m = mmap(NULL, fabric_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-  close(fd);
-  if (m == MAP_FAILED) return NULL;
-  fabric *f = m;
-  if (create) {
-    fabric_init(f);
-    snprintf(f->path, sizeof f->path, "%s", path);
-  }
-  return f;
-}
-
-/* The fabric's lock: robust, so a process that died holding it leaves it usable. */
-static void fab_lock(fabric *f) {
-  if (pthread_mutex_lock(&f->mu) == EOWNERDEAD) pthread_mutex_consistent(&f->mu);
-}
-static void fab_wait(fabric *f, const struct timespec *until) {
-  if (pthread_cond_timedwait(&f->cv, &f->mu, until) == EOWNERDEAD) pthread_mutex_consistent(&f->mu);
-}
-
-/* ---- processes: who holds each rank, and whether it is still alive ----------------------------- */
-
-/* gone: no such process, or a zombie (killed, not yet reaped by its parent) */
-static bool pid_dead(int pid) {
-  if (pid <= 0 || pid == getpid()) return false;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE *fp = fopen(path, "r");
-  if (!fp) return kill(pid, 0) != 0 && errno == ESRCH;
-  size_t n = fread(buf, 1, sizeof buf - 1, fp);
-  fclose(fp);
-  buf[n] = 0;
-  const char *rp = strrchr(buf, ')');
-  return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
-}
-/* records that this process holds rank `rank` of `uid` (the lock is held) */
-static void member_add(fabric *f, uint64_t uid, int rank) {
-  if (f->nmembers < MAX_MEMBERS) f->members[f->nmembers++] = (member){uid, rank, getpid()};
-}
-static int member_pid(fabric *f, uint64_t uid, int rank) {
-  for (int i = f->nmembers - 1; i >= 0; i--)
-    if (f->members[i].uid == uid && f->members[i].rank == rank) return f->members[i].pid;
-  return 0;
-}
-/* A rank of comm c (every rank; a send's or receive's peer only; a shrink's ranks not excluded)
- * whose process has died: its rank, its pid in *pid; else -1. The lock is held. */
-static int dead_peer(fabric *f, uint64_t uid, int nranks, int kind, int peer, uint64_t exclude, int *pid) {
-  for (int r = 0; r < nranks; r++) {
-    if ((kind == OP_SEND || kind == OP_RECV) && r != peer) continue;
-    if (kind == OP_SHRINK && (exclude >> r & 1)) continue;
-    int p = member_pid(f, uid, r);
-    if (p && pid_dead(p)) {
-      *pid = p;
-      return r;
-    }
-  }
-  return -1;
-}
-/* what dead processes posted can never complete: off the board (the lock is held) */
-static void drop_dead_ops(fabric *f) {
-  for (int s = 0; s < MAX_OPS; s++)
-    if (f->ops[s].state != FREE && f->ops[s].pid != getpid() && pid_dead(f->ops[s].pid)) f->ops[s].state = FREE;
-}
-
-/* ---- the communicators alive in this process (a destroy looks for members on failed GPUs) ---- */
-
-static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct ncclComm *live;
-static void live_add(ncclComm_t c) {
-  pthread_mutex_lock(&live_mu);
-  c->next = live;
-  live = c;
-  pthread_mutex_unlock(&live_mu);
-}
-static void live_remove(ncclComm_t c) {
-  pthread_mutex_lock(&live_mu);
-  for (ncclComm_t *p = &live; *p; p = &(*p)->next)
-    if (*p == c) {
-      *p = c->next;
-      break;
-    }
-  pthread_mutex_unlock(&live_mu);
-}
-/* a member of c's clique in this process on a failed GPU: its rank, or -1 */
-static int member_on_failed_gpu(ncclComm_t c, int *device) {
-  int r = -1;
-  pthread_mutex_lock(&live_mu);
-  for (ncclComm_t x = live; x && r < 0; x = x->next)
-    if (x->fab == c->fab && x->uid == c->uid && x != c && emu_device_failed(x->device)) r = x->rank, *device = x->device;
-  pthread_mutex_unlock(&live_mu);
-  return r;
-}
-static bool clique_aborted(fabric *f, uint64_t uid) {
-  for (int i = 0; i < f->naborted && i < MAX_ABORTED; i++)
-    if (f->aborted[i] == uid) return true;
-  return false;
-}
-
-/* ---- the board ------------------------------------------------------------------------------ */
-
-static uint64_t heap_alloc(fabric *f, size_t n) {
-  uint64_t at = f->heap_used;
-  f->heap_used += (n + 255) / 256 * 256;
-  return f->heap_used > HEAP_BYTES ? UINT64_MAX : at;
-}
-
-static size_t esize(int dt) { return dt == ncclFloat32 || dt == ncclInt32 || dt == ncclUint32 ? 4 : 2; }
-static emu_format format(int dt) { return dt == ncclFloat32 ? EMU_F32 : dt == ncclBfloat16 ? EMU_BF16 : EMU_F16; }
-static float ld(const unsigned char *p, int dt, size_t i) { return emu_load(p, format(dt), i); }
-static void st(unsigned char *p, int dt, size_t i, float v) { emu_store(p, format(dt), i, v); }
-
-static uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  return z ^ (z >> 31);
-}
-
-/* Completes what can be completed (the lock is held). Returns -1 on a mismatch. */
-static int complete(fabric *f) {
-  board_op *ops = f->ops;
-  for (int i = 0; i < MAX_OPS; i++) {
-    board_op *x = &ops[i];
-    if (x->state != POSTED) continue;
-    if (x->kind == OP_SEND || x->kind == OP_RECV) {
-      if (x->kind != OP_SEND) continue;
-      for (int j = 0; j < MAX_OPS; j++) {
-        board_op *y = &ops[j];
-        if (y->state != POSTED || y->kind != OP_RECV || y->comm != x->comm || y->rank != x->peer || y->peer != x->rank ||
-            y->seq != x->seq)
-          continue;
-        if (y->count != x->count || y->dtype != x->dtype) {
-          emu_fail("ncclSend/ncclRecv mismatch: rank %d sends %zu elements of type %d to rank %d, which receives %zu of "
-                   "type %d",
-                   x->rank, x->count, x->dtype, y->rank, y->count, y->dtype);
-          return -1;
-        }
-        y->result = x->data;
-        x->state = y->state = DONE;
-        break;
-      }
-      continue;
-    }
-    /* collectives: every rank of the communicator with the same sequence number; a shrink: every
-     * rank's shrink of the communicator (the ranks may have made different calls on it before) */
-    int idx[MAX_RANKS], n = 0;
-    for (int j = 0; j < MAX_OPS && n <= x->nranks; j++) {
-      board_op *y = &ops[j];
-      bool same = x->kind == OP_SHRINK ? y->kind == OP_SHRINK : y->seq == x->seq && y->kind != OP_SHRINK;
-      if (y->state == POSTED && y->comm == x->comm && same && y->kind != OP_SEND && y->kind != OP_RECV) {
-        if (y->kind != x->kind) {
-          emu_fail("communicator mismatch: rank %d calls %s where rank %d calls %s (call %llu of the communicator)",
-                   x->rank, OP_NAME[x->kind], y->rank, OP_NAME[y->kind], (unsigned long long)x->seq);
-          return -1;
-        }
-        if (y->rank >= 0 && y->rank < MAX_RANKS) idx[n++] = j;
-      }
-    }
-    int need = x->kind == OP_SHRINK ? x->nranks - __builtin_popcountll(x->exclude) : x->nranks;
-    if (n < need) continue;
-    board_op *by_rank[MAX_RANKS] = {0};
-    for (int k = 0; k < n; k++) by_rank[ops[idx[k]].rank] = &ops[idx[k]];
-    if (x->kind == OP_ALLREDUCE) {
-      for (int r = 0; r < x->nranks; r++)
-        if (!by_rank[r] || by_rank[r]->count != x->count || by_rank[r]->dtype != x->dtype || by_rank[r]->redop != x->redop) {
-          emu_fail("ncclAllReduce mismatch in a communicator of %d ranks: rank %d reduces %zu elements of type %d, rank "
-                   "%d %zu of type %d",
-                   x->nranks, x->rank, x->count, x->dtype, r, by_rank[r] ? by_rank[r]->count : 0,
-                   by_rank[r] ? by_rank[r]->dtype : -1);
-          return -1;
-        }
-      uint64_t res = heap_alloc(f, x->count * esize(x->dtype));
-      if (res == UINT64_MAX) {
-        emu_fail("emulated NCCL: the shared heap is full");
-        return -1;
-      }
-      unsigned char *out = heap(f) + res;
-      for (size_t e = 0; e < x->count; e++) {
-        if (x->dtype == ncclInt32) {
-          int32_t s = 0, v;
-          for (int r = 0; r < x->nranks; r++) memcpy(&v, heap(f) + by_rank[r]->data + 4 * e, 4), s += v;
-          memcpy(out + 4 * e, &s, 4);
-          continue;
-        }
-        float s = 0.0f;
-        for (int r = 0; r < x->nranks; r++) s += ld(heap(f) + by_rank[r]->data, x->dtype, e);
-        st(out, x->dtype, e, s);
-      }
-      for (int r = 0; r < x->nranks; r++) by_rank[r]->result = res, by_rank[r]->state = DONE;
-    } else if (x->kind == OP_SPLIT) {
-      for (int r = 0; r < x->nranks; r++) {
-        board_op *y = by_rank[r];
-        y->new_rank = -1, y->new_size = 0;
-        if (y->color < 0) continue;
-        for (int q = 0; q < x->nranks; q++) {
-          board_op *z = by_rank[q];
-          if (z->color != y->color) continue;
-          y->new_size++;
-          if (z->key < y->key || (z->key == y->key && q < r)) y->new_rank++;
-        }
-        y->new_rank++;
-        y->new_comm = mix(mix(x->comm, x->seq), (uint64_t)y->color + 1);
-      }
-      for (int r = 0; r < x->nranks; r++) by_rank[r]->state = DONE;
-    } else if (x->kind == OP_SHRINK) { /* the ranks left, renumbered in their order */
-      for (int k = 0; k < n; k++)
-        if (ops[idx[k]].exclude != x->exclude) {
-          emu_fail("ncclCommShrink mismatch: rank %d excludes the ranks %#llx, rank %d the ranks %#llx", x->rank,
-                   (unsigned long long)x->exclude, ops[idx[k]].rank, (unsigned long long)ops[idx[k]].exclude);
-          return -1;
-        }
-      uint64_t seq = x->seq; /* the same for all: the least of theirs */
-      for (int k = 0; k < n; k++)
-        if (ops[idx[k]].seq < seq) seq = ops[idx[k]].seq;
-      uint64_t uid = mix(mix(x->comm, seq), 0x5348524bull);
-      for (int k = 0; k < n; k++) {
-        board_op *y = &ops[idx[k]];
-        y->new_rank = __builtin_popcountll(~x->exclude & ((1ull << y->rank) - 1));
-        y->new_size = need;
-        y->new_comm = uid;
-        y->state = DONE;
-      }
-    } else {
-      for (int r = 0; r < x->nranks; r++) by_rank[r]->state = DONE;
-    }
-  }
-  return 0;
-}
 
 /* ---- groups: operations queue until the outermost ncclGroupEnd ---------------------------------- */
 
-typedef struct pending {
-  ncclComm_t comm;
-  const void *stream; /* allreduce, send, recv: the stream it runs in */
-  uint64_t seq;       /* ... its place in the communicator, taken at the call (or graph launch) */
-  int kind, peer, color, key;
-  uint64_t exclude; /* shrink */
-  int flags;
-  const void *send;
-  void *recv;
-  size_t count;
-  int dtype, redop;
-  ncclComm_t *newcomm;
-  int slot;
-} pending;
 
 static __thread int depth;
 static __thread pending *queue;
 static __thread int nqueue, capqueue;
 static __thread uint64_t group_epoch; /* emu_capture_epoch() at the outermost ncclGroupStart */
+static __thread bool went_async;      /* the group's calls left a non-blocking communicator in progress */
 
 static bool stream_op(int kind) { return kind == OP_ALLREDUCE || kind == OP_SEND || kind == OP_RECV; }
 
@@ -408,151 +98,25 @@ static ncclResult_t enqueue(pending p) {
   return ncclSuccess;
 }
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Posts call p (its sequence number taken) on the board: its slot, or -1 after emu_fail() (the
- * lock is held). The data of an all-reduce or a send is read now. */
-static int board_post(fabric *f, const pending *p) {
-  ncclComm_t c = p->comm;
-  int slot = -1;
-  for (int s = 0; s < MAX_OPS && slot < 0; s++)
-    if (f->ops[s].state == FREE) slot = s;
-  if (slot < 0) {
-    emu_fail("emulated NCCL: more than %d operations in flight", MAX_OPS);
-    return -1;
-  }
-  board_op *x = &f->ops[slot];
-  *x = (board_op){.state = POSTED, .kind = p->kind, .comm = c->uid, .seq = p->seq, .rank = c->rank, .nranks = c->nranks,
-                  .peer = p->peer, .count = p->count, .dtype = p->dtype, .redop = p->redop, .color = p->color,
-                  .key = p->key, .exclude = p->exclude, .pid = getpid()};
-  if (p->kind == OP_ALLREDUCE || p->kind == OP_SEND) {
-    size_t n = p->count * esize(p->dtype);
-    x->data = heap_alloc(f, n);
-    if (x->data == UINT64_MAX) {
-      x->state = FREE;
-      emu_fail("emulated NCCL: the shared heap is full");
-      return -1;
-    }
-    memcpy(heap(f) + x->data, p->send, n);
-  }
-  return slot;
-}
 
 static ncclResult_t flush_streams(void);
 
 /* The group's communicator calls (init, split, shrink) complete here, on the host; its
  * collectives and point-to-point calls become stream work (flush_streams). */
+static void finalize_queued(void);
+static ncclResult_t flush_host(void);
 static ncclResult_t flush(void) {
+  went_async = false;
+  finalize_queued();
+  ncclResult_t rc = flush_host();
+  return rc == ncclSuccess && went_async ? ncclInProgress : rc;
+}
+static ncclResult_t flush_host(void) {
   ncclResult_t rc = flush_streams();
-  if (rc != ncclSuccess || !nqueue) {
-    nqueue = 0;
-    return rc;
-  }
-  fabric *f = queue[0].comm->fab;
-  for (int i = 1; i < nqueue; i++)
-    if (queue[i].comm->fab != f) {
-      emu_fail("a NCCL group mixes communicators of different worlds (not emulated)");
-      nqueue = 0;
-      return ncclInvalidUsage;
-    }
-  fab_lock(f);
-  for (int i = 0; i < nqueue; i++) { /* post */
-    pending *p = &queue[i];
-    p->seq = p->comm->coll_seq++;
-    int slot = board_post(f, p);
-    if (slot < 0) {
-      rc = ncclInternalError;
-      goto out;
-    }
-    p->slot = slot;
-    if (p->kind == OP_SHRINK) drop_dead_ops(f); /* after a failure: what the dead posted never completes */
-  }
-  if (complete(f) != 0) {
-    rc = ncclInvalidUsage;
-    goto out;
-  }
-  pthread_cond_broadcast(&f->cv);
-  double limit = now() + (double)(getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 300.0);
-  for (int i = 0; i < nqueue; i++) { /* wait */
-    pending *p = &queue[i];
-    board_op *x = &f->ops[p->slot];
-    while (x->state != DONE) {
-      if (p->kind != OP_SHRINK && clique_aborted(f, p->comm->uid)) { /* NCCL reports it as a remote error */
-        emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort or ncclCommShrink with "
-                 "NCCL_SHRINK_ABORT)", OP_NAME[p->kind], p->comm->rank);
-        rc = ncclRemoteError;
-        goto out;
-      }
-      int dpid = 0, dr = dead_peer(f, p->comm->uid, p->comm->nranks, p->kind, p->peer, p->exclude, &dpid);
-      if (dr >= 0) { /* a peer process is gone: what NCCL reports after its timeout */
-        emu_fail("%s on rank %d of a communicator of %d ranks: the process of rank %d (pid %d) has died", OP_NAME[p->kind],
-                 p->comm->rank, p->comm->nranks, dr, dpid);
-        drop_dead_ops(f);
-        rc = ncclRemoteError;
-        goto out;
-      }
-      if (p->comm->all_local || now() > limit) {
-        emu_fail("%s on rank %d of a communicator of %d ranks would hang: %s%s", OP_NAME[p->kind], p->comm->rank,
-                 p->comm->nranks,
-                 p->kind == OP_SEND || p->kind == OP_RECV ? "no matching call of the peer"
-                                                          : "not every rank of the communicator makes this call",
-                 p->comm->all_local ? " (every rank is in this process and has made its calls)" : " (timed out)");
-        rc = ncclInvalidUsage;
-        goto out;
-      }
-      struct timespec t;
-      clock_gettime(CLOCK_MONOTONIC, &t);
-      t.tv_nsec += 50000000;
-      if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
-      fab_wait(f, &t);
-      if (complete(f) != 0) {
-        rc = ncclInvalidUsage;
-        goto out;
-      }
-    }
-  }
-  for (int i = 0; i < nqueue; i++) { /* results back to this process's buffers */
-    pending *p = &queue[i];
-    board_op *x = &f->ops[p->slot];
-    if (p->kind == OP_ALLREDUCE || p->kind == OP_RECV)
-      memcpy(p->recv, heap(f) + x->result, p->count * esize(p->dtype));
-    if (p->kind == OP_SHRINK && p->flags == NCCL_SHRINK_ABORT) p->comm->shrunk_abort = true;
-    if (p->kind == OP_INIT) member_add(f, p->comm->uid, p->comm->rank);
-    if (p->kind == OP_SPLIT || p->kind == OP_SHRINK) {
-      *p->newcomm = NULL;
-      if (x->new_rank >= 0) {
-        ncclComm_t c = calloc(1, sizeof *c);
-        if (!c) {
-          rc = ncclSystemError;
-          goto out;
-        }
-        *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = x->new_comm, .rank = x->new_rank, .nranks = x->new_size,
-                               .device = p->comm->device, .all_local = p->comm->all_local};
-        __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);
-        member_add(f, c->uid, c->rank);
-        live_add(c);
-        *p->newcomm = c;
-      }
-    }
-    x->state = FREE;
-  }
-  bool idle = true;
-  for (int s = 0; s < MAX_OPS && idle; s++) idle = f->ops[s].state == FREE;
-  if (idle) f->heap_used = 0;
-out:
-  if (rc != ncclSuccess) /* what was posted can never complete now: take it back */
-    for (int i = 0; i < nqueue; i++)
-      if (queue[i].slot >= 0 && queue[i].slot < MAX_OPS) f->ops[queue[i].slot].state = FREE;
-  pthread_cond_broadcast(&f->cv);
-  pthread_mutex_unlock(&f->mu);
+  if (rc == ncclSuccess && nqueue) rc = fab_host_calls(queue, nqueue, &went_async);
   nqueue = 0;
   return rc;
 }
-
 
 /* ---- collectives and point-to-point calls: stream work (emu_streams.c) ----------------------------
  * The calls of a group on one stream are one node: started at the call (or each graph launch: its
@@ -564,6 +128,8 @@ typedef struct comm_work {
   size_t bytes;
   fabric *fab;
   double limit; /* when a wait for a peer in another process times out */
+  bool stuck;   /* a peer died or aborted: it never completes (why says which) */
+  char why[256];
   int n;
   pending ops[];
 } comm_work;
@@ -571,20 +137,12 @@ typedef struct comm_work {
 static __thread ncclResult_t start_rc; /* why the last start failed */
 static bool comm_live(ncclComm_t c, const char *call);
 
-static bool comm_alive(ncclComm_t c) {
-  bool found = false;
-  pthread_mutex_lock(&live_mu);
-  for (ncclComm_t x = live; x && !found; x = x->next) found = x == c;
-  pthread_mutex_unlock(&live_mu);
-  return found;
-}
-
 static int cw_start(void *ctx) {
   comm_work *w = ctx;
   for (int i = 0; i < w->n; i++) {
     pending *p = &w->ops[i];
     p->slot = -1;
-    if (!comm_alive(p->comm)) {
+    if (!fab_comm_alive(p->comm)) {
       emu_fail("%s: a graph replays a call on a communicator that was destroyed or aborted (the graphs that hold a "
                "communicator are to be dropped with it)", OP_NAME[p->kind]);
       start_rc = ncclInvalidUsage;
@@ -592,15 +150,6 @@ static int cw_start(void *ctx) {
     }
     if (!comm_live(p->comm, OP_NAME[p->kind])) {
       start_rc = ncclInvalidArgument;
-      return -1;
-    }
-    fab_lock(w->fab);
-    bool aborted = clique_aborted(w->fab, p->comm->uid);
-    pthread_mutex_unlock(&w->fab->mu);
-    if (aborted) { /* NCCL reports it as a remote error */
-      emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort or ncclCommShrink with "
-               "NCCL_SHRINK_ABORT)", OP_NAME[p->kind], p->comm->rank);
-      start_rc = ncclRemoteError;
       return -1;
     }
     ncclComm_t c = p->comm;
@@ -618,16 +167,36 @@ static void cw_unpost(comm_work *w) {
     }
 }
 
+/* NTP_EMU_NCCL_KILL=K (or NTP_EMU_NCCL_STOP=K): the process is killed (stopped) when its stream
+ * reaches its K-th operation on a group's communicator (one made by ncclCommSplit), before it
+ * posts it: its peers' matching operations wait for a process that is gone (or silent). */
+static void lose_this_process(const comm_work *w) {
+  static int seen;
+  bool split = false;
+  for (int i = 0; i < w->n; i++) split |= w->ops[i].comm->split_child;
+  const char *kill_at = getenv("NTP_EMU_NCCL_KILL"), *stop_at = getenv("NTP_EMU_NCCL_STOP");
+  if (!split || (!kill_at && !stop_at)) return;
+  seen++;
+  int sig = kill_at && atoi(kill_at) == seen ? SIGKILL : stop_at && atoi(stop_at) == seen ? SIGSTOP : 0;
+  if (!sig) return;
+  fprintf(stderr, "ntp-emu: NTP_EMU_NCCL_%s=%d: process %ld %s inside %s on rank %d of a group's communicator\n",
+          sig == SIGKILL ? "KILL" : "STOP", seen, (long)getpid(), sig == SIGKILL ? "killed" : "stopped",
+          OP_NAME[w->ops[0].kind], w->ops[0].comm->rank);
+  fflush(NULL);
+  raise(sig);
+}
+
 static int cw_post(void *ctx) {
   comm_work *w = ctx;
   fabric *f = w->fab;
+  lose_this_process(w);
   fab_lock(f);
   for (int i = 0; i < w->n; i++)
-    if ((w->ops[i].slot = board_post(f, &w->ops[i])) < 0) goto failed;
-  if (complete(f) != 0) goto failed;
+    if ((w->ops[i].slot = fab_post(f, &w->ops[i])) < 0) goto failed;
+  if (fab_complete(f) != 0) goto failed;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
-  w->limit = now() + (getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 300.0);
+  w->limit = fab_now() + (getenv("NTP_EMU_NCCL_TIMEOUT") ? atof(getenv("NTP_EMU_NCCL_TIMEOUT")) : 300.0);
   return 0;
 failed:
   cw_unpost(w);
@@ -639,29 +208,24 @@ static int cw_poll(void *ctx) {
   comm_work *w = ctx;
   fabric *f = w->fab;
   fab_lock(f);
-  if (complete(f) != 0) goto failed;
+  if (fab_complete(f) != 0) goto failed;
   bool all = true;
   for (int i = 0; i < w->n; i++) {
     pending *p = &w->ops[i];
     if (f->ops[p->slot].state == DONE) continue;
     all = false;
-    if (clique_aborted(f, p->comm->uid)) {
-      emu_fail("%s on rank %d: a peer aborted the communicator (ncclCommAbort or ncclCommShrink with "
-               "NCCL_SHRINK_ABORT)", OP_NAME[p->kind], p->comm->rank);
-      goto failed;
+    if (!w->stuck && fab_stuck(f, p->comm->uid, p->comm->rank, p->comm->nranks, p->kind, p->peer, w->why, sizeof w->why)) {
+      /* NCCL: it never completes, and no call fails; ncclCommGetAsyncError of its communicator says so */
+      w->stuck = true;
+      p->comm->async = ncclRemoteError;
+      fab_drop_dead(f);
     }
-    int dpid = 0, dr = dead_peer(f, p->comm->uid, p->comm->nranks, p->kind, p->peer, 0, &dpid);
-    if (dr >= 0) { /* a peer process is gone: what NCCL reports after its timeout */
-      emu_fail("%s on rank %d of a communicator of %d ranks: the process of rank %d (pid %d) has died", OP_NAME[p->kind],
-               p->comm->rank, p->comm->nranks, dr, dpid);
-      drop_dead_ops(f);
-      goto failed;
-    }
-    if (!p->comm->all_local && now() > w->limit) {
-      emu_fail("%s on rank %d of a communicator of %d ranks would hang: %s (timed out)", OP_NAME[p->kind], p->comm->rank,
-               p->comm->nranks, p->kind == OP_SEND || p->kind == OP_RECV ? "no matching call of the peer"
-                                                                         : "not every rank of the communicator makes this call");
-      goto failed;
+    if (!w->stuck && !p->comm->all_local && fab_now() > w->limit) { /* a real job would wait for ever */
+      pthread_mutex_unlock(&f->mu);
+      emu_fatal("%s on rank %d of a communicator of %d ranks has waited NTP_EMU_NCCL_TIMEOUT seconds: %s; on a GPU "
+                "it would never complete, and nothing reports an error", OP_NAME[p->kind], p->comm->rank,
+                p->comm->nranks, p->kind == OP_SEND || p->kind == OP_RECV ? "no matching call of the peer"
+                                                                          : "not every rank of the communicator makes this call");
     }
   }
   if (!all) {
@@ -671,7 +235,7 @@ static int cw_poll(void *ctx) {
   for (int i = 0; i < w->n; i++) { /* results back to this process's buffers */
     pending *p = &w->ops[i];
     if (p->kind == OP_ALLREDUCE || p->kind == OP_RECV)
-      memcpy(p->recv, heap(f) + f->ops[p->slot].result, p->count * esize(p->dtype));
+      memcpy(p->recv, fab_heap(f) + f->ops[p->slot].result, p->count * fab_esize(p->dtype));
   }
   cw_unpost(w);
   bool idle = true;
@@ -737,8 +301,19 @@ static void cw_release(void *ctx) { /* freed while posted (cancelled by an abort
   pthread_cond_broadcast(&w->fab->cv);
   pthread_mutex_unlock(&w->fab->mu);
 }
+static bool cw_stuck(void *ctx, char *why, size_t cap) {
+  comm_work *w = ctx;
+  if (w->stuck) snprintf(why, cap, "%s", w->why);
+  return w->stuck;
+}
+static bool cw_shared(void *ctx) {
+  comm_work *w = ctx;
+  for (int i = 0; i < w->n; i++)
+    if (fab_local_ranks(w->ops[i].comm) > 1) return true;
+  return false;
+}
 static const emu_comm_ops comm_work_ops = {cw_start, cw_post, cw_poll, cw_local, cw_hang, cw_idle, cw_uses, cw_copied,
-                                           cw_release};
+                                           cw_release, cw_stuck, cw_shared};
 
 /* The queue's stream calls, one node per stream, out of the queue. Real NCCL refuses a group whose
  * calls straddle the beginning or end of a capture, or mix captured and direct streams. */
@@ -751,6 +326,14 @@ static ncclResult_t flush_streams(void) {
     emu_fail("a NCCL group spans a capture boundary: %s", ncap != nstream ? "some of its calls are on capturing streams, "
              "some not" : "a capture began or ended between ncclGroupStart and ncclGroupEnd");
     return ncclInvalidUsage;
+  }
+  ncclComm_t connecting[64];
+  int nconnecting = 0;
+  for (int i = 0; i < nqueue; i++) { /* a non-blocking communicator's first call: NCCL connects its peers */
+    ncclComm_t c = queue[i].comm;
+    if (!stream_op(queue[i].kind) || !c->nonblocking || c->connected) continue;
+    c->connected = true;
+    if (nconnecting < 64) connecting[nconnecting++] = c;
   }
   for (int i = 0; i < nqueue; i++) {
     if (!stream_op(queue[i].kind)) continue;
@@ -779,6 +362,7 @@ static ncclResult_t flush_streams(void) {
     emu_use_device(cur);
     if (rc != 0) return start_rc;
   }
+  for (int i = 0; i < nconnecting; i++) connecting[i]->in_progress = true, went_async = true;
   int k = 0; /* what is left: the host's calls */
   for (int i = 0; i < nqueue; i++)
     if (queue[i].kind >= 0) queue[k++] = queue[i];
@@ -816,6 +400,11 @@ static bool comm_ok(ncclComm_t c, const char *call) {
 /* ... that can still communicate: not the parent of an NCCL_SHRINK_ABORT shrink */
 static bool comm_live(ncclComm_t c, const char *call) {
   if (!comm_ok(c, call)) return false;
+  if (c->in_progress) {
+    emu_fail("%s on rank %d: the non-blocking communicator's last call returned ncclInProgress and "
+             "ncclCommGetAsyncError has not yet said ncclSuccess (NCCL: wait for it before the next call)", call, c->rank);
+    return false;
+  }
   if (!c->shrunk_abort) return true;
   emu_fail("%s on rank %d: ncclCommShrink(NCCL_SHRINK_ABORT) terminated this communicator; it is only to be freed "
            "(ncclCommAbort or ncclCommDestroy)", call, c->rank);
@@ -835,6 +424,9 @@ static bool type_ok(int dt, const char *call) {
 }
 
 /* ---- communicators ------------------------------------------------------------------------------ */
+
+/* a config's blocking: NULL inherits the parent's (-1); a field left undefined is NCCL's default, blocking */
+static int config_blocking(const ncclConfig_t *config) { return !config ? -1 : config->blocking == 0 ? 0 : 1; }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   static unsigned counter;
@@ -873,7 +465,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   if (!emu_device_ok(emu_current_device(), "ncclCommInitRank")) return ncclInvalidUsage;
   ncclComm_t c = calloc(1, sizeof *c);
   if (!c) return ncclSystemError;
-  *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = mix(0x4e54504e43434cull, 1), .rank = rank, .nranks = nranks,
+  *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = fab_mix(0x4e54504e43434cull, 1), .rank = rank, .nranks = nranks,
                          .device = emu_current_device(), .all_local = nranks == 1};
   __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);
   ncclResult_t r = submit((pending){.comm = c, .kind = OP_INIT}); /* everyone joins before anyone proceeds */
@@ -881,9 +473,19 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     free(c);
     return r;
   }
-  live_add(c);
+  fab_live_add(c);
   *comm = c;
   return ncclSuccess;
+}
+
+/* ncclCommInitRank with a config: blocking = 0 makes a non-blocking communicator, whose calls may
+ * return ncclInProgress (this one does; the first collective or point-to-point call does too), and
+ * which is not to be used until ncclCommGetAsyncError says ncclSuccess. */
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
+  ncclResult_t r = ncclCommInitRank(comm, nranks, id, rank);
+  if (r != ncclSuccess || config_blocking(config) != 0) return r;
+  (*comm)->nonblocking = (*comm)->in_progress = true;
+  return ncclInProgress;
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
@@ -892,7 +494,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
   if (f == MAP_FAILED) return ncclSystemError;
   fabric_init(f);
   static uint64_t worlds;
-  uint64_t uid = mix(0x494e4954414c4cull, ++worlds);
+  uint64_t uid = fab_mix(0x494e4954414c4cull, ++worlds);
   for (int i = 0; i < n; i++) {
     int dev = devlist ? devlist[i] : i;
     if (dev < 0 || dev >= emu_device_count()) {
@@ -904,20 +506,20 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
     if (!comms[i]) return ncclSystemError;
     *comms[i] = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = uid, .rank = i, .nranks = n, .device = dev, .all_local = true};
     f->refs++;
-    live_add(comms[i]);
+    fab_live_add(comms[i]);
   }
   return ncclSuccess;
 }
 
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
-  (void)config;
   if (!comm_live(comm, "ncclCommSplit")) return ncclInvalidArgument;
-  return submit((pending){.comm = comm, .kind = OP_SPLIT, .color = color < 0 ? -1 : color, .key = key, .newcomm = newcomm});
+  return submit((pending){.comm = comm, .kind = OP_SPLIT, .color = color < 0 ? -1 : color, .key = key, .newcomm = newcomm,
+                          .blocking = config_blocking(config)});
 }
 
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *exclude, int nexclude, ncclComm_t *newcomm, ncclConfig_t *config,
                             int flags) {
-  (void)config; /* NULL: the parent's; nothing of it is emulated */
   emu_gpus_fail();
   if (!comm_live(comm, "ncclCommShrink")) return ncclInvalidArgument;
   if (flags != NCCL_SHRINK_DEFAULT && flags != NCCL_SHRINK_ABORT) {
@@ -941,9 +543,9 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *exclude, int nexclude, ncclCom
     emu_fail("ncclCommShrink on rank %d, which it excludes (an excluded rank does not call ncclCommShrink)", comm->rank);
     return ncclInvalidUsage;
   }
-  int dev = -1, bad = member_on_failed_gpu(comm, &dev);
+  int dev = -1, bad = fab_member_on_failed_gpu(comm, &dev);
   fab_lock(comm->fab);
-  bool aborted = clique_aborted(comm->fab, comm->uid);
+  bool aborted = fab_aborted(comm->fab, comm->uid);
   pthread_mutex_unlock(&comm->fab->mu);
   if (flags == NCCL_SHRINK_DEFAULT && (bad >= 0 || aborted)) {
     if (aborted) emu_fail("ncclCommShrink(NCCL_SHRINK_DEFAULT) on rank %d: a peer aborted the parent (after a failure: "
@@ -954,53 +556,120 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *exclude, int nexclude, ncclCom
   }
   if (flags == NCCL_SHRINK_ABORT) { /* the parent's operations end now, in every process */
     fab_lock(comm->fab);
-    if (!clique_aborted(comm->fab, comm->uid) && comm->fab->naborted < MAX_ABORTED)
+    if (!fab_aborted(comm->fab, comm->uid) && comm->fab->naborted < MAX_ABORTED)
       comm->fab->aborted[comm->fab->naborted++] = comm->uid;
     pthread_cond_broadcast(&comm->fab->cv);
     pthread_mutex_unlock(&comm->fab->mu);
   }
-  return submit((pending){.comm = comm, .kind = OP_SHRINK, .exclude = mask, .flags = flags, .newcomm = newcomm});
+  return submit((pending){.comm = comm, .kind = OP_SHRINK, .exclude = mask, .flags = flags, .newcomm = newcomm,
+                          .blocking = config_blocking(config)});
 }
 
 static void comm_free(ncclComm_t comm) {
   fabric *f = comm->fab;
-  live_remove(comm);
+  fab_live_remove(comm);
   comm->magic = 0;
   free(comm);
   if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_SEQ_CST) == 0 && f->path[0]) unlink(f->path);
 }
-ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (!comm_ok(comm, "ncclCommDestroy")) return ncclInvalidArgument;
-  int dev = -1, r = member_on_failed_gpu(comm, &dev);
+/* Frees a communicator: a destroy waits for its operations (a blocking wait: one that can never
+ * complete stops the process, emu_streams.c) and for its peers; an abort does not, and ends its
+ * operations in every process: a peer's operation on it never completes, and its
+ * ncclCommGetAsyncError says ncclRemoteError. */
+static void destroy_failed_peer(ncclComm_t comm) {
+  int dev = -1, r = fab_member_on_failed_gpu(comm, &dev);
   if (r >= 0) /* a hang on a real machine */
     emu_fatal("ncclCommDestroy on rank %d would hang: rank %d of the communicator is on GPU %d, which has failed "
               "(ncclCommAbort frees a communicator without waiting for its peers)", comm->rank, r, dev);
-  emu_sync_all(); /* its operations complete first */
-  emu_streams_cancel_comm(comm);
+}
+static void finalize(ncclComm_t comm, bool abort) {
+  if (abort) {
+    fabric *f = comm->fab;
+    fab_lock(f);
+    if (!fab_aborted(f, comm->uid) && f->naborted < MAX_ABORTED) f->aborted[f->naborted++] = comm->uid;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+  } else {
+    destroy_failed_peer(comm);
+    emu_sync_all(); /* its operations complete first */
+  }
+  emu_streams_cancel_comm(comm); /* an abort's queued operations never complete */
   comm_free(comm);
+}
+
+/* A group's destroys and aborts, at its end (NCCL's guide, "Destroying a communicator": one thread
+ * that manages several ranks of a communicator frees them in one group; freeing them one by one,
+ * the first waits for the others). Aborts first: they end what a destroy would wait for. */
+static void finalize_queued(void) {
+  for (int i = 0; i < nqueue; i++) {
+    if (queue[i].kind != OP_DESTROY) continue;
+    ncclComm_t c = queue[i].comm;
+    destroy_failed_peer(c);
+    int in_group = 0, here = fab_local_ranks(c);
+    for (int j = 0; j < nqueue; j++)
+      in_group += (queue[j].kind == OP_DESTROY || queue[j].kind == OP_ABORT) && queue[j].comm->fab == c->fab &&
+                  queue[j].comm->uid == c->uid;
+    if (in_group < here)
+      emu_fatal("ncclCommDestroy on rank %d would hang: the group frees %d of the %d ranks of the communicator that "
+                "live in this process; the others never reach the destroy (free them in the same group)", c->rank,
+                in_group, here);
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < nqueue; i++)
+      if (queue[i].kind == (pass ? OP_DESTROY : OP_ABORT)) {
+        finalize(queue[i].comm, !pass);
+        queue[i].kind = -1;
+      }
+  int k = 0;
+  for (int i = 0; i < nqueue; i++)
+    if (queue[i].kind >= 0) queue[k++] = queue[i];
+  nqueue = k;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm_ok(comm, "ncclCommDestroy")) return ncclInvalidArgument;
+  if (depth) return enqueue((pending){.comm = comm, .kind = OP_DESTROY, .slot = -1});
+  destroy_failed_peer(comm);
+  int here = fab_local_ranks(comm);
+  if (here > 1) /* the guide: with several ranks in one thread, in a group; else the first waits for the others */
+    emu_fatal("ncclCommDestroy on rank %d would hang: %d other rank(s) of the communicator live in this process and "
+              "have not reached their destroy (one thread frees them in one group: ncclGroupStart/ncclGroupEnd)",
+              comm->rank, here - 1);
+  finalize(comm, false);
   return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   emu_gpus_fail();
   if (!comm_ok(comm, "ncclCommAbort")) return ncclInvalidArgument;
-  fabric *f = comm->fab;
-  fab_lock(f); /* the peers' operations on it fail from now on */
-  if (!clique_aborted(f, comm->uid) && f->naborted < MAX_ABORTED) f->aborted[f->naborted++] = comm->uid;
-  pthread_cond_broadcast(&f->cv);
-  pthread_mutex_unlock(&f->mu);
-  emu_streams_cancel_comm(comm); /* its queued operations never complete */
-  comm_free(comm);
+  if (depth) return enqueue((pending){.comm = comm, .kind = OP_ABORT, .slot = -1});
+  finalize(comm, true);
   return ncclSuccess;
 }
-/* ncclRemoteError once a peer aborted the communicator or a member's process died; else success */
+/* What NCCL's proxy would have seen: ncclInProgress once after a non-blocking call returned it;
+ * ncclRemoteError (sticky) once an operation of this communicator posted in this process waits for a
+ * peer that died or aborted; else ncclSuccess. A communicator with a dead peer and nothing in
+ * flight reports nothing. */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
   if (!comm_ok(comm, "ncclCommGetAsyncError")) return ncclInvalidArgument;
+  if (comm->in_progress) {
+    comm->in_progress = false;
+    *async = ncclInProgress;
+    return ncclSuccess;
+  }
   fabric *f = comm->fab;
+  char why[256];
   fab_lock(f);
-  int pid = 0;
-  bool bad = clique_aborted(f, comm->uid) || dead_peer(f, comm->uid, comm->nranks, OP_ALLREDUCE, -1, 0, &pid) >= 0;
+  fab_complete(f);
+  for (int s = 0; s < MAX_OPS && comm->async == ncclSuccess; s++) {
+    board_op *x = &f->ops[s];
+    if (x->state == POSTED && x->pid == getpid() && x->comm == comm->uid && x->rank == comm->rank &&
+        fab_stuck(f, comm->uid, comm->rank, comm->nranks, x->kind, x->peer, why, sizeof why)) {
+      comm->async = ncclRemoteError;
+      emu_fail("%s", why);
+    }
+  }
   pthread_mutex_unlock(&f->mu);
-  *async = bad ? ncclRemoteError : ncclSuccess;
+  *async = comm->async;
   return ncclSuccess;
 }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
@@ -1024,7 +693,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     emu_fail("ncclAllReduce: reduction %d is not emulated (only ncclSum)", (int)op);
     return ncclInvalidArgument;
   }
-  size_t bytes = count * esize(dt);
+  size_t bytes = count * fab_esize(dt);
   if (!buffer_ok(comm, send, bytes, "ncclAllReduce (send)") || !buffer_ok(comm, recv, bytes, "ncclAllReduce (receive)"))
     return ncclInvalidArgument;
   return submit((pending){.comm = comm, .stream = stream, .kind = OP_ALLREDUCE, .send = send, .recv = recv, .count = count, .dtype = dt,
@@ -1038,7 +707,7 @@ ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t dt, int peer
     emu_fail("ncclSend: peer %d of a communicator of %d ranks", peer, comm->nranks);
     return ncclInvalidArgument;
   }
-  if (!buffer_ok(comm, buf, count * esize(dt), "ncclSend")) return ncclInvalidArgument;
+  if (!buffer_ok(comm, buf, count * fab_esize(dt), "ncclSend")) return ncclInvalidArgument;
   return submit((pending){.comm = comm, .stream = stream, .kind = OP_SEND, .send = buf, .count = count, .dtype = dt, .peer = peer});
 }
 
@@ -1049,6 +718,6 @@ ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t dt, int peer, nccl
     emu_fail("ncclRecv: peer %d of a communicator of %d ranks", peer, comm->nranks);
     return ncclInvalidArgument;
   }
-  if (!buffer_ok(comm, buf, count * esize(dt), "ncclRecv")) return ncclInvalidArgument;
+  if (!buffer_ok(comm, buf, count * fab_esize(dt), "ncclRecv")) return ncclInvalidArgument;
   return submit((pending){.comm = comm, .stream = stream, .kind = OP_RECV, .recv = buf, .count = count, .dtype = dt, .peer = peer});
 }

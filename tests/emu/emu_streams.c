@@ -248,10 +248,9 @@ static bool done(const emu_stream *target, const emu_event *ev) {
  * A wait that can never end (a collective whose peers in this process have all run out of work,
  * an event wait whose record nothing will run) is an error; a collective with a peer in another
  * process waits for it. 0, or -1 after emu_fail(). */
-/* After an NCCL operation failed (a peer died, a peer aborted): on a GPU its kernel would never
- * end, and nothing queued behind it or waiting for it would run until the program aborts the
- * communicator; here the queued work is dropped at once (its records completed, so no wait on
- * them hangs), as the synchronous calls of the step list stopped at the first error. */
+/* After an NCCL call failed (a mismatch the emulator detected, or a graph replaying a freed
+ * communicator): the queued work is dropped at once, as the step list stops at the first error. A
+ * peer that died or aborted is not such a failure: its operation stays posted for ever (drain). */
 static void drop_all(void) {
   for (emu_stream *x = live_streams; x; x = x->next_live)
     while (x->head) node_free(pop(x));
@@ -278,6 +277,14 @@ static int drain(emu_stream *target, emu_event *ev, bool block, bool lazy) {
     }
     if (moved) continue;
     if (!block) return 0;
+    if (posted) { /* NCCL: an operation whose peer died or aborted never completes, so this wait never returns */
+      char stuck[300];
+      for (emu_stream *y = live_streams; y; y = y->next_live)
+        if (y->head && y->head->kind == N_COMM && y->head->posted && y->head->comm->stuck &&
+            y->head->comm->stuck(y->head->ctx, stuck, sizeof stuck))
+          emu_fatal("a blocking CUDA call (a synchronisation, a copy or a free) would never return: %s; NCCL's operation "
+                    "never completes (poll cudaStreamQuery and ncclCommGetAsyncError, then ncclCommAbort)", stuck);
+    }
     if (posted && !local) { /* a peer in another process: let it catch up */
       for (emu_stream *y = live_streams; y; y = y->next_live)
         if (y->head && y->head->kind == N_COMM && y->head->posted) {
@@ -300,6 +307,7 @@ static int drain(emu_stream *target, emu_event *ev, bool block, bool lazy) {
 }
 
 int emu_sync_all(void) { return drain(NULL, NULL, true, emu_streams_lazy()); }
+int emu_run_ready(void) { return drain(NULL, NULL, false, emu_streams_lazy()); }
 
 /* Drops every queued node of GPU d (it failed: nothing of it runs any more). */
 void emu_streams_drop_device(int d) {
@@ -434,6 +442,25 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   }
   st = emu_sticky();
   return st != cudaSuccess ? emu_error(st) : cudaSuccess;
+}
+/* Runs what can run now without waiting; cudaSuccess when nothing is left on s, else
+ * cudaErrorNotReady (for ever, behind an NCCL operation whose peer died or aborted). */
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  cudaError_t st = emu_sticky();
+  if (st != cudaSuccess) return emu_error(st);
+  if (!emu_stream_ok(s, "cudaStreamQuery")) return emu_error(cudaErrorInvalidResourceHandle);
+  if (emu_capturing(s)) {
+    emu_fail("cudaStreamQuery on a stream that is capturing");
+    return emu_error(cudaErrorStreamCaptureUnsupported);
+  }
+  emu_stream *x = as_stream(s);
+  if (drain(x, NULL, false, emu_streams_lazy()) != 0) {
+    st = emu_sticky();
+    return emu_error(st != cudaSuccess ? st : cudaErrorLaunchFailure);
+  }
+  st = emu_sticky();
+  if (st != cudaSuccess) return emu_error(st);
+  return x->head ? cudaErrorNotReady : cudaSuccess; /* not ready is no error: cudaGetLastError stays clean */
 }
 cudaError_t cudaDeviceSynchronize(void) {
   cudaError_t st = emu_sticky();
@@ -682,6 +709,15 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     emu_fail("cudaGraphLaunch into a capturing stream is not emulated");
     return emu_error(cudaErrorStreamCaptureUnsupported);
   }
+  /* NCCL's guide ("Using NCCL with CUDA graphs"): graphs whose NCCL calls are on communicators with
+   * several GPUs in one process, launched from one thread, may deadlock (a launch may block until
+   * the other GPUs' graphs run): one GPU per process, or a thread per GPU */
+  for (size_t i = 0; i < e->n; i++)
+    if (e->nodes[i].kind == N_COMM && e->nodes[i].comm->shared && e->nodes[i].comm->shared(e->nodes[i].ctx)) {
+      emu_fail("cudaGraphLaunch: the graph holds NCCL calls of a communicator with several GPUs in this process, "
+               "launched from one thread: NCCL's guide says this may deadlock (one GPU per process)");
+      return emu_error(cudaErrorNotPermitted);
+    }
   /* the copies first, each NCCL call taking its place in its communicator: a launch that cannot
    * (a communicator aborted by a peer, or gone) enqueues nothing, and fails without a sticky error */
   node *copy = calloc(e->n + 1, sizeof *copy);
@@ -738,10 +774,17 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   emu_graph *e = (emu_graph *)exec;
   if (!e || e->magic != GRAPH_MAGIC || !e->exec) return emu_error(cudaErrorInvalidResourceHandle);
-  for (int v = 1; v < e->nv; v++) /* its side streams' work finishes first, as CUDA's does */
-    if (e->side[v] && e->side[v]->head && drain(e->side[v], NULL, true, emu_streams_lazy()) != 0)
-      emu_set_sticky(cudaErrorLaunchFailure);
-  graph_free(e);
+  /* CUDA: a graph in flight is not waited for; it is freed once its work completes. Here its side
+   * streams run what they can now; with work left (a collective whose peer has not posted, or one
+   * that never completes) the graph's handle dies at once and its streams live on. */
+  bool left = false;
+  for (int v = 1; v < e->nv; v++)
+    if (e->side[v] && e->side[v]->head) {
+      if (drain(e->side[v], NULL, false, emu_streams_lazy()) != 0) emu_set_sticky(cudaErrorLaunchFailure);
+      left |= e->side[v]->head != NULL;
+    }
+  if (left) e->magic = 0; /* kept for the process's life, its streams still draining */
+  else graph_free(e);
   return cudaSuccess;
 }
 

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "selftest_runner.h"
+
 static const char common[] =
     "extern \"C\" __global__ void __launch_bounds__(64) block_sum_ok(const float *x, float *out) {\n"
     "  __shared__ float sh[2];\n"
@@ -141,163 +143,6 @@ static cudaError_t c_host_pointer(void) {
 }
 
 /* the libraries: what would hang or be ignored on a GPU is an error */
-static cudaError_t as_cuda(int ok) { return ok ? cudaSuccess : cudaErrorUnknown; }
-/* two ranks on GPUs 0 and 1, a buffer of 64 floats each */
-static bool two_ranks(ncclComm_t comm[2], float *buf[2]) {
-  for (int r = 0; r < 2; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 64 * sizeof(float));
-  return ncclCommInitAll(comm, 2, NULL) == ncclSuccess;
-}
-static cudaError_t c_nccl_missing_rank(void) {
-  ncclComm_t comm[2];
-  float *buf[2];
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  cudaSetDevice(0);
-  ncclGroupStart();
-  ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], NULL); /* rank 1 never joins */
-  return as_cuda(ncclGroupEnd() == ncclSuccess && cudaStreamSynchronize(NULL) == cudaSuccess); /* stream work */
-}
-static cudaError_t c_nccl_mismatch(void) {
-  ncclComm_t comm[2];
-  float *buf[2];
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  ncclGroupStart();
-  for (int r = 0; r < 2; r++) {
-    cudaSetDevice(r);
-    ncclAllReduce(buf[r], buf[r], r ? 32 : 64, ncclFloat32, ncclSum, comm[r], NULL);
-  }
-  return as_cuda(ncclGroupEnd() == ncclSuccess && cudaStreamSynchronize(NULL) == cudaSuccess);
-}
-static cudaError_t c_nccl_unmatched_send(void) {
-  ncclComm_t comm[2];
-  float *buf[2];
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  cudaSetDevice(0);
-  ncclGroupStart();
-  ncclSend(buf[0], 64, ncclFloat32, 1, comm[0], NULL);
-  return as_cuda(ncclGroupEnd() == ncclSuccess && cudaStreamSynchronize(NULL) == cudaSuccess);
-}
-static cudaError_t c_nccl_reduces_in_rank_order(void) {
-  ncclComm_t comm[3];
-  float *buf[3], h[3][4] = {{1e8f, 1, 0, 0}, {-1e8f, 2, 0, 0}, {1, 3, 0, 0}}, r[4];
-  for (int k = 0; k < 3; k++) {
-    cudaSetDevice(k);
-    cudaMalloc((void **)&buf[k], sizeof h[k]);
-    cudaMemcpy(buf[k], h[k], sizeof h[k], cudaMemcpyHostToDevice);
-  }
-  if (ncclCommInitAll(comm, 3, NULL) != ncclSuccess) return cudaErrorUnknown;
-  ncclGroupStart();
-  for (int k = 0; k < 3; k++) cudaSetDevice(k), ncclAllReduce(buf[k], buf[k], 4, ncclFloat32, ncclSum, comm[k], NULL);
-  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
-  cudaSetDevice(2);
-  cudaMemcpy(r, buf[2], sizeof r, cudaMemcpyDeviceToHost);
-  /* fp32 in rank order: (1e8 + -1e8) + 1 = 1, not 1e8 + (-1e8 + 1) = 0 */
-  return as_cuda(r[0] == 1.0f && r[1] == 6.0f);
-}
-/* after a failure: rank 1 of 3 excluded, ranks 0 and 2 shrink (NCCL_SHRINK_ABORT) in a group */
-static bool shrink_three(ncclComm_t comm[3], ncclComm_t sub[2], float *buf[3], int flags) {
-  for (int r = 0; r < 3; r++) cudaSetDevice(r), cudaMalloc((void **)&buf[r], 4 * sizeof(float));
-  if (ncclCommInitAll(comm, 3, NULL) != ncclSuccess) return false;
-  int gone = 1;
-  bool ok = true;
-  ncclGroupStart();
-  for (int r = 0; r < 3; r += 2)
-    cudaSetDevice(r), ok &= ncclCommShrink(comm[r], &gone, 1, &sub[r / 2], NULL, flags) == ncclSuccess;
-  return ncclGroupEnd() == ncclSuccess && ok;
-}
-static cudaError_t c_nccl_shrink(void) {
-  ncclComm_t comm[3], sub[2];
-  float *buf[3], h[2][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}}, r[4];
-  if (!shrink_three(comm, sub, buf, NCCL_SHRINK_ABORT)) return cudaErrorUnknown;
-  int n0, n1, r0, r1;
-  ncclCommCount(sub[0], &n0), ncclCommCount(sub[1], &n1), ncclCommUserRank(sub[0], &r0), ncclCommUserRank(sub[1], &r1);
-  if (n0 != 2 || n1 != 2 || r0 != 0 || r1 != 1) return cudaErrorUnknown; /* renumbered in order */
-  ncclGroupStart();
-  for (int k = 0; k < 2; k++) {
-    cudaSetDevice(2 * k);
-    cudaMemcpy(buf[2 * k], h[k], sizeof h[k], cudaMemcpyHostToDevice);
-    ncclAllReduce(buf[2 * k], buf[2 * k], 4, ncclFloat32, ncclSum, sub[k], NULL);
-  }
-  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
-  cudaMemcpy(r, buf[2], sizeof r, cudaMemcpyDeviceToHost);
-  for (int r_ = 0; r_ < 3; r_ += 2) cudaSetDevice(r_), ncclCommAbort(comm[r_]); /* the parents: only to be freed */
-  return as_cuda(r[0] == 11.0f && r[3] == 44.0f && ncclCommDestroy(sub[0]) == ncclSuccess);
-}
-static cudaError_t c_nccl_shrink_excluded(void) {
-  ncclComm_t comm[2], sub;
-  float *buf[2];
-  int gone = 1;
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  cudaSetDevice(1);
-  return as_cuda(ncclCommShrink(comm[1], &gone, 1, &sub, NULL, NCCL_SHRINK_ABORT) == ncclSuccess);
-}
-static cudaError_t c_nccl_shrunk_parent(void) {
-  ncclComm_t comm[3], sub[2];
-  float *buf[3];
-  if (!shrink_three(comm, sub, buf, NCCL_SHRINK_ABORT)) return cudaErrorUnknown;
-  cudaSetDevice(0);
-  return as_cuda(ncclAllReduce(buf[0], buf[0], 4, ncclFloat32, ncclSum, comm[0], NULL) == ncclSuccess);
-}
-static cudaError_t c_nccl_peer_aborted(void) {
-  ncclComm_t comm[2];
-  float *buf[2];
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  cudaSetDevice(1);
-  ncclCommAbort(comm[1]);
-  cudaSetDevice(0);
-  return as_cuda(ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], NULL) == ncclSuccess);
-}
-/* a peer process that dies (here: exits without its all-reduce, a zombie until reaped): the
- * survivor's operation fails with ncclRemoteError instead of waiting out the timeout, and
- * ncclCommGetAsyncError says so; any other outcome passes as "success", which this case fails */
-static cudaError_t c_nccl_dead_process(void) {
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return cudaErrorUnknown;
-  setenv("NTP_EMU_NCCL_TIMEOUT", "60", 1);
-  pid_t child = fork();
-  if (child == 0) {
-    ncclComm_t peer;
-    cudaSetDevice(1);
-    _exit(ncclCommInitRank(&peer, 2, id, 1) == ncclSuccess ? 0 : 3);
-  }
-  ncclComm_t comm;
-  float *buf;
-  cudaSetDevice(0);
-  cudaMalloc((void **)&buf, 64 * sizeof(float));
-  if (ncclCommInitRank(&comm, 2, id, 0) != ncclSuccess) return cudaErrorUnknown;
-  ncclResult_t r = ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, NULL), a = ncclSuccess;
-  if (r == ncclSuccess && cudaStreamSynchronize(NULL) != cudaSuccess) r = ncclRemoteError; /* seen at the sync */
-  ncclCommGetAsyncError(comm, &a);
-  int st;
-  waitpid(child, &st, 0);
-  unlink(id.internal + strlen("ntp-emu:")); /* the dead peer never lets go of the fabric */
-  bool seen = r == ncclRemoteError && a == ncclRemoteError && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-  return seen ? cudaErrorUnknown : cudaSuccess;
-}
-/* NTP_EMU_FAIL_GPUS: GPU 1 fails at the first abort or shrink; then nothing may touch it */
-static cudaError_t c_failed_gpu_touched(void) {
-  ncclComm_t comm[2];
-  float *buf[2], h[64];
-  setenv("NTP_EMU_FAIL_GPUS", "1", 1);
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  cudaSetDevice(0);
-  ncclCommAbort(comm[0]);
-  cudaMemcpy(h, buf[0], sizeof h, cudaMemcpyDeviceToHost); /* GPU 0's memory: fine */
-  return cudaMemcpy(h, buf[1], sizeof h, cudaMemcpyDeviceToHost); /* GPU 1's: stops the process */
-}
-static cudaError_t c_failed_peer_destroy(void) {
-  ncclComm_t comm[3], sub[2];
-  float *buf[3];
-  setenv("NTP_EMU_FAIL_GPUS", "1", 1);
-  if (!shrink_three(comm, sub, buf, NCCL_SHRINK_ABORT)) return cudaErrorUnknown;
-  cudaSetDevice(0);
-  return as_cuda(ncclCommDestroy(comm[0]) == ncclSuccess); /* waits for rank 1, on the failed GPU */
-}
-static cudaError_t c_failed_peer_shrink_default(void) {
-  ncclComm_t comm[3], sub[2];
-  float *buf[3];
-  setenv("NTP_EMU_FAIL_GPUS", "1", 1);
-  return as_cuda(shrink_three(comm, sub, buf, NCCL_SHRINK_DEFAULT));
-}
 static cudaError_t c_cublaslt_epilogue(void) {
   cublasLtMatmulDesc_t d;
   if (cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
@@ -571,77 +416,8 @@ static cudaError_t c_graph_unjoined(void) {
   return cudaStreamEndCapture(s, &g);
 }
 
-/* a graph per rank, each capturing its rank's part of one group of all-reduces; the launches
- * meet at the replay, as NCCL's kernels do */
-static cudaError_t c_nccl_graph_per_rank(void) {
-  setenv("NTP_EMU_STREAMS", "lazy", 1);
-  ncclComm_t comm[2];
-  float *buf[2], h[64], r[64];
-  cudaStream_t s[2];
-  cudaGraphExec_t e[2];
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  for (int k = 0; k < 2; k++) cudaSetDevice(k), cudaStreamCreate(&s[k]);
-  for (int k = 0; k < 2; k++) cudaSetDevice(k), cudaStreamBeginCapture(s[k], cudaStreamCaptureModeThreadLocal);
-  ncclGroupStart();
-  for (int k = 0; k < 2; k++) cudaSetDevice(k), ncclAllReduce(buf[k], buf[k], 64, ncclFloat32, ncclSum, comm[k], s[k]);
-  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
-  for (int k = 0; k < 2; k++) {
-    cudaGraph_t g;
-    cudaSetDevice(k);
-    if (cudaStreamEndCapture(s[k], &g) != cudaSuccess || cudaGraphInstantiate(&e[k], g, 0) != cudaSuccess)
-      return cudaErrorUnknown;
-    cudaGraphDestroy(g);
-  }
-  for (int rep = 1; rep <= 2; rep++) {
-    for (int k = 0; k < 2; k++) {
-      for (int i = 0; i < 64; i++) h[i] = (float)(rep * (k + 1) + i);
-      cudaSetDevice(k), cudaMemcpy(buf[k], h, sizeof h, cudaMemcpyHostToDevice);
-    }
-    for (int k = 0; k < 2; k++) cudaSetDevice(k), cudaGraphLaunch(e[k], s[k]);
-    for (int k = 0; k < 2; k++)
-      if (cudaSetDevice(k), cudaStreamSynchronize(s[k]) != cudaSuccess) return cudaErrorUnknown;
-    cudaSetDevice(1), cudaMemcpy(r, buf[1], sizeof r, cudaMemcpyDeviceToHost);
-    if (r[0] != (float)(3 * rep) || r[63] != (float)(3 * rep + 126)) return cudaErrorUnknown;
-  }
-  return cudaSuccess;
-}
-/* NCCL refuses a group that straddles the start of a capture */
-static cudaError_t c_nccl_group_capture_boundary(void) {
-  ncclComm_t comm[2];
-  float *buf[2];
-  cudaStream_t s;
-  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
-  cudaSetDevice(0);
-  cudaStreamCreate(&s);
-  ncclGroupStart();
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  ncclAllReduce(buf[0], buf[0], 64, ncclFloat32, ncclSum, comm[0], s);
-  return as_cuda(ncclGroupEnd() == ncclSuccess);
-}
-/* a graph that captured a collective, launched after its communicator was aborted */
-static cudaError_t c_nccl_graph_dead_comm(void) {
-  ncclComm_t comm;
-  float *buf;
-  cudaStream_t s;
-  cudaGraph_t g;
-  cudaGraphExec_t e;
-  cudaSetDevice(0);
-  cudaMalloc((void **)&buf, 64 * sizeof(float));
-  cudaStreamCreate(&s);
-  if (ncclCommInitAll(&comm, 1, NULL) != ncclSuccess) return cudaErrorUnknown;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, s);
-  if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&e, g, 0) != cudaSuccess) return cudaErrorUnknown;
-  if (cudaGraphLaunch(e, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) return cudaErrorUnknown;
-  ncclCommAbort(comm);
-  return cudaGraphLaunch(e, s);
-}
 
-static const struct {
-  const char *name;
-  cudaError_t (*run)(void);
-  const char *expect; /* in the error text; NULL: must succeed */
-} cases[] = {
+static const selftest_case cases[] = {
     {"correct block reduction passes the race check", c_block_sum_ok, NULL},
     {"missing __syncthreads", c_missing_barrier, "kernel missing_barrier: race"},
     {"out-of-bounds write", c_oob_write, "kernel oob_write: out-of-bounds access"},
@@ -651,18 +427,6 @@ static const struct {
     {"launch beyond __launch_bounds__", c_launch_bounds, "kernel bounded: launch of grid"},
     {"stray pointer", c_stray_pointer, "kernel stray_pointer: invalid memory access"},
     {"host memory as an argument", c_host_pointer, "kernel missing_barrier: argument 0"},
-    {"NCCL: a rank that never joins", c_nccl_missing_rank, "ncclAllReduce on rank 0 of a communicator of 2 ranks would hang"},
-    {"NCCL: all-reduce counts that differ", c_nccl_mismatch, "ncclAllReduce mismatch"},
-    {"NCCL: a send nobody receives", c_nccl_unmatched_send, "ncclSend on rank 0 of a communicator of 2 ranks would hang"},
-    {"NCCL: all-reduce in fp32 in rank order", c_nccl_reduces_in_rank_order, NULL},
-    {"NCCL: shrink renumbers the ranks left", c_nccl_shrink, NULL},
-    {"NCCL: an excluded rank calls ncclCommShrink", c_nccl_shrink_excluded, "an excluded rank does not call"},
-    {"NCCL: the parent after NCCL_SHRINK_ABORT", c_nccl_shrunk_parent, "terminated this communicator"},
-    {"NCCL: an operation after a peer's abort", c_nccl_peer_aborted, "a peer aborted the communicator"},
-    {"NCCL: a peer process that died", c_nccl_dead_process, "the process of rank 1 (pid"},
-    {"a failed GPU's memory read", c_failed_gpu_touched, "cudaMemcpy (source) touches GPU 1, which has failed"},
-    {"NCCL: a destroy that waits for a failed GPU", c_failed_peer_destroy, "ncclCommDestroy on rank 0 would hang"},
-    {"NCCL: NCCL_SHRINK_DEFAULT after a failure", c_failed_peer_shrink_default, "after a failure: NCCL_SHRINK_ABORT"},
     {"cuBLASLt: an epilogue it does not emulate", c_cublaslt_epilogue, "epilogue 2 is not emulated"},
     {"cuBLASLt: transposed, strided-batch GEMM", c_cublaslt_gemm, NULL},
     {"cuBLASLt: DGELU_BGRAD against loops", c_cublaslt_dgelu_bgrad, NULL},
@@ -677,50 +441,10 @@ static const struct {
     {"streams: eager runs in program order", c_streams_eager, NULL},
     {"graphs: a fork onto a second stream and the join, replayed", c_graph_fork_join, NULL},
     {"graphs: a forked stream that never rejoins", c_graph_unjoined, "never rejoined the origin stream"},
-    {"NCCL: a graph per rank, its part of a group of all-reduces", c_nccl_graph_per_rank, NULL},
-    {"NCCL: a group across a capture boundary", c_nccl_group_capture_boundary, "spans a capture boundary"},
-    {"NCCL: a graph replayed after its communicator was aborted", c_nccl_graph_dead_comm, "destroyed or aborted"},
 };
 
 int main(void) {
   setenv("NTP_EMU_RACECHECK", "reverse", 1);
   kern("block_sum_ok"); /* compiled and loaded once; every child inherits the module */
-  int failed = 0, n = (int)(sizeof cases / sizeof cases[0]);
-  for (int i = 0; i < n; i++) {
-    int pipefd[2];
-    if (pipe(pipefd) != 0) return 2;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(pipefd[0]);
-      dup2(pipefd[1], 2);
-      cudaError_t e = cases[i].run();
-      fprintf(stderr, "\nresult: %s\n", e == cudaSuccess ? "success" : cudaGetErrorString(e));
-      _exit(e == cudaSuccess ? 0 : 1);
-    }
-    close(pipefd[1]);
-    char buf[16384];
-    size_t len = 0;
-    ssize_t r;
-    while ((r = read(pipefd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
-    buf[len] = 0;
-    close(pipefd[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    bool exited = WIFEXITED(status);
-    int code = exited ? WEXITSTATUS(status) : -1;
-    /* 134: the emulator stopped the process (emu_fatal) */
-    bool ok = cases[i].expect ? exited && (code == 1 || code == 134) && strstr(buf, cases[i].expect) : exited && code == 0;
-    printf("%-48s %s\n", cases[i].name, !ok ? "FAILED" : cases[i].expect ? "caught" : "ok");
-    if (cases[i].expect && ok) {
-      const char *line = strstr(buf, "ntp-emu: error: ");
-      if (line) printf("    %.*s\n", (int)strcspn(line, "\n"), line);
-    }
-    if (!ok) {
-      printf("    expected %s; exit %d, output:\n%s\n", cases[i].expect ? cases[i].expect : "success", code, buf);
-      failed++;
-    }
-  }
-  printf("%d passed, %d failed\n", n - failed, failed);
-  return failed ? 1 : 0;
+  return run_cases(cases, (int)(sizeof cases / sizeof cases[0]));
 }

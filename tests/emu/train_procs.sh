@@ -16,7 +16,7 @@
 # fp32 within 1e-5 (AdamW's eps 1e-4, as in train.sh). Run by CTest with the emulator's environment.
 set -u
 ntpc=$1 py=$2
-tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d) && { [ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$tmp"' EXIT; }
 here=$(dirname "$0")
 fail=0
 . "$here/train_data.sh" # the token file and the options every run shares
@@ -130,5 +130,81 @@ check ckpt7 3
 for r in 0 1 2 4 5 6; do
   grep -q 'back to the checkpoint of step 2' "$tmp/ckpt7.$r.out" || { echo "[FAIL] ckpt7: rank $r did not go back to the step-2 checkpoint"; fail=1; }
 done
+
+# victim NAME V VENV EXTRA ARGS...: 8 processes as procs does, but rank V's runs with the environment
+# VENV ("NTP_EMU_NCCL_KILL=1": killed by the emulated NCCL as its stream reaches its first operation on
+# a group's communicator, before it posts it) and without EXTRA (the survivors' --fail-at); a watchdog
+# kills every process still running after 90 s. NAME.status as procs writes it; NAME.took the seconds
+# until every process but V's had exited, after which V's (stopped) is killed.
+victim() {
+  name=$1 v=$2 venv=$3 extra=$4
+  shift 4
+  id="$tmp/$name.id"
+  r=0 t0=$(date +%s)
+  while [ $r -lt 8 ]; do
+    if [ $r = "$v" ]; then
+      env RANK=$r LOCAL_RANK=$r WORLD_SIZE=8 NTP_NCCL_ID_FILE="$id" $venv \
+        "$ntpc" train "$@" $common --rank env >"$tmp/$name.$r.out" 2>&1 &
+    else
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=8 NTP_NCCL_ID_FILE="$id" \
+        "$ntpc" train "$@" $extra $common --rank env --save-params "$tmp/$name.st" >"$tmp/$name.$r.out" 2>&1 &
+    fi
+    eval "pid_$r=\$!"
+    r=$((r + 1))
+  done
+  while :; do # until every process but the victim's has exited, or the watchdog
+    alive=0 r=0
+    while [ $r -lt 8 ]; do
+      eval "p=\$pid_$r"
+      [ $r != "$v" ] && kill -0 "$p" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$p"/stat 2>/dev/null)" != Z ] && alive=1
+      r=$((r + 1))
+    done
+    [ $alive = 0 ] && break
+    [ $(($(date +%s) - t0)) -ge 90 ] && { echo "[FAIL] $name: the others took 90 s to exit (a hang)"; fail=1; break; }
+    sleep 0.2
+  done
+  echo $(($(date +%s) - t0)) >"$tmp/$name.took"
+  r=0
+  while [ $r -lt 8 ]; do
+    eval "p=\$pid_$r"
+    kill -KILL "$p" 2>/dev/null # the victim (stopped), and anything the watchdog caught
+    r=$((r + 1))
+  done
+  : >"$tmp/$name.status"
+  r=0
+  while [ $r -lt 8 ]; do
+    eval "p=\$pid_$r"
+    wait "$p"
+    echo "$r $?" >>"$tmp/$name.status"
+    rm -f /dev/shm/ntp-emu-nccl-"$p"-* /tmp/ntp-emu-nccl-"$p"-*
+    r=$((r + 1))
+  done
+}
+
+# items 16 and 17 of issue 24: GPU 3's process killed inside its first all-reduce on its tensor-
+# parallel group's communicator (ranks 0-3). The survivors' operations on it never complete (the
+# emulated NCCL, as NCCL: no call fails); ranks 0-2 see the loss only by polling that group's
+# communicator, the others when the first survivors abort theirs; all fail over in step 1.
+victim midcoll 3 NTP_EMU_NCCL_KILL=1 "--fail-at 1:3" $gpt --plan $plan --backend cuda
+grep -E '^(step|  communicators)|NTP_EMU_NCCL' "$tmp/midcoll.3.out" "$tmp/midcoll.0.out"
+check midcoll 3
+for r in 0 1 2; do
+  grep -q "NCCL reports a lost peer (.*on rank $r's communicator of ranks {0,1,2,3} (ncclCommGetAsyncError))" \
+    "$tmp/midcoll.$r.out" || { echo "[FAIL] midcoll: rank $r did not see the lost peer on its tensor-parallel group's communicator"; fail=1; }
+done
+# ... and GPU 2's process stopped there (SIGSTOP: alive, silent): no NCCL error ever comes. With
+# NTP_NCCL_TIMEOUT=3 the others give up within seconds, each with a message, instead of waiting for
+# ever; nobody fails over (no --fail-at: nothing says which GPU is gone)
+NTP_NCCL_TIMEOUT=3 victim stop 2 NTP_EMU_NCCL_STOP=1 "" $gpt --plan $plan --backend cuda
+took=$(cat "$tmp/stop.took")
+echo "stop: the 7 others exited $took s after the start"
+while read -r r st; do
+  [ "$r" = 2 ] && continue
+  [ "$st" = 1 ] || { echo "[FAIL] stop: the process of rank $r exited $st, not 1"; cat "$tmp/stop.$r.out"; fail=1; }
+  grep -q 'made no progress for 3 s (NTP_NCCL_TIMEOUT)\|NCCL reports .* (ncclCommGetAsyncError)' "$tmp/stop.$r.out" ||
+    { echo "[FAIL] stop: rank $r exited without naming the timeout or NCCL's error"; cat "$tmp/stop.$r.out"; fail=1; }
+done <"$tmp/stop.status"
+grep -h 'error' "$tmp/stop.0.out" "$tmp/stop.1.out" | head -2
+[ "$took" -le 60 ] || { echo "[FAIL] stop: the others took $took s"; fail=1; }
 [ $fail = 0 ] && echo "train_procs.sh (emulated GPU, a process per rank): all checks passed"
 exit $fail

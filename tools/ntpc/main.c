@@ -338,7 +338,12 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
   ntp_cuda_host ht;
   ntp_cuda_host_time(c, &ht);
   bool graphs = ht.graphs;
-  if (o->iters > 0) { /* the same forwards in the other mode first, for the host's side of graphs */
+  bool both = ntp_cuda_use_graphs(c, true) == 0; /* graphs can be had here (not: NCCL joins several GPUs here) */
+  ntp_cuda_use_graphs(c, graphs);
+  if (o->iters > 0 && !both)
+    printf("graphs: not used: NCCL joins the %d GPUs of this process, and graphs launched from one thread may "
+           "deadlock (NCCL's guide); one rank per process keeps them\n", p->world);
+  if (o->iters > 0 && both) { /* the same forwards in the other mode first, for the host's side of graphs */
     ntp_cpu_result other = {0};
     ntp_cuda_use_graphs(c, !graphs);
     for (long i = 0; i <= o->iters; i++) { /* one warm-up: the capture */
@@ -366,7 +371,7 @@ static int run_cuda(const ir_module *summary, const ntp_program *p, const option
   printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n",
          co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
          p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
-  if (o->iters > 0) { /* the host time per forward and per layer, with and without graphs (docs/runtime.md) */
+  if (o->iters > 0 && both) { /* the host time per forward and per layer, with and without graphs (docs/runtime.md) */
     double with = (graphs ? host[0] : host[1]) / (double)o->iters * 1e6, without = (graphs ? host[1] : host[0]) / (double)o->iters * 1e6;
     printf("host launch: %.1f us per forward, %.2f us per layer with graphs; %.1f us, %.2f us per layer without "
            "(%d layers, mean of %ld)\n", with, with / ht.layers, without, without / ht.layers, ht.layers, o->iters);
