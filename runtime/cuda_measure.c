@@ -408,10 +408,18 @@ int ntp_measure_collective(int ngpus, ntp_measure_coll kind, const size_t *sizes
   }
   rc = 0;
 fail:
-  for (int r = 0; t && r < ngpus; r++) {
+  for (int r = 0; t && r < ngpus; r++) { /* nothing queued when the communicators go */
     m.cudaSetDevice(r);
     if (t[r].s) m.cudaStreamSynchronize(t[r].s);
-    if (comm && comm[r]) destroy(comm[r]);
+  }
+  if (comm && comm[0]) { /* one thread frees several GPUs' communicators: in one group (NCCL's guide) */
+    gstart();
+    for (int r = 0; r < ngpus; r++)
+      if (comm[r]) destroy(comm[r]);
+    gend();
+  }
+  for (int r = 0; t && r < ngpus; r++) {
+    m.cudaSetDevice(r);
     if (in) m.cudaFree(in[r]);
     if (out) m.cudaFree(out[r]);
     timer_free(&t[r]);
