@@ -2,7 +2,7 @@
  *
  *   1. GEMMs: GPT-2's linear layers (B*S rows; QKV, output, MLP up and down, the head) compiled
  *      as one-layer models and run by the CUDA backend (cuBLASLt through the step list), against
- *      bare cuBLASLt on the same M, N, K (runtime/cuda_measure.c: one matmul, its own heuristic);
+ *      bare cuBLASLt on the same M, N, K (runtime/cuda/cuda_measure.c: one matmul, its own heuristic);
  *   2. fused kernels: a LayerNorm and an elementwise chain (y = x * 0.5 + z) against the measured
  *      device-to-device copy bandwidth (bytes each kernel must read and write / its time);
  *   3. host time per layer: GPT-2 at toy dims (the GPU work is a few microseconds), the wall clock

@@ -60,7 +60,7 @@ trap 'rm -rf "$W"' EXIT
 # the direct driver: bench_model.c against libntpc/libntprt (the runtime without the model ABI)
 bench_build_direct() {
   # shellcheck disable=SC2046
-  ${CC:-cc} -std=c17 -O2 -DNTP_BENCH_DIRECT -I"$BUILD/include/ntp" -Iruntime -Itools bench/bench_model.c \
+  ${CC:-cc} -std=c17 -O2 -DNTP_BENCH_DIRECT -I"$BUILD/include/ntp" -Iruntime -Iruntime/cuda -Itools bench/bench_model.c \
     "$BUILD/libntprt.a" "$BUILD/libntpc.a" "$BUILD/libntpcore.a" $(pkg-config --libs json-c 2>/dev/null || echo -ljson-c) \
     -lopenblas -fopenmp -ldl -lm -o "$1" 2>"$W/cc_direct.log" || { cat "$W/cc_direct.log" >&2; return 1; }
 }

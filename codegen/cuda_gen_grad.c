@@ -1,5 +1,5 @@
 /* cuda_gen_grad.c — the kernels of the loss and of the backward ops (compiler/grad/): the
- * same vector-Jacobian products as the CPU reference's runtime/cpu_grad.c, in fp32 with the
+ * same vector-Jacobian products as the CPU reference's runtime/cpu/cpu_grad.c, in fp32 with the
  * result rounded to its storage dtype once, as every kernel of this generator stores.
  *
  * Written for correctness first, deterministic everywhere (no atomics: every sum has one

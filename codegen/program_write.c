@@ -1,6 +1,6 @@
 /* program_write.c — the compiler's side of the program format: the global IR, the sharded
  * program and every rank's CUDA written field by field, in the order and widths
- * runtime/ntp_program.h documents (the reader is runtime/program_read.c). Only what the
+ * runtime/ntp_program.h documents (the reader is runtime/io/program_read.c). Only what the
  * runtime runs is written: source locations, plans, placements and the planner's byte counts
  * stay in the compiler. */
 #include "program_write.h"

@@ -235,7 +235,7 @@ EXPORT int ntp_py_plan(ntp_py_unit *u, int world, const char *gpu, int train, do
 EXPORT void ntp_py_free_string(char *s) { free(s); }
 
 /* The runtime's model ABI, which the Python side calls by these names: referenced here so that
- * the linker takes runtime/model_abi.c from the static runtime into this library. */
+ * the linker takes runtime/abi/model_abi.c from the static runtime into this library. */
 __attribute__((used)) static const void *const model_abi[] = {
     (const void *)ntprt_model_create,      (const void *)ntprt_model_load_format, (const void *)ntprt_model_save_format,
     (const void *)ntprt_model_set_param,   (const void *)ntprt_model_get_param,   (const void *)ntprt_model_forward,

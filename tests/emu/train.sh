@@ -27,7 +27,7 @@ train cpu $gpt &&
   train cuda1 $gpt --backend cuda && same cpu cuda1 1e-5 1e-5
 train cuda7 $gpt --plan examples/plans/byte_gpt_7.ntp --backend cuda --loopback && same cpu cuda7 1e-5 1e-5
 # determinism and the launch order: no kernel uses atomics, and the launch order only swaps steps
-# that share no byte one of them writes (runtime/launch_order.h), so a second run in step order
+# that share no byte one of them writes (runtime/cuda/launch_order.h), so a second run in step order
 # on one stream (NTP_CUDA_OVERLAP=0) gives the same bits
 same_in_step_order() { # REF AGAIN ARGS...: AGAIN is REF's run once more in step order, bit for bit
   ref=$1 again=$2

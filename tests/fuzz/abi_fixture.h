@@ -1,6 +1,6 @@
 /* abi_fixture.h — a model library without the library: a small model compiled and sharded
  * in-process, wrapped in the ntp_artifact a generated model.so would carry, so that the model
- * ABI (runtime/model_abi.c) can be called directly by the misuse test and the ABI fuzzer. */
+ * ABI (runtime/abi/model_abi.c) can be called directly by the misuse test and the ABI fuzzer. */
 #ifndef NTP_ABI_FIXTURE_H
 #define NTP_ABI_FIXTURE_H
 

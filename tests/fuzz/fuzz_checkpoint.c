@@ -1,4 +1,4 @@
-/* fuzz_checkpoint.c — training checkpoints (runtime/checkpoint.c): the index, the state file
+/* fuzz_checkpoint.c — training checkpoints (runtime/train/checkpoint.c): the index, the state file
  * reader, a resume, a step, and a save over the folder.
  *
  * Input: byte 0's bits: 1 the state file is the input's rest (else a valid one, saved at start

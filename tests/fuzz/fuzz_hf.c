@@ -1,4 +1,4 @@
-/* fuzz_hf.c — the Hugging Face checkpoint layouts (runtime/param_formats.c, safetensors.c):
+/* fuzz_hf.c — the Hugging Face checkpoint layouts (runtime/io/param_formats.c, safetensors.c):
  * load and save, hf-gpt2 and hf-llama, on small models drawn from the input and on files
  * written, edited or given raw by it.
  *

@@ -1,5 +1,5 @@
-/* fuzz_inputs.c — a model's inputs from files (runtime/inputs.c) and the token reader of
- * training (runtime/tokens.c). Byte 0 picks the reader: a .npy array (for the fixture's token
+/* fuzz_inputs.c — a model's inputs from files (runtime/io/inputs.c) and the token reader of
+ * training (runtime/train/tokens.c). Byte 0 picks the reader: a .npy array (for the fixture's token
  * input, or named), an llm.c token file through --inputs, text, or the token reader of `ntpc
  * train` (batches, shuffled or not, a seek to a position from the input, the vocabulary check).
  * The rest is the file. What a reader accepts must hold: ids read as inputs lie in the model's

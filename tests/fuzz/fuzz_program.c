@@ -1,4 +1,4 @@
-/* fuzz_program.c — the program-image reader (runtime/program_read.c): the input is an image's
+/* fuzz_program.c — the program-image reader (runtime/io/program_read.c): the input is an image's
  * payload, given a valid header (version, length, checksum) so that every input reaches the
  * structure rather than stopping at the checksum. The reader must refuse or accept it without
  * reading outside the image or writing outside its own tables; an accepted image is walked (every

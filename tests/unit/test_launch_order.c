@@ -1,4 +1,4 @@
-/* test_launch_order.c — the CUDA backend's launch order (runtime/launch_order.c) on the training
+/* test_launch_order.c — the CUDA backend's launch order (runtime/cuda/launch_order.c) on the training
  * program of examples/byte_gpt.ntp under examples/plans/byte_gpt_mixed8.ntp (8 ranks, every layer
  * its own way), for all ranks in one process and for each rank in its own:
  * - it enqueues exactly what step order does (the collectives, the ranks' launches);

@@ -1,6 +1,6 @@
 /* calibrate_cmd.c — `ntpc calibrate`: measures the local GPU(s) and writes a device profile the
  * planner reads (`ntpc plan --profile FILE`). The measurements are the runtime's
- * (runtime/cuda_measure.h; the attention core through a compiled attention layer and the
+ * (runtime/cuda/cuda_measure.h; the attention core through a compiled attention layer and the
  * backend's per-layer profiling); the fits and the text are the planner's (profile_write.c).
  * What is not measured comes from a base profile, and every line's comment says which. */
 #define _GNU_SOURCE

@@ -165,7 +165,7 @@ int ntp_cuda_adamw(ntp_cuda *c, int32_t param, int32_t grad, float *master, floa
 int ntp_cuda_profile_layers(ntp_cuda *c, bool on, char *err, size_t cap);
 int ntp_cuda_layer_times(const ntp_cuda *c, double *seconds, size_t n, char *err, size_t cap);
 /* The dlopen handle of "cudart", "cublasLt" or "nccl", loaded as the backend loads them
- * (NTP_CUDART_LIB, ...): runtime/cuda_measure.c fetches what it calls from the same libraries. */
+ * (NTP_CUDART_LIB, ...): runtime/cuda/cuda_measure.c fetches what it calls from the same libraries. */
 void *ntp_cuda_dl(const char *which, char *err, size_t cap);
 
 /* The NVRTC JIT with its disk cache: key = hash of (source, options, NVRTC version, arch),
