@@ -11,8 +11,11 @@
 #include <time.h>
 
 #include "cpu_kernels.h"
-#include "cuda_backend.h"
+#include "exec.h"
 #include "ntp_train.h"
+
+/* an operation of the trainer's executor (exec.h) */
+#define EXEC(t, op, ...) ((t)->exec->ops->op((t)->exec->be, __VA_ARGS__))
 
 void ntp_adamw_defaults(ntp_adamw *o) {
   *o = (ntp_adamw){.lr = 1e-3, .min_lr_frac = 0.1, .warmup = 0, .steps = 1, .beta1 = 0.9, .beta2 = 0.95,
@@ -30,24 +33,12 @@ double ntp_adamw_lr(const ntp_adamw *o, int64_t step) {
   return lo + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (o->lr - lo);
 }
 
-/* The hyper-parameters of one AdamW step k: c1, c2 the bias corrections 1 - beta^k. */
-typedef struct adamw_k {
-  double lr, b1, b2, c1, c2, eps;
-} adamw_k;
-
-static adamw_k adamw_at(const ntp_adamw *o, double lr, int64_t k) {
-  return (adamw_k){lr, o->beta1, o->beta2, 1.0 - pow(o->beta1, (double)k), 1.0 - pow(o->beta2, (double)k), o->eps};
-}
-
-/* One element's update from its (clipped) gradient ge, in double, every state rounded to fp32: the
- * reference's arithmetic, which the sharded runs repeat element by element. */
-static inline void adamw_element(const adamw_k *a, double wd, double ge, float *m, float *v, float *w) {
-  double mm = a->b1 * *m + (1.0 - a->b1) * ge, vv = a->b2 * *v + (1.0 - a->b2) * ge * ge;
-  *m = (float)mm;
-  *v = (float)vv;
-  double x = *w;
-  x -= a->lr * ((mm / a->c1) / (sqrt(vv / a->c2) + a->eps) + wd * x);
-  *w = (float)x;
+/* The numbers of AdamW step k (c1, c2 the bias corrections 1 - beta^k) for a parameter with
+ * weight decay wd, its gradient scaled by `scale` (clipping). The element's update is
+ * ntp_adamw_element (exec.h): the same arithmetic here and in every executor. */
+static ntp_exec_adamw adamw_at(const ntp_adamw *o, double lr, int64_t k, double wd, double scale) {
+  return (ntp_exec_adamw){lr, o->beta1, o->beta2, 1.0 - pow(o->beta1, (double)k), 1.0 - pow(o->beta2, (double)k),
+                          o->eps, wd, scale};
 }
 
 typedef struct tparam {
@@ -73,17 +64,16 @@ typedef struct tslice {
   int32_t rank;
   ntp_box box;            /* in the parameter's coordinates */
   int64_t n;
-  float *master, *m, *v;  /* host (simulation) or device (cuda) memory */
+  float *master, *m, *v;  /* the executor's state buffers, where the rank lives (exec.h: alloc) */
   unsigned char *own;     /* the elements the global norm counts here: those no earlier slice holds */
-  unsigned char *own_dev; /* cuda: the same on the rank's GPU */
+  unsigned char *own_dev; /* the same in a state buffer */
   bool here;              /* its rank runs in this process (with one rank per process, one rank's slices
                              are; the others' are known by their boxes only) */
 } tslice;
 
 struct ntp_trainer {
   const ntp_module *mod;
-  ntp_sim *sim;   /* a sharded program: every rank simulated */
-  ntp_cuda *cuda; /* or every rank on the CUDA backend; neither: the CPU reference */
+  ntp_exec *exec; /* a sharded program's ranks (the simulation or the CUDA backend); NULL: the CPU reference */
   ntp_adamw o;
   uint64_t seed;
   tparam *p;
@@ -96,7 +86,7 @@ struct ntp_trainer {
   tslice *sl;                    /* sharded runs: every rank's parameter slices */
   size_t nsl;
   bool stale;                    /* the slices moved on since the global copies were gathered */
-  int32_t loss_rank;             /* cuda: the rank whose piece of the loss is read */
+  int32_t loss_rank;             /* the rank whose piece of the loss is read */
   int32_t world;                 /* the program's ranks */
 };
 
@@ -104,7 +94,7 @@ struct ntp_trainer {
  * slices only, and what the host needs of the others (the loss, the gradients' norm, the global
  * copies) is merged across the processes (ntp_cuda_merge: the word-wise sum of disjoint pieces,
  * so every process gets each piece's bits exactly). */
-static bool per_process(const ntp_trainer *t) { return t->cuda && !ntp_cuda_all_here(t->cuda); }
+static bool per_process(const ntp_trainer *t) { return t->exec && !t->exec->ops->all_here(t->exec->be); }
 
 static double now_s(void) {
   struct timespec ts;
@@ -125,21 +115,13 @@ void ntp_trainer_free(ntp_trainer *t) {
     free(t->p[i].v);
     free(t->p[i].cur.f);
   }
-  for (size_t i = 0; i < t->nsl; i++) {
-    if (!t->cuda) { /* device state is freed with the backend */
-      free(t->sl[i].master);
-      free(t->sl[i].m);
-      free(t->sl[i].v);
-    }
-    free(t->sl[i].own);
-  }
+  for (size_t i = 0; i < t->nsl; i++) free(t->sl[i].own); /* the state buffers go with the executor */
   free(t->sl);
   free(t->p);
   free(t->cur);
   free(t->given);
   ntp_cpu_result_free(&t->last);
-  ntp_sim_free(t->sim);
-  ntp_cuda_free(t->cuda);
+  ntp_exec_free(t->exec);
   free(t);
 }
 
@@ -195,7 +177,7 @@ static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size
     const tparam *p = &t->p[pi];
     tslice *s = &t->sl[t->nsl++];
     *s = (tslice){.param = pi, .tensor = (int32_t)ti, .grad = -1, .rank = ts->rank, .box = ts->init_box,
-                  .n = box_volume(&ts->init_box), .here = !t->cuda || ntp_cuda_runs_rank(t->cuda, ts->rank)};
+                  .n = box_volume(&ts->init_box), .here = EXEC(t, runs_rank, ts->rank)};
     if (p->grad_output >= 0) {
       int32_t gv = m->outputs[p->grad_output].value;
       for (size_t k = 0; k < prog->npieces[gv] && s->grad < 0; k++) {
@@ -217,16 +199,12 @@ static int build_slices(ntp_trainer *t, const ntp_program *prog, char *err, size
     }
     size_t bytes = (size_t)(s->n ? s->n : 1) * sizeof(float);
     if (!s->here) continue; /* another process's */
-    if (t->cuda) {
-      if (ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->master, err, cap) != 0 ||
-          ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->m, err, cap) != 0 ||
-          ntp_cuda_alloc(t->cuda, s->rank, bytes, (void **)&s->v, err, cap) != 0 ||
-          ntp_cuda_alloc(t->cuda, s->rank, (size_t)(s->n ? s->n : 1), (void **)&s->own_dev, err, cap) != 0 ||
-          ntp_cuda_put(t->cuda, s->rank, s->own_dev, s->own, (size_t)s->n, err, cap) != 0)
-        goto done;
-    } else if (!(s->master = malloc(bytes)) || !(s->m = malloc(bytes)) || !(s->v = malloc(bytes))) {
-      goto oom;
-    }
+    if (EXEC(t, alloc, s->rank, bytes, (void **)&s->master, err, cap) != 0 ||
+        EXEC(t, alloc, s->rank, bytes, (void **)&s->m, err, cap) != 0 ||
+        EXEC(t, alloc, s->rank, bytes, (void **)&s->v, err, cap) != 0 ||
+        EXEC(t, alloc, s->rank, (size_t)(s->n ? s->n : 1), (void **)&s->own_dev, err, cap) != 0 ||
+        EXEC(t, put, s->rank, s->own_dev, s->own, (size_t)s->n, err, cap) != 0)
+      goto done;
   }
   for (size_t i = 0; i < t->np; i++) { /* what no slice holds stays with the global copies */
     tparam *p = &t->p[i];
@@ -266,18 +244,11 @@ static int scatter_state(ntp_trainer *t, char *err, size_t cap) {
     tparam *p = &t->p[s->param];
     float *src[3] = {p->master, p->m, p->v}, *dst[3] = {s->master, s->m, s->v};
     if (!s->here) continue;
-    for (int k = 0; k < 3; k++) {
-      box_copy(src[k], &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], true, NULL);
-      if (t->cuda && ntp_cuda_put(t->cuda, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) goto fail;
+    for (int k = 2; k >= 0; k--) { /* the master last: tmp then holds it, and the slice is it rounded */
+      box_copy(src[k], &p->cur.shape, &s->box, tmp, true, NULL);
+      if (EXEC(t, put, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) goto fail;
     }
-    if (t->cuda) { /* tmp holds the master: the slice is it rounded */
-      box_copy(p->master, &p->cur.shape, &s->box, tmp, true, NULL);
-      if (ntp_cuda_tensor_put(t->cuda, s->tensor, tmp, err, cap) != 0) goto fail;
-    } else {
-      float *pd = ntp_sim_tensor(t->sim, s->tensor);
-      memcpy(pd, s->master, (size_t)s->n * sizeof *pd);
-      ntp_round_buf(pd, (size_t)s->n, mode_of(p->cur.dtype));
-    }
+    if (EXEC(t, tensor_put, s->tensor, tmp, err, cap) != 0) goto fail;
   }
   free(tmp);
   t->stale = false;
@@ -306,11 +277,11 @@ static int gather_merged(ntp_trainer *t, char *err, size_t cap) {
     float *src[3] = {s->master, s->m, s->v};
     if (!s->here) continue;
     for (int k = 0; k < 3; k++) {
-      if (ntp_cuda_get(t->cuda, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
+      if (EXEC(t, get, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
       box_copy(all + off[s->param] + (size_t)k * (size_t)p->n, &p->cur.shape, &s->box, tmp, false, s->own);
     }
   }
-  if (ntp_cuda_merge(t->cuda, all, total * sizeof *all, err, cap) != 0) goto done;
+  if (EXEC(t, merge, all, total * sizeof *all, err, cap) != 0) goto done;
   for (size_t i = 0; i < t->np; i++) {
     tparam *p = &t->p[i];
     float *dst[3] = {p->master, p->m, p->v};
@@ -323,7 +294,7 @@ static int gather_merged(ntp_trainer *t, char *err, size_t cap) {
   for (size_t i = 0; i < t->nsl; i++) { /* this process's replicas hold what the owners do */
     const tslice *s = &t->sl[i];
     const tparam *p = &t->p[s->param];
-    if (!s->here || ntp_cuda_get(t->cuda, s->rank, tmp, s->master, (size_t)s->n * sizeof(float), err, cap) != 0) {
+    if (!s->here || EXEC(t, get, s->rank, tmp, s->master, (size_t)s->n * sizeof(float), err, cap) != 0) {
       if (s->here) goto done;
       continue;
     }
@@ -359,11 +330,11 @@ static int gather_state(ntp_trainer *t, char *err, size_t cap) {
     tparam *p = &t->p[s->param];
     float *dst[3] = {p->master, p->m, p->v}, *src[3] = {s->master, s->m, s->v};
     for (int k = 0; k < 3; k++) {
-      if (t->cuda && ntp_cuda_get(t->cuda, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) {
+      if (EXEC(t, get, s->rank, tmp, src[k], (size_t)s->n * sizeof(float), err, cap) != 0) {
         free(tmp);
         return -1;
       }
-      box_copy(dst[k], &p->cur.shape, &s->box, t->cuda ? tmp : src[k], false, s->own);
+      box_copy(dst[k], &p->cur.shape, &s->box, tmp, false, s->own);
     }
   }
   /* every other holder of an element holds the same master: replicas sum the same gradients in
@@ -371,8 +342,8 @@ static int gather_state(ntp_trainer *t, char *err, size_t cap) {
   for (size_t i = 0; i < t->nsl; i++) {
     tslice *s = &t->sl[i];
     tparam *p = &t->p[s->param];
-    float *mine = s->master;
-    if (t->cuda && ntp_cuda_get(t->cuda, s->rank, (mine = tmp), s->master, (size_t)s->n * sizeof(float), err, cap) != 0) {
+    float *mine = tmp;
+    if (EXEC(t, get, s->rank, tmp, s->master, (size_t)s->n * sizeof(float), err, cap) != 0) {
       free(tmp);
       return -1;
     }
@@ -409,14 +380,13 @@ int ntp_trainer_new(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, 
 }
 
 int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
-                         const ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap) {
+                         const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap) {
   *out = NULL;
   const ntp_module *m = &prog->global;
   ntp_trainer *t = calloc(1, sizeof *t);
   if (!t) goto oom;
   t->mod = m;
-  if (co ? ntp_cuda_create(prog, co, &t->cuda, err, cap) != 0
-         : prog->world > 0 && ntp_sim_new(prog, &t->sim, err, cap) != 0) {
+  if ((co || prog->world > 0) && ntp_exec_new(prog, co, &t->exec, err, cap) != 0) {
     ntp_trainer_free(t);
     return -1;
   }
@@ -435,7 +405,7 @@ int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t s
     return -1;
   }
   t->world = prog->world;
-  if (t->cuda) { /* the piece of the loss that is read: the first */
+  if (t->exec) { /* the piece of the loss that is read: the first */
     int32_t lv = m->outputs[t->loss_output].value;
     t->loss_rank = prog->world > 0 && prog->npieces[lv] ? prog->tensors[prog->pieces[lv][0]].rank : 0;
   }
@@ -479,7 +449,7 @@ int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t s
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(val->dtype));
   }
   for (size_t i = 0; i < t->np; i++) t->cur[i] = t->p[i].cur;
-  if ((t->sim || t->cuda) && (build_slices(t, prog, err, cap) != 0 || scatter_state(t, err, cap) != 0)) {
+  if (t->exec && (build_slices(t, prog, err, cap) != 0 || scatter_state(t, err, cap) != 0)) {
     ntp_trainer_free(t);
     return -1;
   }
@@ -497,12 +467,8 @@ oom:
 static int ranks_run(ntp_trainer *t, int keep, char *err, size_t cap) {
   const ntp_module *m = t->mod;
   for (size_t v = 0; v < m->n_values; v++)
-    if (t->given[v] && (t->cuda ? ntp_cuda_set(t->cuda, (int32_t)v, t->given[v], err, cap)
-                                : ntp_sim_set(t->sim, (int32_t)v, t->given[v], err, cap)) != 0)
-      return -1;
-  if ((t->cuda ? ntp_cuda_forward(t->cuda, t->seed, &t->last, err, cap)
-               : ntp_sim_forward(t->sim, t->seed, &t->last, err, cap)) != 0)
-    return -1;
+    if (t->given[v] && EXEC(t, set, (int32_t)v, t->given[v], err, cap) != 0) return -1;
+  if (EXEC(t, forward, t->seed, &t->last, err, cap) != 0) return -1;
   if (!keep) return 0;
   ntp_cpu_result *r = &t->last;
   r->inputs = calloc(m->n_ops + 1, sizeof *r->inputs);
@@ -531,37 +497,37 @@ static void fill_given(ntp_trainer *t, const ntp_host_tensor *const *given, bool
 }
 
 /* The step on the slices: forward and backward (the loss into *loss), the global norm over
- * every element once, AdamW on each slice where it lives. */
+ * every element once, AdamW on each slice where it lives. Without keep only the loss comes back
+ * to the host. With one rank per process each slice's sum of squares (and the loss, from the
+ * process that has it) is merged across the processes, so every process computes the same norm;
+ * else the sums accumulate in slice order. */
 static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, double lr, int64_t k, char *err,
                         size_t cap) {
-  if (keep || !t->cuda) {
+  if (keep) {
     if (ranks_run(t, keep, err, cap) != 0) return -1;
     *loss = t->last.outputs[t->loss_output].f[0];
-  } else { /* the loss alone comes back to the host */
+  } else {
     for (size_t v = 0; v < t->mod->n_values; v++)
-      if (t->given[v] && ntp_cuda_set(t->cuda, (int32_t)v, t->given[v], err, cap) != 0) return -1;
+      if (t->given[v] && EXEC(t, set, (int32_t)v, t->given[v], err, cap) != 0) return -1;
     ntp_host_tensor h;
-    if (ntp_cuda_run(t->cuda, t->seed, NULL, err, cap) != 0 ||
-        ntp_cuda_output_host(t->cuda, (size_t)t->loss_output, &h, err, cap) != 0)
-      return -1;
+    if (EXEC(t, run, t->seed, err, cap) != 0 || EXEC(t, output, (size_t)t->loss_output, &h, err, cap) != 0) return -1;
     *loss = h.f[0];
     free(h.f);
   }
   double sq = 0;
-  if (t->cuda) { /* per slice its sum of squares; with one rank per process, each process's merged */
+  if (per_process(t)) {
     double *part = calloc(t->nsl + 1, sizeof *part);
     if (!part) {
       snprintf(err, cap, "out of memory");
       return -1;
     }
-    part[t->nsl] = ntp_cuda_runs_rank(t->cuda, t->loss_rank) ? *loss : 0.0;
+    part[t->nsl] = EXEC(t, runs_rank, t->loss_rank) ? *loss : 0.0;
     for (size_t i = 0; i < t->nsl; i++)
-      if (t->sl[i].grad >= 0 && t->sl[i].here &&
-          ntp_cuda_sumsq(t->cuda, t->sl[i].grad, t->sl[i].own_dev, &part[i], err, cap) != 0) {
+      if (t->sl[i].grad >= 0 && t->sl[i].here && EXEC(t, sumsq, t->sl[i].grad, t->sl[i].own_dev, &part[i], err, cap) != 0) {
         free(part);
         return -1;
       }
-    if (ntp_cuda_merge(t->cuda, part, (t->nsl + 1) * sizeof *part, err, cap) != 0) {
+    if (EXEC(t, merge, part, (t->nsl + 1) * sizeof *part, err, cap) != 0) {
       free(part);
       return -1;
     }
@@ -569,43 +535,24 @@ static int sharded_step(ntp_trainer *t, int keep, double *loss, double *norm, do
     for (size_t i = 0; i < t->nsl; i++)
       if (t->sl[i].grad >= 0) sq += part[i];
     free(part);
+  } else {
+    for (size_t i = 0; i < t->nsl; i++)
+      if (t->sl[i].grad >= 0 && EXEC(t, sumsq, t->sl[i].grad, t->sl[i].own_dev, &sq, err, cap) != 0) return -1;
   }
   if (!isfinite(*loss)) return 0;
-  for (size_t i = 0; i < t->nsl && !t->cuda; i++) {
-    const tslice *s = &t->sl[i];
-    if (s->grad < 0) continue;
-    const float *g = ntp_sim_tensor(t->sim, s->grad);
-    for (int64_t e = 0; e < s->n; e++)
-      if (s->own[e]) sq += (double)g[e] * g[e];
-  }
   *norm = sqrt(sq);
   double scale = t->o.clip > 0 && *norm > t->o.clip ? t->o.clip / *norm : 1.0;
-  adamw_k a = adamw_at(&t->o, lr, k);
   for (size_t i = 0; i < t->nsl; i++) {
     tslice *s = &t->sl[i];
-    const tparam *p = &t->p[s->param];
-    double wd = p->decay ? t->o.weight_decay : 0.0;
-    if (!s->here) continue;
-    if (t->cuda) {
-      ntp_cuda_adamw_args ca = {(float)a.lr, (float)a.b1, (float)a.b2, (float)a.c1, (float)a.c2, (float)a.eps,
-                                (float)wd, (float)scale};
-      if (ntp_cuda_adamw(t->cuda, s->tensor, s->grad, s->master, s->m, s->v, &ca, err, cap) != 0) return -1;
-      continue;
-    }
-    const float *g = s->grad >= 0 ? ntp_sim_tensor(t->sim, s->grad) : NULL;
-    float *pd = ntp_sim_tensor(t->sim, s->tensor);
-    for (int64_t e = 0; e < s->n; e++) {
-      adamw_element(&a, wd, g ? (double)g[e] * scale : 0.0, &s->m[e], &s->v[e], &s->master[e]);
-      pd[e] = s->master[e];
-    }
-    ntp_round_buf(pd, (size_t)s->n, mode_of(p->cur.dtype));
+    ntp_exec_adamw a = adamw_at(&t->o, lr, k, t->p[s->param].decay ? t->o.weight_decay : 0.0, scale);
+    if (s->here && EXEC(t, adamw, s->tensor, s->grad, s->master, s->m, s->v, &a, err, cap) != 0) return -1;
   }
   for (size_t i = 0; i < t->np; i++) { /* the elements no rank holds: a zero gradient, the decay */
     tparam *p = &t->p[i];
-    double wd = p->decay ? t->o.weight_decay : 0.0;
+    ntp_exec_adamw a = adamw_at(&t->o, lr, k, p->decay ? t->o.weight_decay : 0.0, scale);
     for (int64_t j = 0; j < p->nunheld; j++) {
       int64_t e = p->unheld[j];
-      adamw_element(&a, wd, 0.0, &p->m[e], &p->v[e], &p->master[e]);
+      ntp_adamw_element(&a, 0.0, &p->m[e], &p->v[e], &p->master[e]);
       p->cur.f[e] = p->master[e];
     }
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype)); /* idempotent where already rounded */
@@ -619,7 +566,7 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
   const ntp_module *m = t->mod;
   double t0 = now_s();
   ntp_cpu_result_free(&t->last);
-  if (t->sim || t->cuda) {
+  if (t->exec) {
     if (keep && gather_state(t, err, cap) != 0) return -1; /* the dump's parameters: as the step runs with them */
     fill_given(t, given, keep);
     double loss = NAN, norm = 0, lr = ntp_adamw_lr(&t->o, t->step);
@@ -650,13 +597,12 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
   double norm = sqrt(sq), scale = t->o.clip > 0 && norm > t->o.clip ? t->o.clip / norm : 1.0;
   double lr = ntp_adamw_lr(&t->o, t->step);
   int64_t k = ++t->step;
-  adamw_k a = adamw_at(&t->o, lr, k);
   for (size_t i = 0; i < t->np; i++) {
     tparam *p = &t->p[i];
     const float *g = p->grad_output >= 0 ? r->outputs[p->grad_output].f : NULL;
-    double wd = p->decay ? t->o.weight_decay : 0.0;
+    ntp_exec_adamw a = adamw_at(&t->o, lr, k, p->decay ? t->o.weight_decay : 0.0, scale);
     for (int64_t e = 0; e < p->n; e++) {
-      adamw_element(&a, wd, g ? (double)g[e] * scale : 0.0, &p->m[e], &p->v[e], &p->master[e]);
+      ntp_adamw_element(&a, g ? (double)g[e] * scale : 0.0, &p->m[e], &p->v[e], &p->master[e]);
       p->cur.f[e] = p->master[e];
     }
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
@@ -670,7 +616,7 @@ const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t) { return &t->last; 
 void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o) { t->o = *o; }
 
 /* A sharded run's slices take the global copies after these changed them. */
-static int rescatter(ntp_trainer *t, char *err, size_t cap) { return t->sim || t->cuda ? scatter_state(t, err, cap) : 0; }
+static int rescatter(ntp_trainer *t, char *err, size_t cap) { return t->exec ? scatter_state(t, err, cap) : 0; }
 
 int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap) {
   const ntp_module *m = t->mod;
@@ -690,8 +636,8 @@ int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, s
 
 int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap) {
   const ntp_module *m = t->mod;
-  fill_given(t, given, !t->sim && !t->cuda);
-  if (!t->sim && !t->cuda) return ntp_cpu_run_given(m, t->seed, 0, NULL, t->given, res, err, cap);
+  fill_given(t, given, !t->exec);
+  if (!t->exec) return ntp_cpu_run_given(m, t->seed, 0, NULL, t->given, res, err, cap);
   ntp_cpu_result keep = t->last; /* ranks_run fills t->last: keep the last step's */
   t->last = (ntp_cpu_result){0};
   int rc = ranks_run(t, 0, err, cap);
@@ -728,7 +674,7 @@ int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap) { return gather_st
 
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
 
-bool ntp_trainer_writes(const ntp_trainer *t) { return !per_process(t) || ntp_cuda_runs_rank(t->cuda, 0); }
+bool ntp_trainer_writes(const ntp_trainer *t) { return !per_process(t) || EXEC(t, runs_rank, 0); }
 
 /* The owned elements of slice s (its state in bufs: host memory) into the file, by runs of
  * elements contiguous in the global layout. */
@@ -763,29 +709,17 @@ static int save_slices(ntp_trainer *t, const char *path, const ntp_host_tensor *
     for (int64_t j = 0; j < p->nunheld && ok; j++)
       for (int k = 0; k < 3 && ok; k++) ok = ntp_st_writer_put(w, 3 * i + (size_t)k, p->unheld[j], &g[k][p->unheld[j]], 1) == 0;
   }
-  if (t->cuda) {
-    float *tmp = slice_buffer(t, err, cap), *tmp2 = slice_buffer(t, err, cap), *tmp3 = slice_buffer(t, err, cap);
-    ok &= tmp && tmp2 && tmp3;
-    for (size_t i = 0; i < t->nsl && ok; i++) {
-      const tslice *s = &t->sl[i];
-      float *bufs[3] = {tmp, tmp2, tmp3}, *src[3] = {s->master, s->m, s->v};
-      for (int k = 0; k < 3 && ok; k++)
-        ok = ntp_cuda_get(t->cuda, s->rank, bufs[k], src[k], (size_t)s->n * sizeof(float), err, cap) == 0;
-      ok = ok && write_owned(w, t, s, bufs);
-    }
-    free(tmp);
-    free(tmp2);
-    free(tmp3);
-  } else {
-    int bad = 0;
-#pragma omp parallel for schedule(dynamic) reduction(| : bad)
-    for (size_t i = 0; i < t->nsl; i++) {
-      const tslice *s = &t->sl[i];
-      float *bufs[3] = {s->master, s->m, s->v};
-      bad |= !write_owned(w, t, s, bufs);
-    }
-    ok &= !bad;
+  float *tmp = slice_buffer(t, err, cap), *tmp2 = slice_buffer(t, err, cap), *tmp3 = slice_buffer(t, err, cap);
+  ok &= tmp && tmp2 && tmp3;
+  for (size_t i = 0; i < t->nsl && ok; i++) {
+    const tslice *s = &t->sl[i];
+    float *bufs[3] = {tmp, tmp2, tmp3}, *src[3] = {s->master, s->m, s->v};
+    for (int k = 0; k < 3 && ok; k++) ok = EXEC(t, get, s->rank, bufs[k], src[k], (size_t)s->n * sizeof(float), err, cap) == 0;
+    ok = ok && write_owned(w, t, s, bufs);
   }
+  free(tmp);
+  free(tmp2);
+  free(tmp3);
   if (!ok && !err[0]) snprintf(err, cap, "cannot write '%s'", path);
   return ntp_st_writer_commit(w, ok, err, cap);
 }
@@ -814,21 +748,15 @@ static int load_slices(ntp_trainer *t, const ntp_safetensors *f, char *err, size
     if (!s->here) continue;
     for (int k = 2; k >= 0; k--) { /* the master last: tmp then holds it */
       snprintf(name, sizeof name, "%s%s", pre[k], p->cur.name);
-      if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &s->box, t->cuda ? tmp : dst[k], err, cap) != 0 ||
-          (t->cuda && ntp_cuda_put(t->cuda, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0)) {
+      if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &s->box, tmp, err, cap) != 0 ||
+          EXEC(t, put, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) {
         free(tmp);
         return -1;
       }
     }
-    if (t->cuda) {
-      if (ntp_cuda_tensor_put(t->cuda, s->tensor, tmp, err, cap) != 0) {
-        free(tmp);
-        return -1;
-      }
-    } else {
-      float *pd = ntp_sim_tensor(t->sim, s->tensor);
-      memcpy(pd, s->master, (size_t)s->n * sizeof *pd);
-      ntp_round_buf(pd, (size_t)s->n, mode_of(p->cur.dtype));
+    if (EXEC(t, tensor_put, s->tensor, tmp, err, cap) != 0) {
+      free(tmp);
+      return -1;
     }
   }
   free(tmp);
@@ -837,7 +765,7 @@ static int load_slices(ntp_trainer *t, const ntp_safetensors *f, char *err, size
 }
 
 int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t cap) {
-  bool sharded = t->sim || t->cuda;
+  bool sharded = t->exec != NULL;
   ntp_host_tensor *ts = calloc(3 * t->np + 1, sizeof *ts);
   char **names = calloc(3 * t->np + 1, sizeof *names);
   int rc = -1;
@@ -874,7 +802,7 @@ done:
 }
 
 int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t steps_taken, char *err, size_t cap) {
-  if (t->sim || t->cuda) {
+  if (t->exec) {
     t->step = steps_taken;
     return load_slices(t, f, err, cap);
   }
@@ -955,7 +883,7 @@ static int hand_over_send(ntp_trainer *t, const ntp_trainer *from, int32_t *cons
   size_t *fs = calloc((size_t)W, sizeof *fs), *fr = calloc((size_t)W, sizeof *fr);
   if (!new_of_old || !h.ns || !h.nr || !h.sb || !h.rb || !fs || !fr) goto oom;
   for (int q = 0; q < W; q++)
-    if (ntp_cuda_runs_rank(t->cuda, q)) h.me = q;
+    if (EXEC(t, runs_rank, q)) h.me = q;
   for (int r = 0; r < from->world; r++) {
     new_of_old[r] = -1;
     for (int q = 0; q < W; q++)
@@ -970,7 +898,7 @@ static int hand_over_send(ntp_trainer *t, const ntp_trainer *from, int32_t *cons
   }
   h.pass = 1;
   hand_over_walk(t, hand_over_element, &h);
-  if (ntp_cuda_exchange(t->cuda, h.sb, fs, h.rb, fr, err, cap) != 0) goto done;
+  if (EXEC(t, exchange, h.sb, fs, h.rb, fr, err, cap) != 0) goto done;
   h.pass = 2;
   hand_over_walk(t, hand_over_element, &h);
   rc = 0;
@@ -983,7 +911,7 @@ done:
   return rc;
 }
 
-ntp_cuda *ntp_trainer_cuda(ntp_trainer *t) { return t->cuda; }
+struct ntp_cuda *ntp_trainer_cuda(ntp_trainer *t) { return ntp_exec_cuda(t->exec); }
 
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap) {
@@ -1033,15 +961,15 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     if (!s->here || dead[from_phys ? from_phys[s->rank] : s->rank]) continue;
     const tparam *p = &from->p[s->param];
     float *st[3] = {s->master, s->m, s->v};
-    bool got = !from->cuda;
+    bool got = false;
     box_walk w = box_walk_start(&s->box, &p->cur.shape);
     for (int64_t e = 0; e < s->n; e++) {
       int64_t gi = box_walk_next(&w);
       if (src[s->param][gi] != (int32_t)k) continue;
       for (int q = 0; q < 3 && !got; q++)
-        if (ntp_cuda_get(from->cuda, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
+        if (EXEC(from, get, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
       got = true;
-      for (int q = 0; q < 3; q++) all[off[s->param] + (size_t)q * (size_t)p->n + (size_t)gi] = (from->cuda ? tmp[q] : st[q])[e];
+      for (int q = 0; q < 3; q++) all[off[s->param] + (size_t)q * (size_t)p->n + (size_t)gi] = tmp[q][e];
     }
   }
   if (per_process(t) && hand_over_send(t, from, src, off, all, from_phys, to_phys, err, cap) != 0) goto done;
@@ -1067,7 +995,7 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
   }
   t->step = from->step;
   t->o = from->o;
-  rc = t->sim || t->cuda ? scatter_state(t, err, cap) : 0;
+  rc = t->exec ? scatter_state(t, err, cap) : 0;
   if (per_process(t)) t->stale = true; /* the global copies hold only what this process's slices needed */
   goto done;
 oom:

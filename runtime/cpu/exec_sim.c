@@ -1,0 +1,156 @@
+/* exec_sim.c — the CPU simulation (cpu_sim.c) as an executor (exec.h): every rank in this
+ * process, its state buffers in host memory, put and get plain copies; the worked example of
+ * docs/adding-a-backend.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "exec.h"
+
+typedef struct sim_exec {
+  const ntp_program *p;
+  ntp_sim *sim;
+  ntp_cpu_result last; /* run's outputs, for output */
+  void **bufs;         /* alloc's, freed with the executor */
+  size_t nbufs, cap_bufs;
+} sim_exec;
+
+int ntp_exec_sim_new(const ntp_program *p, void **be, char *err, size_t cap) {
+  sim_exec *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, cap, "out of memory");
+    return -1;
+  }
+  s->p = p;
+  if (ntp_sim_new(p, &s->sim, err, cap) != 0) {
+    free(s);
+    return -1;
+  }
+  *be = s;
+  return 0;
+}
+
+static void sim_free(void *be) {
+  sim_exec *s = be;
+  if (!s) return;
+  for (size_t i = 0; i < s->nbufs; i++) free(s->bufs[i]);
+  free(s->bufs);
+  ntp_cpu_result_free(&s->last);
+  ntp_sim_free(s->sim);
+  free(s);
+}
+
+static bool sim_runs_rank(const void *be, int rank) { return (void)be, (void)rank, true; }
+static bool sim_all_here(const void *be) { return (void)be, true; }
+
+static int sim_set(void *be, int32_t value, const ntp_host_tensor *global, char *err, size_t cap) {
+  return ntp_sim_set(((sim_exec *)be)->sim, value, global, err, cap);
+}
+
+static int sim_forward(void *be, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
+  return ntp_sim_forward(((sim_exec *)be)->sim, seed, res, err, cap);
+}
+
+static int sim_run(void *be, uint64_t seed, char *err, size_t cap) {
+  sim_exec *s = be;
+  ntp_cpu_result_free(&s->last);
+  return ntp_sim_forward(s->sim, seed, &s->last, err, cap);
+}
+
+static int sim_output(void *be, size_t output, ntp_host_tensor *h, char *err, size_t cap) {
+  sim_exec *s = be;
+  if (output >= s->last.n_outputs || !ntp_host_tensor_copy(&s->last.outputs[output], s->last.outputs[output].name, h)) {
+    snprintf(err, cap, output >= s->last.n_outputs ? "output %zu was not run" : "out of memory", output);
+    return -1;
+  }
+  return 0;
+}
+
+static int sim_alloc(void *be, int rank, size_t bytes, void **buf, char *err, size_t cap) {
+  sim_exec *s = be;
+  (void)rank;
+  if (s->nbufs == s->cap_bufs) {
+    size_t n = s->cap_bufs ? 2 * s->cap_bufs : 64;
+    void **b = realloc(s->bufs, n * sizeof *b);
+    if (!b) goto oom;
+    s->bufs = b, s->cap_bufs = n;
+  }
+  if (!(*buf = calloc(1, bytes ? bytes : 1))) goto oom;
+  s->bufs[s->nbufs++] = *buf;
+  return 0;
+oom:
+  snprintf(err, cap, "out of memory for the optimizer's state");
+  return -1;
+}
+
+static int sim_put(void *be, int rank, void *buf, const void *host, size_t bytes, char *err, size_t cap) {
+  (void)be, (void)rank, (void)err, (void)cap;
+  memcpy(buf, host, bytes);
+  return 0;
+}
+
+static int sim_get(void *be, int rank, void *host, const void *buf, size_t bytes, char *err, size_t cap) {
+  (void)be, (void)rank, (void)err, (void)cap;
+  memcpy(host, buf, bytes);
+  return 0;
+}
+
+static ntp_round_mode mode_of(ntp_dtype dt) {
+  return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
+}
+
+static int sim_tensor_put(void *be, int32_t tensor, const float *values, char *err, size_t cap) {
+  sim_exec *s = be;
+  (void)err, (void)cap;
+  const ntp_tensor *t = &s->p->tensors[tensor];
+  size_t n = (size_t)box_volume(&t->box);
+  float *pd = ntp_sim_tensor(s->sim, tensor);
+  memcpy(pd, values, n * sizeof *pd);
+  ntp_round_buf(pd, n, mode_of(t->dtype));
+  return 0;
+}
+
+static int sim_sumsq(void *be, int32_t tensor, const void *mask, double *acc, char *err, size_t cap) {
+  sim_exec *s = be;
+  (void)err, (void)cap;
+  const float *g = ntp_sim_tensor(s->sim, tensor);
+  const unsigned char *own = mask;
+  for (int64_t e = 0, n = box_volume(&s->p->tensors[tensor].box); e < n; e++)
+    if (own[e]) *acc += (double)g[e] * g[e];
+  return 0;
+}
+
+static int sim_adamw(void *be, int32_t param, int32_t grad, void *master, void *m, void *v, const ntp_exec_adamw *a,
+                     char *err, size_t cap) {
+  sim_exec *s = be;
+  (void)err, (void)cap;
+  const ntp_tensor *t = &s->p->tensors[param];
+  const float *g = grad >= 0 ? ntp_sim_tensor(s->sim, grad) : NULL;
+  float *pd = ntp_sim_tensor(s->sim, param), *w = master, *mm = m, *vv = v;
+  int64_t n = box_volume(&t->box);
+  for (int64_t e = 0; e < n; e++) {
+    ntp_adamw_element(a, g ? (double)g[e] * a->scale : 0.0, &mm[e], &vv[e], &w[e]);
+    pd[e] = w[e];
+  }
+  ntp_round_buf(pd, (size_t)n, mode_of(t->dtype));
+  return 0;
+}
+
+static int sim_merge(void *be, void *host, size_t bytes, char *err, size_t cap) {
+  (void)be, (void)host, (void)bytes, (void)err, (void)cap;
+  return 0; /* every rank is here */
+}
+
+static int sim_exchange(void *be, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
+                        char *err, size_t cap) {
+  (void)be, (void)send, (void)n_send, (void)recv, (void)n_recv;
+  snprintf(err, cap, "internal: the simulation runs every rank in one process: nothing to exchange");
+  return -1;
+}
+
+const ntp_exec_ops ntp_exec_sim_ops = {
+    .name = "cpu", .runs_rank = sim_runs_rank, .all_here = sim_all_here, .set = sim_set, .forward = sim_forward,
+    .run = sim_run, .output = sim_output, .alloc = sim_alloc, .put = sim_put, .get = sim_get,
+    .tensor_put = sim_tensor_put, .sumsq = sim_sumsq, .adamw = sim_adamw, .merge = sim_merge,
+    .exchange = sim_exchange, .free = sim_free};
