@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "exec.h"
 #include "ntp_artifact.h"
 #include "ntp_train.h"
 #include "ntprt.h"
@@ -26,11 +27,10 @@ const char *ntprt_model_last_error(void) { return last_error; }
 struct ntp_model {
   const ntp_artifact *a;
   ntp_program *prog; /* read from the artifact's image */
-  ntp_sim *sim;   /* cpu backend */
-  ntp_trainer *trainer; /* cpu backend of a training library: it holds the parameters */
+  ntp_exec *exec;       /* an inference library's ranks, on the backend the options chose (exec.h) */
+  ntp_trainer *trainer; /* or a training library's trainer (on either backend): it holds the parameters */
   ntp_host_tensor *held; /* training library, per value: the inputs last set (owned) */
   const ntp_host_tensor **given;
-  ntp_cuda *cuda; /* cuda backend */
   uint64_t seed;
   struct ntp_model *next_live;
 };
@@ -118,7 +118,7 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     return fail(NTP_EINVAL, "the model library's program image has no sharded program");
   }
   int32_t world = prog->world;
-  if (o && backend[1] != 'u' && o->rank != -1 && !(o->rank == 0 && world == 1))
+  if (o && strcmp(backend, "cuda") != 0 && o->rank != -1 && !(o->rank == 0 && world == 1))
     /* the simulation runs every rank in this process: one rank alone cannot run without the others */
     return ntp_program_free(prog),
            fail(NTP_EINVAL, "rank %d: the cpu backend runs every rank of the model in this process; set rank = -1",
@@ -132,9 +132,11 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
   m->a = a;
   m->prog = prog;
   m->seed = o ? o->seed : 0;
-  if (backend[1] == 'u') { /* cuda */
-    ntp_cuda_options co = {.loopback = o->loopback || prog->world == 1, .device = o->device,
-                           .rank_hi = prog->world, .nccl_comm = o->nccl_comm};
+  bool on_cuda = strcmp(backend, "cuda") == 0;
+  ntp_cuda_options co = {0};
+  if (on_cuda) {
+    co = (ntp_cuda_options){.loopback = o->loopback || prog->world == 1, .device = o->device, .rank_hi = prog->world,
+                            .nccl_comm = o->nccl_comm};
     int rank = o->rank, device = o->device;
     if (rank == NTP_RANK_FROM_ENV && ntp_launcher_rank(&rank, &device) != 0) {
       ntp_program_free(prog), free(m);
@@ -154,19 +156,11 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
       return fail(NTP_EINVAL, "a training library runs every rank in one process (rank = -1): the update reads "
                               "every gradient on the host");
     }
-    if (training) return new_trainer(m, prog, &co, out);
-    if (ntp_cuda_create(prog, &co, &m->cuda, err, sizeof err) != 0) {
-      ntp_program_free(prog), free(m);
-      return fail(NTP_EBACKEND, "%s", err);
-    }
-    live_add(m);
-    *out = m;
-    return NTP_OK;
   }
-  if (training) return new_trainer(m, prog, NULL, out);
-  if (ntp_sim_new(prog, &m->sim, err, sizeof err) != 0) {
+  if (training) return new_trainer(m, prog, on_cuda ? &co : NULL, out);
+  if (ntp_exec_new(prog, on_cuda ? &co : NULL, &m->exec, err, sizeof err) != 0) {
     ntp_program_free(prog), free(m);
-    return fail(NTP_ENOMEM, "%s", err);
+    return fail(on_cuda ? NTP_EBACKEND : NTP_ENOMEM, "%s", err);
   }
   live_add(m);
   *out = m;
@@ -175,12 +169,11 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
 
 void ntprt_model_destroy(ntp_model *m) {
   if (!m || !live_remove(m)) return; /* NULL, or destroyed already: nothing to do */
-  ntp_sim_free(m->sim);
+  ntp_exec_free(m->exec);
   ntp_trainer_free(m->trainer);
   for (size_t v = 0; m->held && v < m->prog->global.n_values; v++) free(m->held[v].f), free(m->held[v].i);
   free(m->held);
   free(m->given);
-  ntp_cuda_free(m->cuda);
   ntp_program_free(m->prog);
   free(m);
 }
@@ -199,7 +192,7 @@ int ntprt_model_load_format(ntp_model *m, const char *path, const char *format) 
     ntp_safetensors_close(f);
     return fail(NTP_EIO, "%s", err);
   }
-  int rc = m->cuda ? ntp_cuda_load(m->cuda, f, err, sizeof err) : m->sim ? ntp_sim_load(m->sim, f, err, sizeof err) : 0;
+  int rc = m->exec ? m->exec->ops->load(m->exec->be, f, err, sizeof err) : 0;
   const ntp_module *mod = &m->prog->global;
   for (size_t i = 0; m->trainer && rc == 0 && i < mod->n_ops; i++) { /* a training library: every master */
     if (mod->ops[i].code != IR_PARAM) continue;
@@ -240,9 +233,11 @@ static int check_dl(const ntp_model *m, const DLTensor *t, int32_t v, const char
                 (unsigned long long)t->byte_offset);
   if (t->device.device_type == kDLCUDA) { /* device memory: the cuda backend, on a GPU of this process */
     int dev = -1;
-    if (!m->cuda) return fail(NTP_EINVAL, "%s '%s': the cpu backend takes host tensors (kDLCPU)", what, val->name);
-    if (ntp_cuda_device_of(m->cuda, (const unsigned char *)t->data + t->byte_offset, &dev) != 0 ||
-        dev != t->device.device_id)
+    char why[256];
+    if (!m->exec) return fail(NTP_EINVAL, "%s '%s': a training library takes host tensors (kDLCPU)", what, val->name);
+    if (m->exec->ops->device_of(m->exec->be, (const unsigned char *)t->data + t->byte_offset, &dev, why, sizeof why) != 0)
+      return fail(NTP_EINVAL, "%s '%s': %s", what, val->name, why);
+    if (dev != t->device.device_id)
       return fail(NTP_EINVAL, "%s '%s': kDLCUDA tensor whose data is not device memory of GPU %d", what, val->name,
                   t->device.device_id);
   } else if (t->device.device_type != kDLCPU) {
@@ -324,7 +319,7 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
       int64_t n = shape_numel(&m->prog->global.values[v].shape), bound = index_bound(&m->prog->global, v);
       int32_t *ids = malloc((size_t)(n ? n : 1) * 4);
       if (!ids) return fail(NTP_ENOMEM, "out of memory");
-      if (ntp_cuda_copy_to_host(m->cuda, ids, data, (size_t)n * 4, err, sizeof err) != 0) {
+      if (m->exec->ops->copy_to_host(m->exec->be, ids, data, (size_t)n * 4, err, sizeof err) != 0) {
         free(ids);
         return fail(NTP_ERUN, "%s", err);
       }
@@ -337,7 +332,7 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
         }
       free(ids);
     }
-    rc = ntp_cuda_set_device(m->cuda, v, data, t->device.device_id, err, sizeof err);
+    rc = m->exec->ops->set_device(m->exec->be, v, data, t->device.device_id, err, sizeof err);
     return rc == 0 ? NTP_OK : fail(NTP_ERUN, "%s", err);
   }
   ntp_host_tensor h;
@@ -361,7 +356,7 @@ static int set_value(ntp_model *m, int32_t v, const DLTensor *t, const char *wha
       return NTP_OK;
     }
   } else {
-    rc = m->cuda ? ntp_cuda_set(m->cuda, v, &h, err, sizeof err) : ntp_sim_set(m->sim, v, &h, err, sizeof err);
+    rc = m->exec->ops->set(m->exec->be, v, &h, err, sizeof err);
   }
   free(h.f);
   free(h.i);
@@ -417,32 +412,38 @@ int ntprt_model_forward(ntp_model *m, const DLTensor *const *inputs, DLTensor *c
     if (rc) return rc;
   }
   char err[512] = "";
-  if (m->cuda) { /* device outputs are written on the GPU; host outputs come back through the host */
-    if (ntp_cuda_run(m->cuda, m->seed, NULL, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
-    for (size_t o = 0; o < mod->n_outputs; o++) {
-      DLTensor *t = outputs[o];
-      if (t->device.device_type == kDLCUDA) {
-        if (ntp_cuda_output_device(m->cuda, o, (unsigned char *)t->data + t->byte_offset, t->device.device_id, err,
-                                   sizeof err) != 0)
-          return fail(NTP_ERUN, "%s", err);
-        continue;
-      }
-      ntp_host_tensor h;
-      if (ntp_cuda_output_host(m->cuda, o, &h, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
-      from_host(&h, t);
-      free(h.f);
-      free(h.i);
-    }
+  if (m->trainer) {
+    ntp_cpu_result res;
+    if (ntp_trainer_eval(m->trainer, held_inputs(m), &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+    for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
+    ntp_cpu_result_free(&res);
     return NTP_OK;
   }
-  ntp_cpu_result res;
-  if (m->trainer) {
-    if (ntp_trainer_eval(m->trainer, held_inputs(m), &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
-  } else if (ntp_sim_forward(m->sim, m->seed, &res, err, sizeof err) != 0) {
-    return fail(NTP_ERUN, "%s", err);
+  bool on_device = false; /* device outputs are written where the ranks are; host ones come back through the host */
+  for (size_t o = 0; o < mod->n_outputs; o++) on_device |= outputs[o]->device.device_type == kDLCUDA;
+  const ntp_exec_ops *x = m->exec->ops;
+  if (!on_device) {
+    ntp_cpu_result res;
+    if (x->forward(m->exec->be, m->seed, &res, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+    for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
+    ntp_cpu_result_free(&res);
+    return NTP_OK;
   }
-  for (size_t o = 0; o < res.n_outputs; o++) from_host(&res.outputs[o], outputs[o]);
-  ntp_cpu_result_free(&res);
+  if (x->run(m->exec->be, m->seed, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+  for (size_t o = 0; o < mod->n_outputs; o++) {
+    DLTensor *t = outputs[o];
+    if (t->device.device_type == kDLCUDA) {
+      if (x->output_device(m->exec->be, o, (unsigned char *)t->data + t->byte_offset, t->device.device_id, err,
+                           sizeof err) != 0)
+        return fail(NTP_ERUN, "%s", err);
+      continue;
+    }
+    ntp_host_tensor h;
+    if (x->output(m->exec->be, o, &h, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+    from_host(&h, t);
+    free(h.f);
+    free(h.i);
+  }
   return NTP_OK;
 }
 
@@ -474,9 +475,6 @@ int ntprt_model_train_step(ntp_model *m, const ntp_model_train_options *o, const
 int ntprt_model_get_param(ntp_model *m, const char *name, DLTensor *global) {
   CHECK_MODEL(m);
   if (!name) return fail(NTP_EINVAL, "the parameter name is NULL");
-  if (!m->trainer && !m->sim)
-    return fail(NTP_EINVAL, "ntp_model_get_param: the cuda backend keeps parameters on the GPUs (cpu backend or a "
-                            "training library)");
   int32_t v = param_value(&m->prog->global, name);
   if (v < 0) return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
   int rc = check_dl(m, global, v, "parameter");
@@ -492,9 +490,10 @@ int ntprt_model_get_param(ntp_model *m, const char *name, DLTensor *global) {
       }
     return fail(NTP_EINVAL, "the model has no parameter '%s'", name);
   }
-  char err[256]; /* the cpu backend: the ranks hold the slices */
+  char err[256]; /* the ranks hold the slices */
   ntp_host_tensor h;
-  if (ntp_sim_get(m->sim, v, m->seed, &h, err, sizeof err) != 0) return fail(NTP_ENOMEM, "%s", err);
+  if (m->exec->ops->value_get(m->exec->be, v, m->seed, &h, err, sizeof err) != 0)
+    return fail(NTP_EINVAL, "ntp_model_get_param: %s", err);
   from_host(&h, global);
   free(h.f), free(h.i);
   return NTP_OK;
@@ -513,15 +512,14 @@ int ntprt_model_save_format(ntp_model *m, const char *path, const char *format) 
       return fail(NTP_EIO, "%s", err);
     return NTP_OK;
   }
-  if (!m->sim)
-    return fail(NTP_EINVAL, "saving parameters: the cuda backend keeps them on the GPUs (cpu backend or a training library)");
-  const ntp_module *mod = &m->prog->global; /* the cpu backend: every parameter from the ranks' slices */
+  const ntp_module *mod = &m->prog->global; /* every parameter from the ranks' slices */
   ntp_host_tensor *ps = calloc(mod->n_ops + 1, sizeof *ps);
   size_t n = 0;
   int rc = ps ? NTP_OK : fail(NTP_ENOMEM, "out of memory");
   for (size_t k = 0; rc == NTP_OK && k < mod->n_ops; k++) {
     if (mod->ops[k].code != IR_PARAM) continue;
-    if (ntp_sim_get(m->sim, mod->ops[k].result, m->seed, &ps[n], err, sizeof err) != 0) rc = fail(NTP_ENOMEM, "%s", err);
+    if (m->exec->ops->value_get(m->exec->be, mod->ops[k].result, m->seed, &ps[n], err, sizeof err) != 0)
+      rc = fail(NTP_EINVAL, "saving parameters: %s", err);
     else n++;
   }
   if (rc == NTP_OK && ntp_safetensors_save_format(path, format, mod, ps, n, err, sizeof err) != 0) rc = fail(NTP_EIO, "%s", err);

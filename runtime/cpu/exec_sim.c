@@ -48,6 +48,36 @@ static int sim_set(void *be, int32_t value, const ntp_host_tensor *global, char 
   return ntp_sim_set(((sim_exec *)be)->sim, value, global, err, cap);
 }
 
+static int sim_load(void *be, const ntp_safetensors *f, char *err, size_t cap) {
+  return ntp_sim_load(((sim_exec *)be)->sim, f, err, cap);
+}
+
+static int sim_value_get(void *be, int32_t v, uint64_t seed, ntp_host_tensor *out, char *err, size_t cap) {
+  return ntp_sim_get(((sim_exec *)be)->sim, v, seed, out, err, cap);
+}
+
+/* no device memory: every tensor crosses as a host one */
+static int sim_device_of(void *be, const void *data, int *dev, char *err, size_t cap) {
+  (void)be, (void)data, (void)dev;
+  snprintf(err, cap, "the cpu backend takes host tensors (kDLCPU)");
+  return -1;
+}
+
+static int sim_copy_to_host(void *be, void *dst, const void *src, size_t bytes, char *err, size_t cap) {
+  (void)dst, (void)bytes;
+  return sim_device_of(be, src, NULL, err, cap);
+}
+
+static int sim_set_device(void *be, int32_t value, const void *data, int dev, char *err, size_t cap) {
+  (void)value, (void)dev;
+  return sim_device_of(be, data, NULL, err, cap);
+}
+
+static int sim_output_device(void *be, size_t output, void *data, int dev, char *err, size_t cap) {
+  (void)output, (void)dev;
+  return sim_device_of(be, data, NULL, err, cap);
+}
+
 static int sim_forward(void *be, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
   return ntp_sim_forward(((sim_exec *)be)->sim, seed, res, err, cap);
 }
@@ -150,7 +180,9 @@ static int sim_exchange(void *be, float *const *send, const size_t *n_send, floa
 }
 
 const ntp_exec_ops ntp_exec_sim_ops = {
-    .name = "cpu", .runs_rank = sim_runs_rank, .all_here = sim_all_here, .set = sim_set, .forward = sim_forward,
+    .name = "cpu", .runs_rank = sim_runs_rank, .all_here = sim_all_here, .set = sim_set, .load = sim_load,
+    .value_get = sim_value_get, .forward = sim_forward, .device_of = sim_device_of, .copy_to_host = sim_copy_to_host,
+    .set_device = sim_set_device, .output_device = sim_output_device,
     .run = sim_run, .output = sim_output, .alloc = sim_alloc, .put = sim_put, .get = sim_get,
     .tensor_put = sim_tensor_put, .sumsq = sim_sumsq, .adamw = sim_adamw, .merge = sim_merge,
     .exchange = sim_exchange, .free = sim_free};

@@ -4,6 +4,8 @@
 #include "cuda_backend.h"
 #include "exec.h"
 
+#include <stdio.h>
+
 int ntp_exec_cuda_new(const ntp_program *p, const struct ntp_cuda_options *o, void **be, char *err, size_t cap) {
   ntp_cuda *c = NULL;
   if (ntp_cuda_create(p, o, &c, err, cap) != 0) return -1;
@@ -17,6 +19,33 @@ static bool exec_all_here(const void *be) { return ntp_cuda_all_here(be); }
 
 static int exec_set(void *be, int32_t value, const ntp_host_tensor *global, char *err, size_t cap) {
   return ntp_cuda_set(be, value, global, err, cap);
+}
+
+static int exec_load(void *be, const ntp_safetensors *f, char *err, size_t cap) { return ntp_cuda_load(be, f, err, cap); }
+
+static int exec_value_get(void *be, int32_t v, uint64_t seed, ntp_host_tensor *out, char *err, size_t cap) {
+  (void)be, (void)v, (void)seed, (void)out;
+  snprintf(err, cap, "the cuda backend keeps parameters on the GPUs (cpu backend or a training library)");
+  return -1;
+}
+
+/* *dev = -1 where data is not device memory (the caller says whose GPU it expected) */
+static int exec_device_of(void *be, const void *data, int *dev, char *err, size_t cap) {
+  (void)err, (void)cap;
+  if (ntp_cuda_device_of(be, data, dev) != 0) *dev = -1;
+  return 0;
+}
+
+static int exec_copy_to_host(void *be, void *dst, const void *src, size_t bytes, char *err, size_t cap) {
+  return ntp_cuda_copy_to_host(be, dst, src, bytes, err, cap);
+}
+
+static int exec_set_device(void *be, int32_t value, const void *data, int dev, char *err, size_t cap) {
+  return ntp_cuda_set_device(be, value, data, dev, err, cap);
+}
+
+static int exec_output_device(void *be, size_t output, void *data, int dev, char *err, size_t cap) {
+  return ntp_cuda_output_device(be, output, data, dev, err, cap);
 }
 
 static int exec_forward(void *be, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap) {
@@ -70,7 +99,9 @@ static int exec_exchange(void *be, float *const *send, const size_t *n_send, flo
 }
 
 const ntp_exec_ops ntp_exec_cuda_ops = {
-    .name = "cuda", .runs_rank = exec_runs_rank, .all_here = exec_all_here, .set = exec_set, .forward = exec_forward,
+    .name = "cuda", .runs_rank = exec_runs_rank, .all_here = exec_all_here, .set = exec_set, .load = exec_load,
+    .value_get = exec_value_get, .forward = exec_forward, .device_of = exec_device_of,
+    .copy_to_host = exec_copy_to_host, .set_device = exec_set_device, .output_device = exec_output_device,
     .run = exec_run, .output = exec_output, .alloc = exec_alloc, .put = exec_put, .get = exec_get,
     .tensor_put = exec_tensor_put, .sumsq = exec_sumsq, .adamw = exec_adamw, .merge = exec_merge,
     .exchange = exec_exchange, .free = exec_free};

@@ -48,11 +48,24 @@ typedef struct ntp_exec_ops {
   bool (*all_here)(const void *be);
   /* global input or parameter `value` given to the ranks that hold slices of it */
   int (*set)(void *be, int32_t value, const ntp_host_tensor *global, char *err, size_t cap);
+  /* every rank's parameter slices from a safetensors file (each reads only its own boxes) */
+  int (*load)(void *be, const ntp_safetensors *f, char *err, size_t cap);
+  /* global input or parameter v assembled from the ranks' slices (free out->f or ->i); a backend
+   * that cannot bring its parameters back says so */
+  int (*value_get)(void *be, int32_t v, uint64_t seed, ntp_host_tensor *out, char *err, size_t cap);
   /* every rank's step list; forward gathers every output to the host, run leaves them where
    * they are and output brings one back (free h->f) */
   int (*forward)(void *be, uint64_t seed, ntp_cpu_result *res, char *err, size_t cap);
   int (*run)(void *be, uint64_t seed, char *err, size_t cap);
   int (*output)(void *be, size_t output, ntp_host_tensor *h, char *err, size_t cap);
+  /* tensors in the backend's device memory (DLPack kDLCUDA): which GPU holds data (a backend
+   * without device memory refuses, saying what it takes), bytes from it, a value set from a
+   * global tensor there, an output written there; device_of gives -1 for memory that is not the
+   * backend's */
+  int (*device_of)(void *be, const void *data, int *dev, char *err, size_t cap);
+  int (*copy_to_host)(void *be, void *dst, const void *src, size_t bytes, char *err, size_t cap);
+  int (*set_device)(void *be, int32_t value, const void *data, int dev, char *err, size_t cap);
+  int (*output_device)(void *be, size_t output, void *data, int dev, char *err, size_t cap);
   /* state buffers on a rank (freed with the backend), and host bytes to and from them */
   int (*alloc)(void *be, int rank, size_t bytes, void **buf, char *err, size_t cap);
   int (*put)(void *be, int rank, void *buf, const void *host, size_t bytes, char *err, size_t cap);
