@@ -4,18 +4,9 @@
  * norm, and updates fp32 master weights with AdamW (bias-corrected moments, decoupled weight
  * decay on matrices and embeddings); the module then runs with the masters rounded to its
  * dtype, as mixed-precision training does. */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-#include "cpu_kernels.h"
-#include "exec.h"
-#include "ntp_train.h"
-
-/* an operation of the trainer's executor (exec.h) */
-#define EXEC(t, op, ...) ((t)->exec->ops->op((t)->exec->be, __VA_ARGS__))
+#include "train_internal.h"
 
 void ntp_adamw_defaults(ntp_adamw *o) {
   *o = (ntp_adamw){.lr = 1e-3, .min_lr_frac = 0.1, .warmup = 0, .steps = 1, .beta1 = 0.9, .beta2 = 0.95,
@@ -41,69 +32,10 @@ static ntp_exec_adamw adamw_at(const ntp_adamw *o, double lr, int64_t k, double 
                           o->eps, wd, scale};
 }
 
-typedef struct tparam {
-  int32_t value;       /* in the module */
-  int32_t grad_output; /* the output holding its gradient; -1: none (it does not affect the loss) */
-  ntp_host_tensor cur; /* the master rounded to the module's dtype: what the module runs with */
-  float *master, *m, *v;
-  int64_t n;
-  bool decay;
-  int64_t *unheld, nunheld; /* a sharded run: elements no rank holds (rows of a table no op reads), updated
-                               here with a zero gradient as the reference updates them */
-} tparam;
-
-/* A parameter slice on a rank with its share of the optimizer's state, in a sharded run (the
- * simulation or the CUDA backend): the fp32 master, the moments and the slice itself are
- * updated in place where they live (the simulated rank's memory, or the rank's GPU), from the
- * gradient the backward summed there; the global copies in tparam are gathered from the slices
- * when asked for (parameters, checkpoints, dumps). Replicas of an element update it alike: their
- * gradients are the same sums. */
-typedef struct tslice {
-  int32_t param;          /* index into t->p */
-  int32_t tensor, grad;   /* the rank's slice, its summed gradient (-1: the parameter does not reach the loss) */
-  int32_t rank;
-  ntp_box box;            /* in the parameter's coordinates */
-  int64_t n;
-  float *master, *m, *v;  /* the executor's state buffers, where the rank lives (exec.h: alloc) */
-  unsigned char *own;     /* the elements the global norm counts here: those no earlier slice holds */
-  unsigned char *own_dev; /* the same in a state buffer */
-  bool here;              /* its rank runs in this process (with one rank per process, one rank's slices
-                             are; the others' are known by their boxes only) */
-} tslice;
-
-struct ntp_trainer {
-  const ntp_module *mod;
-  ntp_exec *exec; /* a sharded program's ranks (the simulation or the CUDA backend); NULL: the CPU reference */
-  ntp_adamw o;
-  uint64_t seed;
-  tparam *p;
-  size_t np;
-  int32_t loss_output;
-  int64_t step;
-  const ntp_host_tensor **given; /* [n_values] */
-  ntp_host_tensor *cur;          /* [np]: the cur tensors, contiguous (ntp_trainer_params) */
-  ntp_cpu_result last;
-  tslice *sl;                    /* sharded runs: every rank's parameter slices */
-  size_t nsl;
-  bool stale;                    /* the slices moved on since the global copies were gathered */
-  int32_t loss_rank;             /* the rank whose piece of the loss is read */
-  int32_t world;                 /* the program's ranks */
-};
-
-/* One rank per process (CUDA through NCCL, each process a rank): the trainer holds its rank's
- * slices only, and what the host needs of the others (the loss, the gradients' norm, the global
- * copies) is merged across the processes (ntp_cuda_merge: the word-wise sum of disjoint pieces,
- * so every process gets each piece's bits exactly). */
-static bool per_process(const ntp_trainer *t) { return t->exec && !t->exec->ops->all_here(t->exec->be); }
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static ntp_round_mode mode_of(ntp_dtype dt) {
-  return dt == NTP_BF16 ? NTP_ROUND_BF16 : dt == NTP_FP16 ? NTP_ROUND_FP16 : NTP_ROUND_NONE;
 }
 
 void ntp_trainer_free(ntp_trainer *t) {
@@ -125,39 +57,6 @@ void ntp_trainer_free(ntp_trainer *t) {
   free(t);
 }
 
-
-/* Walks box b of a tensor of global shape gs in row-major order: box_walk_next gives the next
- * element's index in the tensor. */
-typedef struct box_walk {
-  const ntp_box *b;
-  const ntp_shape *gs;
-  int64_t idx[NTP_MAX_RANK];
-} box_walk;
-
-static box_walk box_walk_start(const ntp_box *b, const ntp_shape *gs) { return (box_walk){.b = b, .gs = gs}; }
-
-static int64_t box_walk_next(box_walk *w) {
-  int nd = w->b->ndim;
-  int64_t gi = 0;
-  for (int d = 0; d < nd; d++) gi = gi * w->gs->dim[d] + w->b->lo[d] + w->idx[d];
-  for (int d = nd - 1; d >= 0; d--) {
-    if (++w->idx[d] < w->b->hi[d] - w->b->lo[d]) break;
-    w->idx[d] = 0;
-  }
-  return gi;
-}
-
-/* Copies box b of a tensor of global shape gs between the global array and a row-major local one;
- * to the global array, only the elements `only` marks (NULL: all). */
-static void box_copy(float *global, const ntp_shape *gs, const ntp_box *b, float *local, bool to_local,
-                     const unsigned char *only) {
-  box_walk w = box_walk_start(b, gs);
-  for (int64_t e = 0, n = box_volume(b); e < n; e++) {
-    int64_t gi = box_walk_next(&w);
-    if (to_local) local[e] = global[gi];
-    else if (!only || only[e]) global[gi] = local[e];
-  }
-}
 
 /* The slices of a sharded run: every persistent slice of a parameter, the gradient piece of
  * the same box on the same rank, the elements it counts in the norm, its state allocated. */
@@ -226,7 +125,7 @@ done:
 }
 
 /* A host buffer of the largest slice's size (staging between the slices and the global copies). */
-static float *slice_buffer(const ntp_trainer *t, char *err, size_t cap) {
+float *ntp_train_slice_buffer(const ntp_trainer *t, char *err, size_t cap) {
   int64_t n = 1;
   for (size_t i = 0; i < t->nsl; i++)
     if (t->sl[i].n > n) n = t->sl[i].n;
@@ -236,8 +135,8 @@ static float *slice_buffer(const ntp_trainer *t, char *err, size_t cap) {
 }
 
 /* The global masters and moments into every slice, and the slices' parameters rounded from them. */
-static int scatter_state(ntp_trainer *t, char *err, size_t cap) {
-  float *tmp = slice_buffer(t, err, cap);
+int ntp_train_scatter(ntp_trainer *t, char *err, size_t cap) {
+  float *tmp = ntp_train_slice_buffer(t, err, cap);
   if (!tmp) return -1;
   for (size_t i = 0; i < t->nsl; i++) {
     tslice *s = &t->sl[i];
@@ -265,7 +164,7 @@ fail:
 static int gather_merged(ntp_trainer *t, char *err, size_t cap) {
   size_t total = 0, *off = calloc(t->np + 1, sizeof *off);
   for (size_t i = 0; off && i < t->np; i++) off[i] = total, total += 3 * (size_t)t->p[i].n;
-  float *all = calloc(total + 1, sizeof *all), *tmp = slice_buffer(t, err, cap);
+  float *all = calloc(total + 1, sizeof *all), *tmp = ntp_train_slice_buffer(t, err, cap);
   int rc = -1;
   if (!off || !all || !tmp) {
     snprintf(err, cap, "out of memory");
@@ -320,10 +219,10 @@ done:
 }
 
 /* The slices' state into the global copies (each element from the slice the norm counts it in). */
-static int gather_state(ntp_trainer *t, char *err, size_t cap) {
+int ntp_train_gather(ntp_trainer *t, char *err, size_t cap) {
   if (!t->stale) return 0;
   if (per_process(t)) return gather_merged(t, err, cap);
-  float *tmp = slice_buffer(t, err, cap);
+  float *tmp = ntp_train_slice_buffer(t, err, cap);
   if (!tmp) return -1;
   for (size_t i = 0; i < t->nsl; i++) {
     tslice *s = &t->sl[i];
@@ -449,7 +348,7 @@ int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t s
     ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(val->dtype));
   }
   for (size_t i = 0; i < t->np; i++) t->cur[i] = t->p[i].cur;
-  if (t->exec && (build_slices(t, prog, err, cap) != 0 || scatter_state(t, err, cap) != 0)) {
+  if (t->exec && (build_slices(t, prog, err, cap) != 0 || ntp_train_scatter(t, err, cap) != 0)) {
     ntp_trainer_free(t);
     return -1;
   }
@@ -567,7 +466,7 @@ int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int ke
   double t0 = now_s();
   ntp_cpu_result_free(&t->last);
   if (t->exec) {
-    if (keep && gather_state(t, err, cap) != 0) return -1; /* the dump's parameters: as the step runs with them */
+    if (keep && ntp_train_gather(t, err, cap) != 0) return -1; /* the dump's parameters: as the step runs with them */
     fill_given(t, given, keep);
     double loss = NAN, norm = 0, lr = ntp_adamw_lr(&t->o, t->step);
     if (sharded_step(t, keep, &loss, &norm, lr, t->step + 1, err, cap) != 0) return -1;
@@ -616,11 +515,11 @@ const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t) { return &t->last; 
 void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o) { t->o = *o; }
 
 /* A sharded run's slices take the global copies after these changed them. */
-static int rescatter(ntp_trainer *t, char *err, size_t cap) { return t->exec ? scatter_state(t, err, cap) : 0; }
+static int rescatter(ntp_trainer *t, char *err, size_t cap) { return t->exec ? ntp_train_scatter(t, err, cap) : 0; }
 
 int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap) {
   const ntp_module *m = t->mod;
-  if (gather_state(t, err, cap) != 0) return -1;
+  if (ntp_train_gather(t, err, cap) != 0) return -1;
   for (size_t i = 0; i < t->np; i++) {
     tparam *p = &t->p[i];
     const ntp_op *op = &m->ops[m->values[p->value].def];
@@ -647,7 +546,7 @@ int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cp
 }
 
 int ntp_trainer_set_param(ntp_trainer *t, int32_t value, const ntp_host_tensor *g, char *err, size_t cap) {
-  if (gather_state(t, err, cap) != 0) return -1;
+  if (ntp_train_gather(t, err, cap) != 0) return -1;
   for (size_t i = 0; i < t->np; i++) {
     tparam *p = &t->p[i];
     if (p->value != value) continue;
@@ -667,344 +566,11 @@ int ntp_trainer_set_param(ntp_trainer *t, int32_t value, const ntp_host_tensor *
 size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params) {
   char err[256];
   *params = t->cur; /* the same buffers as p[i].cur: set once, updated in place */
-  return gather_state(t, err, sizeof err) == 0 ? t->np : 0;
+  return ntp_train_gather(t, err, sizeof err) == 0 ? t->np : 0;
 }
 
-int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap) { return gather_state(t, err, cap); }
+int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap) { return ntp_train_gather(t, err, cap); }
 
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
 
 bool ntp_trainer_writes(const ntp_trainer *t) { return !per_process(t) || EXEC(t, runs_rank, 0); }
-
-/* The owned elements of slice s (its state in bufs: host memory) into the file, by runs of
- * elements contiguous in the global layout. */
-static bool write_owned(ntp_st_writer *w, const ntp_trainer *t, const tslice *s, float *const bufs[3]) {
-  box_walk bw = box_walk_start(&s->box, &t->p[s->param].cur.shape);
-  int64_t run_e = 0, run_g = 0, len = 0;
-  bool ok = true;
-  for (int64_t e = 0; e <= s->n && ok; e++) {
-    int64_t gi = e < s->n ? box_walk_next(&bw) : -1;
-    if (e < s->n && s->own[e] && len > 0 && gi == run_g + len) {
-      len++;
-      continue;
-    }
-    for (int k = 0; k < 3 && len > 0 && ok; k++)
-      ok = ntp_st_writer_put(w, 3 * (size_t)s->param + (size_t)k, run_g, bufs[k] + run_e, len) == 0;
-    len = 0;
-    if (e < s->n && s->own[e]) run_e = e, run_g = gi, len = 1;
-  }
-  return ok;
-}
-
-/* A sharded run's state file: every rank writes the elements it owns of its slices, the ranks in
- * parallel (the simulation's; a CUDA rank's state comes down from its GPU first), and the host
- * the elements no rank holds; nothing is gathered. */
-static int save_slices(ntp_trainer *t, const char *path, const ntp_host_tensor *ts, char *err, size_t cap) {
-  ntp_st_writer *w;
-  if (ntp_st_writer_open(path, ts, 3 * t->np, &w, err, cap) != 0) return -1;
-  bool ok = true;
-  for (size_t i = 0; i < t->np && ok; i++) {
-    const tparam *p = &t->p[i];
-    const float *g[3] = {p->master, p->m, p->v};
-    for (int64_t j = 0; j < p->nunheld && ok; j++)
-      for (int k = 0; k < 3 && ok; k++) ok = ntp_st_writer_put(w, 3 * i + (size_t)k, p->unheld[j], &g[k][p->unheld[j]], 1) == 0;
-  }
-  float *tmp = slice_buffer(t, err, cap), *tmp2 = slice_buffer(t, err, cap), *tmp3 = slice_buffer(t, err, cap);
-  ok &= tmp && tmp2 && tmp3;
-  for (size_t i = 0; i < t->nsl && ok; i++) {
-    const tslice *s = &t->sl[i];
-    float *bufs[3] = {tmp, tmp2, tmp3}, *src[3] = {s->master, s->m, s->v};
-    for (int k = 0; k < 3 && ok; k++) ok = EXEC(t, get, s->rank, bufs[k], src[k], (size_t)s->n * sizeof(float), err, cap) == 0;
-    ok = ok && write_owned(w, t, s, bufs);
-  }
-  free(tmp);
-  free(tmp2);
-  free(tmp3);
-  if (!ok && !err[0]) snprintf(err, cap, "cannot write '%s'", path);
-  return ntp_st_writer_commit(w, ok, err, cap);
-}
-
-/* A sharded run's state from a file: each slice reads its own box (what this placement needs),
- * the host the parameters some element of which no rank holds. */
-static int load_slices(ntp_trainer *t, const ntp_safetensors *f, char *err, size_t cap) {
-  const char *pre[3] = {"", "adamw.m.", "adamw.v."};
-  char name[512];
-  for (size_t i = 0; i < t->np; i++) {
-    tparam *p = &t->p[i];
-    if (!p->nunheld) continue;
-    float *bufs[3] = {p->master, p->m, p->v};
-    ntp_box full = box_full(&p->cur.shape);
-    for (int k = 0; k < 3; k++) {
-      snprintf(name, sizeof name, "%s%s", pre[k], p->cur.name);
-      if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &full, bufs[k], err, cap) != 0) return -1;
-    }
-  }
-  float *tmp = slice_buffer(t, err, cap);
-  if (!tmp) return -1;
-  for (size_t i = 0; i < t->nsl; i++) {
-    tslice *s = &t->sl[i];
-    const tparam *p = &t->p[s->param];
-    float *dst[3] = {s->master, s->m, s->v};
-    if (!s->here) continue;
-    for (int k = 2; k >= 0; k--) { /* the master last: tmp then holds it */
-      snprintf(name, sizeof name, "%s%s", pre[k], p->cur.name);
-      if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &s->box, tmp, err, cap) != 0 ||
-          EXEC(t, put, s->rank, dst[k], tmp, (size_t)s->n * sizeof(float), err, cap) != 0) {
-        free(tmp);
-        return -1;
-      }
-    }
-    if (EXEC(t, tensor_put, s->tensor, tmp, err, cap) != 0) {
-      free(tmp);
-      return -1;
-    }
-  }
-  free(tmp);
-  t->stale = true; /* the global copies are gathered from the slices when asked for */
-  return 0;
-}
-
-int ntp_trainer_save_state(ntp_trainer *t, const char *path, char *err, size_t cap) {
-  bool sharded = t->exec != NULL;
-  ntp_host_tensor *ts = calloc(3 * t->np + 1, sizeof *ts);
-  char **names = calloc(3 * t->np + 1, sizeof *names);
-  int rc = -1;
-  if (!ts || !names) {
-    snprintf(err, cap, "out of memory");
-    goto done;
-  }
-  for (size_t i = 0; i < t->np; i++) {
-    const tparam *p = &t->p[i];
-    float *bufs[3] = {p->master, p->m, p->v};
-    const char *pre[3] = {"", "adamw.m.", "adamw.v."};
-    for (int k = 0; k < 3; k++) {
-      size_t n = strlen(pre[k]) + strlen(p->cur.name) + 1;
-      if (!(names[3 * i + k] = malloc(n))) {
-        snprintf(err, cap, "out of memory");
-        goto done;
-      }
-      snprintf(names[3 * i + k], n, "%s%s", pre[k], p->cur.name);
-      ts[3 * i + k] = (ntp_host_tensor){.name = names[3 * i + k], .dtype = NTP_FP32, .shape = p->cur.shape, .f = bufs[k]};
-    }
-  }
-  err[0] = 0;
-  if (per_process(t)) /* every process gathers (through NCCL); rank 0's writes the whole file */
-    rc = gather_state(t, err, cap) != 0 ? -1
-         : !ntp_trainer_writes(t)       ? 0
-                                        : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
-  else
-    rc = sharded ? save_slices(t, path, ts, err, cap) : ntp_safetensors_save(path, ts, 3 * t->np, err, cap);
-done:
-  for (size_t i = 0; names && i < 3 * t->np; i++) free(names[i]);
-  free(names);
-  free(ts);
-  return rc;
-}
-
-int ntp_trainer_load_state(ntp_trainer *t, const ntp_safetensors *f, int64_t steps_taken, char *err, size_t cap) {
-  if (t->exec) {
-    t->step = steps_taken;
-    return load_slices(t, f, err, cap);
-  }
-  for (size_t i = 0; i < t->np; i++) {
-    tparam *p = &t->p[i];
-    float *bufs[3] = {p->master, p->m, p->v};
-    const char *pre[3] = {"", "adamw.m.", "adamw.v."};
-    ntp_box full = box_full(&p->cur.shape);
-    for (int k = 0; k < 3; k++) {
-      char name[512];
-      snprintf(name, sizeof name, "%s%s", pre[k], p->cur.name);
-      if (ntp_safetensors_read_box(f, name, NTP_FP32, &p->cur.shape, &full, bufs[k], err, cap) != 0) return -1;
-    }
-    memcpy(p->cur.f, p->master, (size_t)p->n * sizeof *p->cur.f);
-    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
-  }
-  t->step = steps_taken;
-  return 0;
-}
-
-/* ---- after a failure: the state from the surviving ranks (ntp_trainer_take_state) ---------- */
-
-/* What each element of the new run needs, in an order both sides of a transfer know: every new
- * slice's elements (to its rank), then the elements no new slice holds (to every rank: each process
- * updates them on the host). fn(ctx, param, global index, receiving rank). */
-static void hand_over_walk(const ntp_trainer *t, void (*fn)(void *, size_t, int64_t, int), void *ctx) {
-  for (size_t k = 0; k < t->nsl; k++) {
-    const tslice *s = &t->sl[k];
-    box_walk w = box_walk_start(&s->box, &t->p[s->param].cur.shape);
-    for (int64_t e = 0; e < s->n; e++) fn(ctx, (size_t)s->param, box_walk_next(&w), s->rank);
-  }
-  for (size_t i = 0; i < t->np; i++)
-    for (int64_t j = 0; j < t->p[i].nunheld; j++)
-      for (int q = 0; q < t->world; q++) fn(ctx, i, t->p[i].unheld[j], q);
-}
-
-typedef struct hand_over {
-  const ntp_trainer *t, *from;
-  int32_t *const *src;  /* per element: the slice of from it comes from; -1 the host's */
-  const int32_t *new_of_old; /* the new rank of each of from's ranks */
-  const size_t *off;
-  float *all;           /* this process's contributions; the received elements go here */
-  int me, pass;         /* pass 0 counts, 1 packs what this process sends, 2 unpacks what it receives */
-  size_t *ns, *nr;      /* per rank: elements to send, to receive (pass 0); the cursors of passes 1, 2 */
-  float **sb, **rb;
-} hand_over;
-
-static void hand_over_element(void *ctx, size_t param, int64_t gi, int rcv) {
-  hand_over *h = ctx;
-  int32_t sk = h->src[param][gi];
-  if (sk < 0) return; /* the host's: every process has it */
-  int snd = h->new_of_old[h->from->sl[sk].rank];
-  if (snd == rcv || (snd != h->me && rcv != h->me)) return;
-  float *a = h->all + h->off[param];
-  size_t n = (size_t)h->t->p[param].n;
-  if (h->pass == 0) {
-    if (snd == h->me) h->ns[rcv]++;
-    else h->nr[snd]++;
-  } else if (h->pass == 1 && snd == h->me) {
-    for (int q = 0; q < 3; q++) h->sb[rcv][3 * h->ns[rcv] + (size_t)q] = a[(size_t)q * n + (size_t)gi];
-    h->ns[rcv]++;
-  } else if (h->pass == 2 && rcv == h->me) {
-    for (int q = 0; q < 3; q++) a[(size_t)q * n + (size_t)gi] = h->rb[snd][3 * h->nr[snd] + (size_t)q];
-    h->nr[snd]++;
-  }
-}
-
-/* One rank per process: the elements this process's new slices need (and those no new slice
- * holds) from the survivor process whose slice was chosen as their source, by NCCL send/recv of
- * exactly those elements (masters and moments) between the survivors' processes. */
-static int hand_over_send(ntp_trainer *t, const ntp_trainer *from, int32_t *const *src, const size_t *off, float *all,
-                          const int32_t *from_phys, const int32_t *to_phys, char *err, size_t cap) {
-  int W = t->world, rc = -1;
-  hand_over h = {.t = t, .from = from, .src = src, .off = off, .all = all, .me = -1};
-  int32_t *new_of_old = calloc((size_t)from->world + 1, sizeof *new_of_old);
-  h.ns = calloc((size_t)W, sizeof *h.ns), h.nr = calloc((size_t)W, sizeof *h.nr);
-  h.sb = calloc((size_t)W, sizeof *h.sb), h.rb = calloc((size_t)W, sizeof *h.rb);
-  size_t *fs = calloc((size_t)W, sizeof *fs), *fr = calloc((size_t)W, sizeof *fr);
-  if (!new_of_old || !h.ns || !h.nr || !h.sb || !h.rb || !fs || !fr) goto oom;
-  for (int q = 0; q < W; q++)
-    if (EXEC(t, runs_rank, q)) h.me = q;
-  for (int r = 0; r < from->world; r++) {
-    new_of_old[r] = -1;
-    for (int q = 0; q < W; q++)
-      if ((to_phys ? to_phys[q] : q) == (from_phys ? from_phys[r] : r)) new_of_old[r] = q;
-  }
-  h.new_of_old = new_of_old;
-  hand_over_walk(t, hand_over_element, &h);
-  for (int q = 0; q < W; q++) {
-    fs[q] = 3 * h.ns[q], fr[q] = 3 * h.nr[q];
-    if (!(h.sb[q] = malloc(fs[q] * sizeof(float) + 4)) || !(h.rb[q] = malloc(fr[q] * sizeof(float) + 4))) goto oom;
-    h.ns[q] = h.nr[q] = 0;
-  }
-  h.pass = 1;
-  hand_over_walk(t, hand_over_element, &h);
-  if (EXEC(t, exchange, h.sb, fs, h.rb, fr, err, cap) != 0) goto done;
-  h.pass = 2;
-  hand_over_walk(t, hand_over_element, &h);
-  rc = 0;
-  goto done;
-oom:
-  snprintf(err, cap, "out of memory");
-done:
-  for (int q = 0; q < W && h.sb && h.rb; q++) free(h.sb[q]), free(h.rb[q]);
-  free(h.sb), free(h.rb), free(h.ns), free(h.nr), free(fs), free(fr), free(new_of_old);
-  return rc;
-}
-
-struct ntp_cuda *ntp_trainer_cuda(ntp_trainer *t) { return ntp_exec_cuda(t->exec); }
-
-int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
-                           const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap) {
-  *bytes_moved = 0;
-  *missing = 0;
-  if (t->np != from->np) {
-    snprintf(err, cap, "internal: %zu parameters against %zu", t->np, from->np);
-    return -1;
-  }
-  float *tmp[3] = {NULL, NULL, NULL}, *all = NULL;
-  int32_t **src = calloc(from->np + 1, sizeof *src); /* per element: the slice of from it comes from; -1 host */
-  size_t *off = calloc(from->np + 1, sizeof *off), total = 0;
-  int rc = -1;
-  if (!src || !off) goto oom;
-  for (int k = 0; k < 3; k++)
-    if (!(tmp[k] = slice_buffer(from, err, cap))) goto done;
-  for (size_t i = 0; i < from->np; i++) {
-    tparam *p = &from->p[i];
-    off[i] = total;
-    total += 3 * (size_t)p->n;
-    if (!(src[i] = malloc((size_t)(p->n ? p->n : 1) * sizeof **src))) goto oom;
-    for (int64_t e = 0; e < p->n; e++) src[i][e] = -2; /* not found yet */
-    for (int64_t j = 0; j < p->nunheld; j++) src[i][p->unheld[j]] = -1; /* the host's: valid as they are */
-  }
-  /* every element from the first slice on a surviving rank that holds it (known from the boxes
-   * alone, so every process of a run with one rank per process chooses the same) */
-  for (size_t k = 0; k < from->nsl; k++) {
-    const tslice *s = &from->sl[k];
-    if (dead[from_phys ? from_phys[s->rank] : s->rank]) continue;
-    box_walk w = box_walk_start(&s->box, &from->p[s->param].cur.shape);
-    for (int64_t e = 0; e < s->n; e++) {
-      int64_t gi = box_walk_next(&w);
-      if (src[s->param][gi] == -2) src[s->param][gi] = (int32_t)k;
-    }
-  }
-  for (size_t i = 0; i < from->np; i++)
-    for (int64_t e = 0; e < from->p[i].n; e++) *missing += src[i][e] == -2;
-  if (*missing) { /* the only copy of some state was on a failed rank */
-    rc = 0;
-    goto done;
-  }
-  /* the chosen elements of this process's surviving slices into a zeroed copy of the state; with
-   * one rank per process each survivor then sends the others what their new slices need */
-  if (!(all = calloc(total + 1, sizeof *all))) goto oom;
-  for (size_t k = 0; k < from->nsl; k++) {
-    const tslice *s = &from->sl[k];
-    if (!s->here || dead[from_phys ? from_phys[s->rank] : s->rank]) continue;
-    const tparam *p = &from->p[s->param];
-    float *st[3] = {s->master, s->m, s->v};
-    bool got = false;
-    box_walk w = box_walk_start(&s->box, &p->cur.shape);
-    for (int64_t e = 0; e < s->n; e++) {
-      int64_t gi = box_walk_next(&w);
-      if (src[s->param][gi] != (int32_t)k) continue;
-      for (int q = 0; q < 3 && !got; q++)
-        if (EXEC(from, get, s->rank, tmp[q], st[q], (size_t)s->n * sizeof(float), err, cap) != 0) goto done;
-      got = true;
-      for (int q = 0; q < 3; q++) all[off[s->param] + (size_t)q * (size_t)p->n + (size_t)gi] = tmp[q][e];
-    }
-  }
-  if (per_process(t) && hand_over_send(t, from, src, off, all, from_phys, to_phys, err, cap) != 0) goto done;
-  for (size_t i = 0; i < t->np; i++) { /* the new run's global copies, then its slices */
-    tparam *p = &t->p[i], *q = &from->p[i];
-    float *dst[3] = {p->master, p->m, p->v}, *host[3] = {q->master, q->m, q->v};
-    for (int k = 0; k < 3; k++)
-      for (int64_t e = 0; e < p->n; e++)
-        dst[k][e] = src[i][e] == -1 ? host[k][e] : all[off[i] + (size_t)k * (size_t)p->n + (size_t)e];
-    memcpy(p->cur.f, p->master, (size_t)p->n * sizeof(float));
-    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
-  }
-  for (size_t k = 0; k < t->nsl; k++) { /* what crosses between physical GPUs: masters, moments, the slice */
-    const tslice *s = &t->sl[k];
-    const tparam *p = &t->p[s->param];
-    int32_t to = to_phys ? to_phys[s->rank] : s->rank;
-    box_walk w = box_walk_start(&s->box, &p->cur.shape);
-    for (int64_t e = 0; e < s->n; e++) {
-      int32_t from_slice = src[s->param][box_walk_next(&w)];
-      int32_t fr = from_slice < 0 ? -1 : from->sl[from_slice].rank;
-      if (fr < 0 || (from_phys ? from_phys[fr] : fr) != to) *bytes_moved += 12 + (int64_t)dtype_bytes(p->cur.dtype);
-    }
-  }
-  t->step = from->step;
-  t->o = from->o;
-  rc = t->exec ? scatter_state(t, err, cap) : 0;
-  if (per_process(t)) t->stale = true; /* the global copies hold only what this process's slices needed */
-  goto done;
-oom:
-  snprintf(err, cap, "out of memory");
-done:
-  for (size_t i = 0; src && i < from->np; i++) free(src[i]);
-  free(src);
-  free(off);
-  free(all);
-  for (int k = 0; k < 3; k++) free(tmp[k]);
-  return rc;
-}
