@@ -4,6 +4,8 @@
 #ifndef NTP_TRAIN_H
 #define NTP_TRAIN_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ntprt.h"
@@ -24,6 +26,17 @@ typedef struct ntp_adamw {
 void ntp_adamw_defaults(ntp_adamw *o);
 /* The learning rate of step `step` (0-based) */
 double ntp_adamw_lr(const ntp_adamw *o, int64_t step);
+/* The options by name (adamw_options.c), one table for every caller (ntpc train, the model ABI,
+ * Python): "lr", "warmup", "min_lr_frac", "steps", "beta1", "beta2", "eps", "weight_decay",
+ * "clip". set takes the decimal text a user wrote (no hex, inf or nan), set_number a number; both
+ * refuse a value outside the option's bounds (finite, 0 or more, betas below 1, step counts whole)
+ * with what it expects in err ("expected a number of 0 or more"), the caller naming the option as
+ * its user spells it. check: every field within bounds, else -1 with "NAME: expected ..., got V".
+ * ntp_adamw_option(i, &help): the i-th name (NULL past the last) and a line of help. */
+int ntp_adamw_set(ntp_adamw *o, const char *name, const char *text, char *err, size_t cap);
+int ntp_adamw_set_number(ntp_adamw *o, const char *name, double v, char *err, size_t cap);
+int ntp_adamw_check(const ntp_adamw *o, char *err, size_t cap);
+const char *ntp_adamw_option(size_t i, const char **help);
 
 typedef struct ntp_train_stats {
   int64_t step;     /* 1-based, the step just taken */
@@ -35,33 +48,29 @@ typedef struct ntp_train_stats {
 
 typedef struct ntp_trainer ntp_trainer;
 
-/* p: a program compiled with its gradient pass (a loss output and "grad.NAME" outputs). With a
- * sharded program (p->world > 0) every step runs every rank in the simulation (each rank's
- * forward, its backward and the gradients' sync), else the module on the CPU reference; the
- * update is the same. Parameters from `params` (NULL: the default initialisation with seed),
- * fp32 master copies of them and zero moments; the program runs with the masters rounded to its
- * dtype. */
-int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
-                    ntp_trainer **out, char *err, size_t cap);
-/* The same with every rank on the CUDA backend (cuda_backend.h; p must carry every rank's
- * CUDA, as for ntp_cuda_create): the forward, backward, gradient sync and AdamW run on the GPUs
- * (or the emulated GPU); only the loss comes back to the host each step.
+/* p: a program compiled with its gradient pass (a loss output and "grad.NAME" outputs), run where x
+ * says (exec.h: a backend by name, the ranks of this process, devices; NULL: the cpu backend). A
+ * sharded program (p->world > 0) runs every rank each step on the chosen backend (each rank's
+ * forward, its backward and the gradients' sync: the simulation on the cpu, the GPUs on cuda; p
+ * must then carry every rank's CUDA), an unsharded one on the CPU reference (or one GPU); the
+ * update is the same. Parameters from `params` (NULL: the default initialisation with seed), fp32
+ * master copies of them and zero moments; the program runs with the masters rounded to its dtype.
  *
- * A sharded trainer (the simulation or CUDA) keeps the optimizer's state sharded like the
- * parameters: each rank holds the fp32 master and moments of its own slices and updates them in
- * place from the gradient the backward summed there; the global norm counts every element once
- * (on its first holder). The global copies (ntp_trainer_params, checkpoints, dumps) are gathered
- * from the slices when asked for.
+ * A sharded trainer keeps the optimizer's state sharded like the parameters: each rank holds the
+ * fp32 master and moments of its own slices and updates them in place (host memory or its GPU)
+ * from the gradient the backward summed there; the global norm counts every element once (on its
+ * first holder). The global copies (ntp_trainer_params, checkpoints, dumps) are gathered from the
+ * slices when asked for.
  *
- * With one rank per process (co->rank_lo + 1 == co->rank_hi, NCCL) the trainer holds that rank's
+ * With one rank per process (x->rank_lo + 1 == x->rank_hi, NCCL) the trainer holds that rank's
  * slices; the loss, the slices' sums of squares and the gathered global copies are merged across
- * the processes through NCCL (ntp_cuda_merge), so every process computes the same norm and update
- * and every call that gathers (ntp_trainer_params after steps, ntp_trainer_save_state,
- * ntp_checkpoint_save, ntp_trainer_take_state) is collective: every process makes it. Files are
- * written by the process of rank 0 alone (ntp_trainer_writes); each process reads its own boxes. */
-struct ntp_cuda_options;
-int ntp_trainer_new_cuda(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
-                         const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap);
+ * the processes (ntp_cuda_merge), so every process computes the same norm and update and every
+ * call that gathers (ntp_trainer_params after steps, ntp_trainer_save_state, ntp_checkpoint_save,
+ * ntp_trainer_take_state) is collective: every process makes it. Files are written by the process
+ * of rank 0 alone (ntp_trainer_writes); each process reads its own boxes. */
+struct ntp_exec_options;
+int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
+                    const struct ntp_exec_options *x, ntp_trainer **out, char *err, size_t cap);
 /* One step: forward and backward with the inputs given (given[v] for input values v, as for
  * ntp_cpu_run_given), then the update. keep: keep the run's inputs and parameters as well, for
  * ntp_trainer_last (a --dump). */
@@ -113,9 +122,11 @@ void ntp_trainer_free(ntp_trainer *t);
  * world, and receives what its own new slices need. */
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap);
-/* The CUDA backend a trainer runs on (NULL: the CPU): after a failure through NCCL, its
- * communicators are aborted and shrunk there (ntp_cuda_lose) before the survivors' run is made. */
-struct ntp_cuda *ntp_trainer_cuda(ntp_trainer *t);
+/* The executor a trainer runs on (exec.h; NULL: the CPU reference): after a failure its lost
+ * ranks are let go there (ntp_exec_lose: NCCL's communicators aborted and shrunk) before the
+ * survivors' trainer is made. */
+struct ntp_exec;
+struct ntp_exec *ntp_trainer_exec(ntp_trainer *t);
 
 /* ---- token files (tokens.c): llm.c's format ------------------------------------------ */
 /* A header of 256 little-endian int32 (magic 20240520, version 1, token count, the rest 0),

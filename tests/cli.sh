@@ -58,7 +58,7 @@ check model-missing 1 "$ntpc" check "$tmp/two.ntp" --model c; expect_text model-
 # sharding: simulated ranks compared with the unsharded run; report; one rank's program
 toyw="-D B=8 -D S=16 -D D=64 -D H=8 -D V=250 -D L=2"
 check run-world 0 "$ntpc" run examples/gpt2.ntp --world 8 $toyw
-expect_text run-world "sharded: 8 ranks simulated"
+expect_text run-world "backend cpu (simulated): 8 ranks"
 expect_text run-world "vs unsharded: max relative error"
 expect_text run-world ") ok"
 check report 0 "$ntpc" report examples/gpt2.ntp --plan examples/plans/gpt2_mixed8.ntp $toyw

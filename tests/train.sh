@@ -40,7 +40,7 @@ if cmp -s "$tmp/a.st" "$tmp/c.st"; then bad "another shuffle seed gives the same
 
 # sharded: 7 ranks in groups of 4 and 3 print the unsharded run's losses
 check sharded 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 6 --shuffle --seed 3 $small --plan examples/plans/byte_gpt_7.ntp
-expect_text sharded "sharded: 7 ranks simulated"
+expect_text sharded "backend cpu (simulated): 7 ranks"
 grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/s.log"
 if awk 'NR == FNR { a[FNR] = $4; next } { d = a[FNR] - $4; if (d < 0) d = -d; if (d > 1e-5 * $4) bad = 1 } END { exit bad }' "$tmp/a.log" "$tmp/s.log"; then ok; else
   bad "the sharded losses differ from the unsharded ones"; paste "$tmp/a.log" "$tmp/s.log"; fi

@@ -12,6 +12,7 @@
 #include "artifact.h"
 #include "ntp_artifact.h"
 #include "ntpc.h"
+#include "ntp_train.h"
 #include "ntprt.h"
 #include "planner.h"
 #include "shard.h"
@@ -29,6 +30,15 @@ typedef struct ntp_py_unit {
 static __thread char last_error[1024];
 
 EXPORT const char *ntp_py_last_error(void) { return last_error; }
+
+/* The trainer's option `name` ("lr", "beta1", ...) checked against the one table that ntpc train
+ * and the model ABI use (runtime/train/adamw_options.c): 0, or -1 with what it expects in
+ * ntp_py_last_error. */
+EXPORT int ntp_py_adamw_check(const char *name, double v) {
+  ntp_adamw o;
+  ntp_adamw_defaults(&o);
+  return ntp_adamw_set_number(&o, name, v, last_error, sizeof last_error);
+}
 
 static DLDataType dl_type(ntp_dtype dt) {
   switch (dt) {

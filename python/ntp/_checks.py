@@ -26,11 +26,16 @@ def whole(name: str, v: Any, lo: int, hi: int) -> int:
     return v
 
 
-def real(name: str, v: Any, lo: float, hi: float = math.inf, *, below_hi: bool = False) -> float:
-    """A finite number in [lo, hi] (or [lo, hi) with below_hi)."""
+def number(name: str, v: Any) -> float:
+    """A real number (bool and str are refused: True is not a rate) as a float."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(v).__name__} {v!r}")
-    f = float(v)
+    return float(v)
+
+
+def real(name: str, v: Any, lo: float, hi: float = math.inf, *, below_hi: bool = False) -> float:
+    """A finite number in [lo, hi] (or [lo, hi) with below_hi)."""
+    f = number(name, v)
     if not math.isfinite(f) or f < lo or f > hi or (below_hi and f == hi):
         bound = f"below {hi:g}" if below_hi else f"at most {hi:g}" if math.isfinite(hi) else "finite"
         raise ValueError(f"{name} must be a number of at least {lo:g} and {bound}, got {v!r}")
@@ -58,7 +63,15 @@ def defines(d: Optional[Mapping[str, Any]]) -> list:
 
 
 def adamw(lr: Any, beta1: Any, beta2: Any, eps: Any, weight_decay: Any, clip: Any) -> tuple:
-    """train_step's optimizer arguments, as ntpc train takes them (numbers of 0 or more; the
-    betas below 1): lr=inf would leave every weight NaN."""
-    return (real("lr", lr, 0), real("beta1", beta1, 0, 1, below_hi=True), real("beta2", beta2, 0, 1, below_hi=True),
-            real("eps", eps, 0), real("weight_decay", weight_decay, 0), real("clip", clip, 0))
+    """train_step's optimizer arguments: numbers (TypeError otherwise), each checked against the
+    trainer's one table of options (runtime/train/adamw_options.c), which ntpc train and the model
+    ABI use too (finite, 0 or more, the betas below 1): lr=inf would leave every weight NaN."""
+    from . import _native as N
+    out = []
+    for name, v in (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("eps", eps), ("weight_decay", weight_decay),
+                    ("clip", clip)):
+        f = number(name, v)  # its bounds are the table's
+        if N.lib.ntp_py_adamw_check(name.encode(), f) != 0:
+            raise ValueError(f"{name}: {text(N.lib.ntp_py_last_error())}, got {v!r}")
+        out.append(f)
+    return tuple(out)

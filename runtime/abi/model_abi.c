@@ -1,12 +1,12 @@
-/* model_abi.c — the ntp_model_* ABI over an artifact's program image (read at create): the CPU backend runs every
- * rank in this process (the simulation); the CUDA backend is chosen by options->backend. */
+/* model_abi.c — the ntp_model_* ABI over an artifact's program image (read at create): an executor
+ * (exec.h) on the backend options->backend names runs its ranks (the cpu backend: every rank in
+ * this process, simulated); a training library's trainer holds one. Nothing here knows which. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
 #include "exec.h"
 #include "ntp_artifact.h"
 #include "ntp_train.h"
@@ -81,22 +81,46 @@ int ntprt_model_get_info(const ntp_artifact *a, const ntp_model_info **info) {
   return NTP_OK;
 }
 
-/* A training library's instance: the trainer runs the program (every rank simulated on the cpu,
- * or every rank on the CUDA backend with co) and keeps the fp32 masters and moments; inputs are
- * host tensors, held here between the calls. */
-static int new_trainer(ntp_model *m, ntp_program *prog, const ntp_cuda_options *co, ntp_model **out) {
+/* A training library's instance: the trainer runs the program on the executor x names and keeps
+ * the fp32 masters and moments; inputs are host tensors, held here between the calls. A failure to
+ * start is the backend's where it has devices to start, else memory. */
+static int new_trainer(ntp_model *m, ntp_program *prog, const ntp_exec_options *x, int code, ntp_model **out) {
   char err[512] = "out of memory";
   ntp_adamw aw;
   ntp_adamw_defaults(&aw);
   m->held = calloc(prog->global.n_values + 1, sizeof *m->held);
   m->given = calloc(prog->global.n_values + 1, sizeof *m->given);
-  if (!m->held || !m->given || (co ? ntp_trainer_new_cuda(prog, &aw, m->seed, NULL, co, &m->trainer, err, sizeof err)
-                                   : ntp_trainer_new(prog, &aw, m->seed, NULL, &m->trainer, err, sizeof err)) != 0) {
+  if (!m->held || !m->given || ntp_trainer_new(prog, &aw, m->seed, NULL, x, &m->trainer, err, sizeof err) != 0) {
     free(m->held), free(m->given), ntp_program_free(prog), free(m);
-    return fail(co ? NTP_EBACKEND : NTP_ENOMEM, "%s", err);
+    return fail(code, "%s", err);
   }
   live_add(m);
   *out = m;
+  return NTP_OK;
+}
+
+/* Where the model's ranks run (exec.h), from the ABI's options: every rank here (rank -1), or this
+ * process's one rank (given, or from the launcher's environment) on a backend with devices. */
+static int placement(const ntp_model_options *o, const ntp_exec_backend *b, int32_t world, bool training,
+                     ntp_exec_options *x) {
+  *x = (ntp_exec_options){.backend = b->name};
+  if (!o) return NTP_OK;
+  if (!b->devices && o->rank != -1 && !(o->rank == 0 && world == 1))
+    /* every rank in this process: one rank alone cannot run without the others */
+    return fail(NTP_EINVAL, "rank %d: the %s backend runs every rank of the model in this process; set rank = -1",
+                o->rank, b->name);
+  if (o->rank < NTP_RANK_FROM_ENV || o->rank >= world)
+    return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", o->rank, world);
+  if (!b->devices) return NTP_OK;
+  x->loopback = o->loopback != 0, x->device = o->device, x->comm = o->nccl_comm;
+  int rank = o->rank, device = o->device;
+  if (rank == NTP_RANK_FROM_ENV && ntp_launcher_rank(&rank, &device) != 0)
+    return fail(NTP_EINVAL, "no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)");
+  if (rank >= world) return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", rank, world);
+  if (rank >= 0) x->rank_lo = rank, x->rank_hi = rank + 1, x->device = device; /* one rank, on its own device */
+  if (training && x->rank_hi && x->rank_hi - x->rank_lo != world)
+    return fail(NTP_EINVAL, "a training library runs every rank in one process (rank = -1): the update reads every "
+                            "gradient on the host");
   return NTP_OK;
 }
 
@@ -106,10 +130,9 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
   if (a->abi_version != NTP_MODEL_ABI_VERSION)
     return fail(NTP_EINVAL, "model library ABI %d, runtime ABI %d: rebuild the model", a->abi_version,
                 NTP_MODEL_ABI_VERSION);
-  const char *backend = o && o->backend ? o->backend : "cpu";
-  if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0)
-    return fail(NTP_EINVAL, "unknown backend '%s' (expected cpu or cuda)", backend);
   char err[1024];
+  const ntp_exec_backend *b = ntp_exec_backend_find(o ? o->backend : NULL, err, sizeof err);
+  if (!b) return fail(NTP_EINVAL, "%s", err);
   ntp_program *prog;
   if (!a->image || ntp_program_read(a->image, a->image_len, &prog, err, sizeof err) != 0)
     return fail(NTP_EINVAL, "%s", a->image ? err : "the model library carries no program image");
@@ -117,50 +140,20 @@ int ntprt_model_create(const ntp_artifact *a, const ntp_model_options *o, ntp_mo
     ntp_program_free(prog);
     return fail(NTP_EINVAL, "the model library's program image has no sharded program");
   }
-  int32_t world = prog->world;
-  if (o && strcmp(backend, "cuda") != 0 && o->rank != -1 && !(o->rank == 0 && world == 1))
-    /* the simulation runs every rank in this process: one rank alone cannot run without the others */
-    return ntp_program_free(prog),
-           fail(NTP_EINVAL, "rank %d: the cpu backend runs every rank of the model in this process; set rank = -1",
-                o->rank);
-  if (o && (o->rank < NTP_RANK_FROM_ENV || o->rank >= world))
-    return ntp_program_free(prog), fail(NTP_EINVAL, "rank %d is outside the model's world of %d", o->rank, world);
-  ntp_model *m = calloc(1, sizeof *m);
-  if (!m) return ntp_program_free(prog), fail(NTP_ENOMEM, "out of memory");
   bool training = false; /* its outputs carry the parameters' gradients */
   for (size_t k = 0; k < prog->global.n_outputs; k++) training |= !strncmp(prog->global.outputs[k].name, "grad.", 5);
+  ntp_exec_options x;
+  int rc = placement(o, b, prog->world, training, &x);
+  ntp_model *m = rc == NTP_OK ? calloc(1, sizeof *m) : NULL;
+  if (!m) return ntp_program_free(prog), rc == NTP_OK ? fail(NTP_ENOMEM, "out of memory") : rc;
   m->a = a;
   m->prog = prog;
   m->seed = o ? o->seed : 0;
-  bool on_cuda = strcmp(backend, "cuda") == 0;
-  ntp_cuda_options co = {0};
-  if (on_cuda) {
-    co = (ntp_cuda_options){.loopback = o->loopback || prog->world == 1, .device = o->device, .rank_hi = prog->world,
-                            .nccl_comm = o->nccl_comm};
-    int rank = o->rank, device = o->device;
-    if (rank == NTP_RANK_FROM_ENV && ntp_launcher_rank(&rank, &device) != 0) {
-      ntp_program_free(prog), free(m);
-      return fail(NTP_EINVAL, "no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)");
-    }
-    if (rank >= 0) { /* one rank in this process, on its own GPU */
-      if (rank >= prog->world) {
-        ntp_program_free(prog), free(m);
-        return fail(NTP_EINVAL, "rank %d is outside the model's world of %d", rank, prog->world);
-      }
-      co.rank_lo = rank;
-      co.rank_hi = rank + 1;
-      co.device = device;
-    }
-    if (training && co.rank_hi - co.rank_lo != prog->world) {
-      ntp_program_free(prog), free(m);
-      return fail(NTP_EINVAL, "a training library runs every rank in one process (rank = -1): the update reads "
-                              "every gradient on the host");
-    }
-  }
-  if (training) return new_trainer(m, prog, on_cuda ? &co : NULL, out);
-  if (ntp_exec_new(prog, on_cuda ? &co : NULL, &m->exec, err, sizeof err) != 0) {
+  int code = b->devices ? NTP_EBACKEND : NTP_ENOMEM; /* what a failure to start is */
+  if (training) return new_trainer(m, prog, &x, code, out);
+  if (ntp_exec_new(prog, &x, &m->exec, err, sizeof err) != 0) {
     ntp_program_free(prog), free(m);
-    return fail(on_cuda ? NTP_EBACKEND : NTP_ENOMEM, "%s", err);
+    return fail(code, "%s", err);
   }
   live_add(m);
   *out = m;
@@ -455,13 +448,12 @@ int ntprt_model_train_step(ntp_model *m, const ntp_model_train_options *o, const
   ntp_adamw aw;
   ntp_adamw_defaults(&aw);
   if (o) {
-    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps >= 0) ||
-        !(o->weight_decay >= 0) || !(o->clip >= 0))
-      return fail(NTP_EINVAL, "train options: lr, eps, weight_decay and clip must be 0 or more, the betas in [0, 1)");
     aw.lr = o->lr, aw.beta1 = o->beta1, aw.beta2 = o->beta2, aw.eps = o->eps, aw.weight_decay = o->weight_decay;
     aw.clip = o->clip;
   }
   aw.steps = 1; /* a constant rate: the caller's schedule */
+  char why[256];
+  if (ntp_adamw_check(&aw, why, sizeof why) != 0) return fail(NTP_EINVAL, "train options: %s", why);
   ntp_trainer_set_options(m->trainer, &aw);
   int rc = set_inputs(m, inputs);
   if (rc) return rc;

@@ -16,7 +16,12 @@ typedef struct sim_exec {
   size_t nbufs, cap_bufs;
 } sim_exec;
 
-int ntp_exec_sim_new(const ntp_program *p, void **be, char *err, size_t cap) {
+/* every rank here: one rank of several alone cannot run without the others */
+static int sim_create(const ntp_program *p, const ntp_exec_options *o, void **be, char *err, size_t cap) {
+  if (o->rank_hi > 0 && (o->rank_lo != 0 || o->rank_hi < p->world)) {
+    snprintf(err, cap, "rank %d: the cpu backend runs every rank of the model in this process", o->rank_lo);
+    return -1;
+  }
   sim_exec *s = calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, cap, "out of memory");
@@ -179,10 +184,41 @@ static int sim_exchange(void *be, float *const *send, const size_t *n_send, floa
   return -1;
 }
 
-const ntp_exec_ops ntp_exec_sim_ops = {
+/* every rank is in this process: a failed one loses nothing the others wait on, and the
+ * survivors' program is simulated as this one was */
+static int sim_lose(void *be, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap) {
+  (void)be, (void)err, (void)cap;
+  for (int32_t r = 0; r < world; r++) s->n += !lost[r];
+  s->next = (ntp_exec_options){.backend = "cpu"};
+  return 0;
+}
+
+static bool sim_peer_lost(void *be) { return (void)be, false; }
+static const char *sim_label(void *be) { return (void)be, "cpu (simulated)"; }
+
+/* a check, not a benchmark: one forward */
+static int sim_measure(void *be, uint64_t seed, long iters, ntp_cpu_result *res, ntp_exec_measured *m, char *err,
+                       size_t cap) {
+  (void)iters;
+  if (sim_forward(be, seed, res, err, cap) != 0) return -1;
+  *m = (ntp_exec_measured){.runs = 1, .mean_s = res->seconds};
+  return 0;
+}
+static void sim_describe(void *be, char *buf, size_t cap) { (void)be, (void)buf, (void)cap; }
+
+static const ntp_exec_ops sim_ops = {
     .name = "cpu", .runs_rank = sim_runs_rank, .all_here = sim_all_here, .set = sim_set, .load = sim_load,
     .value_get = sim_value_get, .forward = sim_forward, .device_of = sim_device_of, .copy_to_host = sim_copy_to_host,
     .set_device = sim_set_device, .output_device = sim_output_device,
     .run = sim_run, .output = sim_output, .alloc = sim_alloc, .put = sim_put, .get = sim_get,
     .tensor_put = sim_tensor_put, .sumsq = sim_sumsq, .adamw = sim_adamw, .merge = sim_merge,
-    .exchange = sim_exchange, .free = sim_free};
+    .exchange = sim_exchange, .lose = sim_lose, .peer_lost = sim_peer_lost, .describe = sim_describe, .label = sim_label,
+    .measure = sim_measure, .free = sim_free};
+
+static int sim_available(char *err, size_t cap) { return (void)err, (void)cap, 0; }
+
+const ntp_exec_backend ntp_exec_sim_backend = {
+    .name = "cpu", .ops = &sim_ops, .create = sim_create, .available = sim_available, .devices = false,
+    .runs_unsharded = false, /* the CPU reference runs an unsharded program */
+    .kernels = false, .fp32_tol = 1e-5, .versus = "unsharded",
+    .what = "every rank simulated here (the CPU reference when unsharded)"};

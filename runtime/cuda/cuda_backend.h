@@ -101,11 +101,6 @@ int ntp_cuda_exchange(ntp_cuda *c, float *const *send, const size_t *n_send, flo
  * or from ncclCommGetAsyncError on this process's world communicator)? */
 bool ntp_cuda_peer_lost(ntp_cuda *c);
 
-/* The rank and GPU a launcher gave this process: the first of torchrun (RANK, LOCAL_RANK), Slurm
- * (SLURM_PROCID, SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK) whose
- * rank variable is set; the GPU is the local rank (0 when unset). -1 when none is set. */
-int ntp_launcher_rank(int *rank, int *device);
-
 /* ---- after a failure (NCCL: every rank in this process, one GPU each; or one rank per process) ---- */
 /* The ranks marked in dead (by rank) have failed with their GPUs. On the survivors, every
  * communicator with a dead member is aborted (ncclCommAbort: a destroy would wait for the dead

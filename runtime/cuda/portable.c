@@ -1,24 +1,9 @@
 /* portable.c — the parts of the CUDA backend's interface (cuda_backend.h) that need no CUDA: the
- * launcher's rank of this process, and the summary lines the CLI prints. Built with or without
- * the toolkit's headers. */
+ * summary lines the CLI prints. Built with or without the toolkit's headers. */
 #include "cuda_backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-int ntp_launcher_rank(int *rank, int *device) {
-  static const char *ranks[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
-  static const char *locals[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
-  for (int i = 0; i < 3; i++) {
-    const char *r = getenv(ranks[i]);
-    if (!r) continue;
-    *rank = atoi(r);
-    const char *l = getenv(locals[i]);
-    *device = l ? atoi(l) : 0;
-    return 0;
-  }
-  return -1;
-}
 
 void ntp_cuda_overlap_line(const ntp_cuda_overlap *s, char *buf, size_t cap) {
   if (!s->on) {

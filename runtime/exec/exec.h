@@ -1,11 +1,14 @@
-/* exec.h — the executor interface: what the trainer (runtime/train/train.c) needs of a backend
- * that runs the ranks of a sharded program, as a table of functions. Two implement it: the CPU
- * simulation (runtime/cpu/exec_sim.c: every rank in this process, in host memory) and the CUDA
- * backend (runtime/cuda/exec_cuda.c: loopback, NCCL with several GPUs per process, or one rank
- * per process). The unsharded CPU reference is not an executor: it runs the module itself.
+/* exec.h — the executor interface: what the trainer (runtime/train/), the model ABI
+ * (runtime/abi/) and `ntpc run` need of a backend that runs the ranks of a sharded program, as a
+ * table of functions. Two implement it: the CPU simulation (runtime/cpu/exec_sim.c: every rank in
+ * this process, in host memory) and the CUDA backend (runtime/cuda/exec_cuda.c: loopback, NCCL
+ * with several GPUs per process, or one rank per process). The unsharded CPU reference is not an
+ * executor: it is the truth every executor is compared with, and the trainer runs the module on it
+ * itself (ntp_exec_new gives no executor for an unsharded program on the cpu backend).
  *
- * Callers hold an ntp_exec and call through exec->ops; only exec.c, which makes one from the
- * options, knows which it is. A new backend is a folder implementing this table
+ * Callers name a backend (ntp_exec_options.backend, as the user wrote it) and hold an ntp_exec,
+ * calling through exec->ops; only exec.c, which holds the table of backends, knows which it is. A
+ * new backend is a folder implementing this table and one row in exec.c
  * (docs/adding-a-backend.md).
  *
  * Memory: a backend's state buffers (alloc) live where its ranks do (host memory for the
@@ -21,8 +24,30 @@
 
 #include "ntprt.h"
 
-struct ntp_cuda_options;
-struct ntp_cuda;
+/* Where a program's ranks run. Zero-initialised: the cpu backend, every rank in this process. The
+ * device fields are read by backends with devices (the CUDA backend); the others run every rank
+ * in this process. */
+typedef struct ntp_exec_options {
+  const char *backend;      /* a row of the table in exec.c: "cpu" (also NULL), "cuda" */
+  int32_t rank_lo, rank_hi; /* the ranks this process runs; rank_hi 0: every rank of the program */
+  int device;               /* the device of this process's first rank */
+  bool loopback;            /* every rank on one device, collectives as copies on it */
+  void *comm;               /* an initialised world communicator of this process's one rank, or NULL */
+  /* the survivors of a failure (ntp_exec_survivors.next), every rank here: per rank its device
+   * and world communicator, taken over by the new executor */
+  const int *devices;
+  void **comms;
+} ntp_exec_options;
+
+/* After ranks failed (ntp_exec_lose): how the survivors go on. */
+typedef struct ntp_exec_survivors {
+  int n;                 /* the surviving ranks */
+  int local;             /* one rank per process: this process's rank among the survivors; -1: all here */
+  ntp_exec_options next; /* the executor options of the survivors' program (ranks, devices, communicators) */
+  char report[512];      /* what the backend did to lose them (aborted communicators, ...), or "" */
+  void *held;            /* the backend's (freed by ntp_exec_survivors_free) */
+  void (*release)(struct ntp_exec_survivors *s);
+} ntp_exec_survivors;
 
 /* One AdamW step's numbers for a slice: c1, c2 the bias corrections 1 - beta^k, wd this
  * parameter's decoupled weight decay, scale the gradients' clipping factor. */
@@ -40,6 +65,14 @@ static inline void ntp_adamw_element(const ntp_exec_adamw *a, double ge, float *
   x -= a->lr * ((mm / a->c1) / (sqrt(vv / a->c2) + a->eps) + a->wd * x);
   *w = (float)x;
 }
+
+/* What measure found: the forwards timed and their mean device seconds, and the lines the backend
+ * adds (its launch modes' host time, per-layer times when asked; "" for none). */
+typedef struct ntp_exec_measured {
+  long runs;
+  double mean_s;
+  char notes[8192];
+} ntp_exec_measured;
 
 typedef struct ntp_exec_ops {
   const char *name; /* "cpu" (the simulation), "cuda" */
@@ -84,6 +117,19 @@ typedef struct ntp_exec_ops {
   int (*merge)(void *be, void *host, size_t bytes, char *err, size_t cap);
   int (*exchange)(void *be, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
                   char *err, size_t cap);
+  /* ranks lost[r] (r < world, this executor's ranks) failed with their devices: nothing waits on
+   * them any more, and *s says how the survivors' executor is made (ntp_exec_survivors_free it) */
+  int (*lose)(void *be, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap);
+  /* did the last failed call fail because a peer is gone (the survivors then go on)? */
+  bool (*peer_lost)(void *be);
+  /* lines on what the backend chose (GEMM algorithms, overlap), for NTP_VERBOSE; "" for none */
+  void (*describe)(void *be, char *buf, size_t cap);
+  /* where the ranks run, for the log: "cpu (simulated)", "cuda loopback", "cuda nccl" */
+  const char *(*label)(void *be);
+  /* `ntpc run`'s measurement: up to iters timed forwards after the warm-up the backend needs (a
+   * backend that is not for timing runs one), the last one's outputs in *res */
+  int (*measure)(void *be, uint64_t seed, long iters, ntp_cpu_result *res, struct ntp_exec_measured *m, char *err,
+                 size_t cap);
   void (*free)(void *be);
 } ntp_exec_ops;
 
@@ -92,15 +138,47 @@ typedef struct ntp_exec {
   void *be; /* the backend's own state */
 } ntp_exec;
 
-/* An executor for program p: the CUDA backend with these options, or (cuda NULL) the simulation. */
-int ntp_exec_new(const ntp_program *p, const struct ntp_cuda_options *cuda, ntp_exec **out, char *err, size_t cap);
+/* A backend: its name, its operations, and how one is made. */
+typedef struct ntp_exec_backend {
+  const char *name;
+  const ntp_exec_ops *ops;
+  int (*create)(const ntp_program *p, const ntp_exec_options *o, void **be, char *err, size_t cap);
+  /* 0 when this machine can run it, else -1 with the reason ("no CUDA driver") */
+  int (*available)(char *err, size_t cap);
+  bool devices;        /* it places ranks on devices: loopback, one rank per process, device numbers */
+  bool runs_unsharded; /* it runs an unsharded program (one rank); else the CPU reference does */
+  bool kernels;        /* it runs the per-rank CUDA kernels of the codegen pass (ntpc_want_cuda) */
+  double fp32_tol;     /* its fp32 results against the CPU reference's (sums in another order) */
+  const char *versus;  /* what the comparison is with, as `ntpc run` says it ("vs unsharded") */
+  const char *what;    /* one line for --help and messages */
+} ntp_exec_backend;
+
+/* The backend of that name (NULL: "cpu"), or NULL with "unknown backend 'x' (expected cpu or
+ * cuda)" in err. */
+const ntp_exec_backend *ntp_exec_backend_find(const char *name, char *err, size_t cap);
+/* The i-th backend of the table (NULL past the last): for --help. */
+const ntp_exec_backend *ntp_exec_backend_at(size_t i);
+/* An executor for program p on the backend o names (NULL: the cpu backend, every rank here). *out
+ * is NULL (and 0 returned) when p is unsharded and the backend leaves it to the CPU reference. */
+int ntp_exec_new(const ntp_program *p, const ntp_exec_options *o, ntp_exec **out, char *err, size_t cap);
 void ntp_exec_free(ntp_exec *e);
-/* The CUDA backend behind e, or NULL (the CLI's failover and reports until they are operations). */
+/* The operations any caller may make on an executor it holds (NULL: the CPU reference, which has
+ * one rank here, no devices and nothing to lose). */
+int ntp_exec_lose(ntp_exec *e, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap);
+void ntp_exec_survivors_free(ntp_exec_survivors *s);
+bool ntp_exec_peer_lost(ntp_exec *e);
+void ntp_exec_describe(ntp_exec *e, char *buf, size_t cap);
+const char *ntp_exec_name(const ntp_exec *e);
+/* The CUDA backend behind e, or NULL: for the CUDA backend's own reports (bench/, calibrate). */
+struct ntp_cuda;
 struct ntp_cuda *ntp_exec_cuda(const ntp_exec *e);
 
-/* the implementations */
-extern const ntp_exec_ops ntp_exec_sim_ops, ntp_exec_cuda_ops;
-int ntp_exec_sim_new(const ntp_program *p, void **be, char *err, size_t cap);
-int ntp_exec_cuda_new(const ntp_program *p, const struct ntp_cuda_options *o, void **be, char *err, size_t cap);
+/* The rank and device a launcher gave this process: the first of torchrun (RANK, LOCAL_RANK),
+ * Slurm (SLURM_PROCID, SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK)
+ * whose rank variable is set; the device is the local rank (0 when unset). -1 when none is set. */
+int ntp_launcher_rank(int *rank, int *device);
+
+/* the implementations (exec.c's table holds them) */
+extern const ntp_exec_backend ntp_exec_sim_backend, ntp_exec_cuda_backend;
 
 #endif

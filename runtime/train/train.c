@@ -274,18 +274,13 @@ int ntp_train_gather(ntp_trainer *t, char *err, size_t cap) {
 }
 
 int ntp_trainer_new(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
-                    ntp_trainer **out, char *err, size_t cap) {
-  return ntp_trainer_new_cuda(prog, o, seed, params, NULL, out, err, cap);
-}
-
-int ntp_trainer_new_cuda(const ntp_program *prog, const ntp_adamw *o, uint64_t seed, const ntp_safetensors *params,
-                         const struct ntp_cuda_options *co, ntp_trainer **out, char *err, size_t cap) {
+                    const ntp_exec_options *x, ntp_trainer **out, char *err, size_t cap) {
   *out = NULL;
   const ntp_module *m = &prog->global;
   ntp_trainer *t = calloc(1, sizeof *t);
   if (!t) goto oom;
   t->mod = m;
-  if ((co || prog->world > 0) && ntp_exec_new(prog, co, &t->exec, err, cap) != 0) {
+  if (ntp_exec_new(prog, x, &t->exec, err, cap) != 0) { /* none: the CPU reference runs the module */
     ntp_trainer_free(t);
     return -1;
   }

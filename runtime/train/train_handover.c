@@ -91,7 +91,7 @@ done:
   return rc;
 }
 
-struct ntp_cuda *ntp_trainer_cuda(ntp_trainer *t) { return ntp_exec_cuda(t->exec); }
+ntp_exec *ntp_trainer_exec(ntp_trainer *t) { return t->exec; }
 
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap) {

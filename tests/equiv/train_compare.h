@@ -39,7 +39,7 @@ static int adamw_compare(const ntp_program *up, const ntp_program *sp, int steps
   int rc = -1;
   *lworst = *pworst = 0;
   *skipped = 0;
-  if (ntp_trainer_new(up, &aw, 3, NULL, &tu, err, cap) != 0 || ntp_trainer_new(sp, &aw, 3, NULL, &ts, err, cap) != 0)
+  if (ntp_trainer_new(up, &aw, 3, NULL, NULL, &tu, err, cap) != 0 || ntp_trainer_new(sp, &aw, 3, NULL, NULL, &ts, err, cap) != 0)
     goto done;
   for (int k = 0; k < steps; k++) {
     ntp_train_stats a, b;

@@ -95,7 +95,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   ntp_adamw aw;
   ntp_adamw_defaults(&aw);
   aw.steps = 1000;
-  if (ntp_trainer_new(prog, &aw, 1, NULL, &tr, err, sizeof err) != 0) abort();
+  if (ntp_trainer_new(prog, &aw, 1, NULL, NULL, &tr, err, sizeof err) != 0) abort();
   snprintf(tokens_path, sizeof tokens_path, "/tmp/ntp_fuzz_ckpt_%ld.bin", (long)getpid());
   uint16_t ids[64];
   for (int i = 0; i < 64; i++) ids[i] = (uint16_t)(i * 5 % 8);

@@ -34,11 +34,4 @@ int ntpc_train_parse_options(int argc, char **argv);
 int ntpc_plan_parse_options(int argc, char **argv);
 int ntpc_goodput_parse_options(int argc, char **argv);
 
-/* With NTP_VERBOSE set (and not "0"): the CUDA backend's GEMM summary line on stdout
- * (ntp_cuda_gemm_line: distinct shapes, workspace, epilogues) and its overlap line
- * (ntp_cuda_overlap_line: collectives with compute in flight, before and after the launch
- * order); nothing for a NULL backend. */
-struct ntp_cuda;
-void cli_verbose_gemms(const struct ntp_cuda *c);
-
 #endif

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cuda_backend.h"
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *missing) {
   size_t n = strlen(name);
@@ -45,16 +44,3 @@ bool cli_number(const char *v, double lo, double hi, double *out) {
   return true;
 }
 
-void cli_verbose_gemms(const struct ntp_cuda *c) {
-  const char *v = getenv("NTP_VERBOSE");
-  if (!c || !v || !*v || !strcmp(v, "0")) return;
-  ntp_cuda_gemms g;
-  char line[1024];
-  ntp_cuda_gemm_summary(c, &g);
-  ntp_cuda_gemm_line(&g, line, sizeof line);
-  printf("%s\n", line);
-  ntp_cuda_overlap o;
-  ntp_cuda_overlap_summary(c, &o);
-  ntp_cuda_overlap_line(&o, line, sizeof line);
-  printf("%s\n", line);
-}

@@ -14,8 +14,8 @@
 #include "cli.h"
 #include "outfile.h"
 #include "session_program.h"
-#include "cuda_backend.h"
-#include "layer_times.h"
+#include "exec.h"
+#include "run_cmd.h"
 
 #include "ntpc.h"
 #include "ntprt.h"
@@ -53,7 +53,8 @@ static const char usage_text[] =
     "  --emit=KIND        tokens | ast | ir | sharded-ir | rank:N | report | cuda[:N] (rank N's kernels) | image\n"
     "  -o FILE            the model library, or the emitted text (written whole or not at all)\n"
     "  --keep-c           keep the model library's generated C file (FILE.c)\n"
-    "  --backend NAME     run on: cpu (the reference; default) or cuda (NVRTC kernels, cuBLASLt)\n"
+    "  --backend NAME     run on: cpu (the reference, and every rank simulated; default) or cuda\n"
+    "                     (NVRTC kernels, cuBLASLt, NCCL); compared with the reference\n"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --train            compile the training step: the loss's backward and every parameter's\n"
     "                     gradient as outputs (report: the backward's bytes, the gradient sync; -o: a\n"
@@ -244,315 +245,18 @@ done:
   return rc;
 }
 
-static void print_model_summary(const ir_module *m, FILE *out) {
-  size_t params = 0, inputs = 0;
-  long long elems = 0;
-  for (size_t i = 0; i < m->n_ops; i++) {
-    if (m->ops[i].code == IR_PARAM) {
-      params++;
-      elems += shape_numel(&m->values[m->ops[i].result].shape);
-    }
-    inputs += m->ops[i].code == IR_INPUT;
-  }
-  fprintf(out, "model %s: %zu layers, %zu ops, %zu inputs, %zu params (%.3fM elements), %zu outputs, dtype %s\n",
-          m->name, m->n_layers, m->n_ops, inputs, params, (double)elems / 1e6, m->n_outputs, dtype_name(m->dtype));
-}
 
-/* Gradients (--train) are measured against at least a share of the largest one (1e-3 in fp32,
- * 1e-2 in bf16 and fp16): a gradient that vanishes (a key bias's: softmax does not see it) is
- * round-off on both sides. */
-static double grad_floor(const ntp_cpu_result *ref, ntp_dtype model) {
-  double f = 0, share = model == NTP_FP32 ? 1e-3 : 1e-2;
-  for (size_t i = 0; i < ref->n_outputs; i++)
-    if (!strncmp(ref->outputs[i].name, "grad.", 5)) f = fmax(f, share * ntp_max_abs(&ref->outputs[i]));
-  return f;
-}
 
-/* An output is as precise as what it is computed from: an fp32 loss of a bf16 model's logits is
- * held to bf16's tolerance. fp32_tol: the fp32 tolerance of the comparison (sums in another order). */
-static double tolerance(const ntp_host_tensor *out, ntp_dtype model, double fp32_tol) {
-  ntp_dtype d = out->dtype == NTP_FP32 && (model == NTP_BF16 || model == NTP_FP16) ? model : out->dtype;
-  return d == NTP_FP32 ? fp32_tol : d == NTP_BF16 ? 5e-2 : 1e-2;
-}
 
-static double output_error(const ntp_host_tensor *got, const ntp_host_tensor *ref, double gfloor) {
-  return ntp_max_rel_error_floor(got, ref, strncmp(ref->name, "grad.", 5) == 0 ? gfloor : 0);
-}
 
-/* --inputs and --text into given[] (over the module's values): 0, or 1 (an input error, said). */
-static int load_inputs(const ntp_module *m, const options *o, ntp_host_tensor ***given) {
-  *given = NULL;
-  if (!o->ninputs && !o->text) return 0;
-  char err[512];
-  if (!(*given = calloc(m->n_values ? m->n_values : 1, sizeof **given))) {
-    fprintf(stderr, "ntpc: error: out of memory\n");
-    return 1;
-  }
-  for (int i = 0; i < o->ninputs; i++)
-    if (ntp_inputs_load(m, o->inputs[i], *given, err, sizeof err) != 0) goto fail;
-  if (o->text && ntp_inputs_text(m, o->text, strlen(o->text), *given, err, sizeof err) != 0) goto fail;
-  return 0;
-fail:
-  fprintf(stderr, "ntpc: error: %s\n", err);
-  ntp_inputs_free(m, *given);
-  free(*given);
-  *given = NULL;
-  return 1;
-}
 
-static void free_inputs(const ntp_module *m, ntp_host_tensor **given) {
-  if (given) ntp_inputs_free(m, given);
-  free(given);
-}
 
-/* The CUDA run: kernels generated for every rank, NVRTC (cached), cuBLASLt; outputs compared
- * with the unsharded CPU reference; time per forward over o->iters runs after a warm-up. */
-static int run_cuda(const ir_module *summary, const ntp_program *p, const options *o) {
-  char err[1024] = "";
-  int rc = 2; /* until the forwards ran: an environment failure (no GPU, no library, too few GPUs) */
-  ntp_cuda *c = NULL;
-  ntp_safetensors *params = NULL;
-  ntp_cpu_result ref = {0}, res = {0};
-  ntp_host_tensor **given = NULL;
-  /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
-  ntp_cuda_options co = {.loopback = o->loopback || p->world == 1, .rank_hi = p->world};
-  if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
-                    ntp_safetensors_set_format(params, o->params_format, &p->global, err, sizeof err) != 0)) {
-    rc = 1; /* a --params file that cannot be read is an input error, as on the cpu backend */
-    goto done;
-  }
-  if (load_inputs(&p->global, o, &given)) {
-    rc = 1;
-    goto done;
-  }
-  if (ntp_cuda_create(p, &co, &c, err, sizeof err) != 0) goto done;
-  cli_verbose_gemms(c);
-  if (params && ntp_cuda_load(c, params, err, sizeof err) != 0) {
-    rc = 1;
-    goto done;
-  }
-  for (size_t v = 0; given && v < p->global.n_values; v++)
-    if (given[v] && ntp_cuda_set(c, (int32_t)v, given[v], err, sizeof err) != 0) goto done;
-  if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done; /* warm-up */
-  double total = 0, host[2] = {0, 0}; /* host seconds to launch a forward: [0] in the mode it runs in, [1] the other */
-  ntp_cuda_host ht;
-  ntp_cuda_host_time(c, &ht);
-  bool graphs = ht.graphs;
-  bool both = ntp_cuda_use_graphs(c, true) == 0; /* graphs can be had here (not: NCCL joins several GPUs here) */
-  ntp_cuda_use_graphs(c, graphs);
-  if (o->iters > 0 && !both)
-    printf("graphs: not used: NCCL joins the %d GPUs of this process, and graphs launched from one thread may "
-           "deadlock (NCCL's guide); one rank per process keeps them\n", p->world);
-  if (o->iters > 0 && both) { /* the same forwards in the other mode first, for the host's side of graphs */
-    ntp_cpu_result other = {0};
-    ntp_cuda_use_graphs(c, !graphs);
-    for (long i = 0; i <= o->iters; i++) { /* one warm-up: the capture */
-      ntp_cpu_result_free(&other);
-      if (ntp_cuda_forward(c, o->seed, &other, err, sizeof err) != 0) goto done;
-      ntp_cuda_host_time(c, &ht);
-      if (i) host[1] += ht.last_s;
-    }
-    ntp_cpu_result_free(&other);
-    ntp_cuda_use_graphs(c, graphs);
-  }
-  /* the timed forwards last: the per-layer times printed below are those of the last of them */
-  for (long i = 0; i < o->iters; i++) {
-    ntp_cpu_result_free(&res);
-    if (ntp_cuda_forward(c, o->seed, &res, err, sizeof err) != 0) goto done;
-    total += res.seconds;
-    ntp_cuda_host_time(c, &ht);
-    host[0] += ht.last_s;
-  }
-  rc = 1;
-  if (ntp_cpu_run_given(&p->global, o->seed, 0, params, (const ntp_host_tensor *const *)given, &ref, err,
-                        sizeof err) != 0)
-    goto done;
-  print_model_summary(summary, stdout);
-  printf("backend cuda%s, %d ranks, seed %llu, forward %.3f ms (mean of %ld)\n",
-         co.loopback && p->world > 1 ? " loopback" : p->world > 1 ? " nccl" : "",
-         p->world, o->seed, o->iters ? total / (double)o->iters * 1e3 : res.seconds * 1e3, o->iters);
-  if (o->iters > 0 && both) { /* the host time per forward and per layer, with and without graphs (docs/runtime.md) */
-    double with = (graphs ? host[0] : host[1]) / (double)o->iters * 1e6, without = (graphs ? host[1] : host[0]) / (double)o->iters * 1e6;
-    printf("host launch: %.1f us per forward, %.2f us per layer with graphs; %.1f us, %.2f us per layer without "
-           "(%d layers, mean of %ld)\n", with, with / ht.layers, without, without / ht.layers, ht.layers, o->iters);
-  }
-  rc = 0;
-  if (layer_times_print(stdout, c, p, err, sizeof err) != 0) {
-    rc = 2;
-    goto done;
-  }
-  double gfloor = grad_floor(&ref, p->global.dtype);
-  for (size_t i = 0; i < res.n_outputs; i++) {
-    fputs("output ", stdout);
-    ntp_print_tensor_summary(&res.outputs[i], stdout);
-    double e = output_error(&res.outputs[i], &ref.outputs[i], gfloor);
-    double tol = tolerance(&res.outputs[i], p->global.dtype, 1e-4);
-    printf("  vs cpu reference: max relative error %.3g (tolerance %.0e) %s\n", e, tol, e <= tol ? "ok" : "MISMATCH");
-    if (e > tol) rc = 1;
-  }
-done:
-  if (rc && err[0]) fprintf(stderr, "ntpc: error: cuda: %s\n", err);
-  free_inputs(&p->global, given);
-  ntp_cpu_result_free(&ref);
-  ntp_cpu_result_free(&res);
-  ntp_cuda_free(c);
-  ntp_safetensors_close(params);
-  return rc;
-}
 
 /* The sharded run: all ranks simulated, outputs assembled and compared with the unsharded run. */
-static int run_sharded(const ntp_program *p, const ntp_safetensors *params, ntp_host_tensor *const *given,
-                       const ntp_cpu_result *ref, const options *o) {
-  ntp_cpu_result res;
-  char err[512];
-  ntp_sim *sim = NULL;
-  bool ok = ntp_sim_new(p, &sim, err, sizeof err) == 0 && (!params || ntp_sim_load(sim, params, err, sizeof err) == 0);
-  for (size_t v = 0; ok && given && v < p->global.n_values; v++)
-    if (given[v]) ok = ntp_sim_set(sim, (int32_t)v, given[v], err, sizeof err) == 0;
-  if (!ok || ntp_sim_forward(sim, o->seed, &res, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc: error: sharded run: %s\n", err);
-    ntp_sim_free(sim);
-    return 1;
-  }
-  ntp_sim_free(sim);
-  printf("sharded: %d ranks simulated on the cpu backend, forward %.3f ms\n", p->world, res.seconds * 1e3);
-  int rc = 0;
-  double gfloor = grad_floor(ref, p->global.dtype);
-  for (size_t i = 0; i < res.n_outputs; i++) {
-    fputs("output ", stdout);
-    ntp_print_tensor_summary(&res.outputs[i], stdout);
-    double e = output_error(&res.outputs[i], &ref->outputs[i], gfloor);
-    /* fp32: sums in another order; bf16/fp16: partial sums rounded before the reduction */
-    double tol = tolerance(&res.outputs[i], p->global.dtype, 1e-5);
-    printf("  vs unsharded: max relative error %.3g (tolerance %.0e) %s\n", e, tol, e <= tol ? "ok" : "MISMATCH");
-    if (e > tol) rc = 1;
-  }
-  ntp_cpu_result_free(&res);
-  return rc;
-}
 
-/* The host memory a CPU run may use: $NTP_CPU_MEMORY_LIMIT (bytes), else the machine's. */
-static double host_memory_limit(void) {
-  const char *e = getenv("NTP_CPU_MEMORY_LIMIT");
-  if (e && *e) {
-    char *end;
-    double v = strtod(e, &end);
-    if (!*end && v > 0) return v;
-  }
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && size > 0 ? (double)pages * (double)size : 1e300;
-}
 
-static const char *bytes_str(double b, char *buf, size_t cap) {
-  static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (b >= 1024 && u < 6) b /= 1024, u++;
-  snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
-  return buf;
-}
 
-/* Before anything is allocated: the CPU reference holds every value in fp32 (parameters and
- * inputs throughout, each activation while it is live), and the simulation adds every rank's
- * arena and slices. A model that cannot fit is refused with the tensor that dominates, instead
- * of allocating until the machine gives out. */
-static int check_host_memory(const ir_module *m, const ntp_program *p) {
-  double limit = host_memory_limit(), held = 0, biggest = 0;
-  int32_t big = -1;
-  for (size_t v = 0; v < m->n_values; v++) {
-    double b = (double)shape_numel(&m->values[v].shape) * 4;
-    ir_opcode code = m->ops[m->values[v].def].code;
-    if (code == IR_PARAM || code == IR_INPUT) held += b;
-    if (b > biggest) biggest = b, big = (int32_t)v;
-  }
-  double sim = 0;
-  for (int32_t r = 0; p && r < p->world; r++)
-    sim += (double)(p->mem[r].arena_bytes + p->mem[r].param_bytes + p->mem[r].input_bytes);
-  char a[32], b[32], c[32], shp[160];
-  if (big >= 0 && (biggest > limit || held + biggest > limit)) {
-    const ir_value *val = &m->values[big];
-    const ir_op *op = &m->ops[val->def];
-    const char *name = val->name ? val->name : op->layer >= 0 ? m->layers[op->layer].name : ir_op_name(op->code);
-    fprintf(stderr,
-            "ntpc: error: the cpu reference needs %s for parameters and inputs, and %s for tensor '%s' %s%s alone "
-            "(fp32 on the cpu); this machine allows %s (NTP_CPU_MEMORY_LIMIT)\n",
-            bytes_str(held, a, sizeof a), bytes_str(biggest, b, sizeof b), name, dtype_name(val->dtype),
-            shape_str(&val->shape, shp, sizeof shp), bytes_str(limit, c, sizeof c));
-    return 2;
-  }
-  if (sim > limit) {
-    int32_t worst = 0;
-    for (int32_t r = 1; r < p->world; r++)
-      if (p->mem[r].arena_bytes + p->mem[r].param_bytes > p->mem[worst].arena_bytes + p->mem[worst].param_bytes) worst = r;
-    fprintf(stderr,
-            "ntpc: error: simulating %d ranks needs %s (rank %d alone: %s); this machine allows %s (NTP_CPU_MEMORY_LIMIT)\n",
-            p->world, bytes_str(sim, a, sizeof a), worst,
-            bytes_str((double)(p->mem[worst].arena_bytes + p->mem[worst].param_bytes + p->mem[worst].input_bytes), b,
-                      sizeof b),
-            bytes_str(limit, c, sizeof c));
-    return 2;
-  }
-  return 0;
-}
 
-static int run_cpu(const ir_module *m, const ntp_program *prog, const options *o) {
-  const ntp_program *sharded = prog->world ? prog : NULL;
-  ntp_cpu_result res;
-  char err[512];
-  int mem = check_host_memory(m, sharded);
-  if (mem) return mem;
-  if (o->save_params && ntp_safetensors_format_check(o->params_format, &prog->global, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc: error: --save-params: %s\n", err); /* the model does not fit the layout: its input */
-    return 1;
-  }
-  ntp_safetensors *params = NULL;
-  if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
-                    ntp_safetensors_set_format(params, o->params_format, &prog->global, err, sizeof err) != 0)) {
-    fprintf(stderr, "ntpc: error: %s\n", err);
-    ntp_safetensors_close(params);
-    return 1; /* docs/cli.md: a --params file that cannot be read or does not fit is an input error */
-  }
-  ntp_host_tensor **given = NULL;
-  if (load_inputs(&prog->global, o, &given)) {
-    ntp_safetensors_close(params);
-    return 1;
-  }
-  if (ntp_cpu_run_given(&prog->global, o->seed, o->dump != NULL || o->save_params != NULL, params,
-                        (const ntp_host_tensor *const *)given, &res, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc: error: %s\n", err);
-    ntp_safetensors_close(params);
-    free_inputs(&prog->global, given);
-    return 1;
-  }
-  if (o->save_params && ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, res.params,
-                                                    res.n_params, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc: error: %s\n", err);
-    ntp_safetensors_close(params);
-    free_inputs(&prog->global, given);
-    ntp_cpu_result_free(&res);
-    return 2;
-  }
-  print_model_summary(m, stdout);
-  printf("backend cpu (reference), seed %llu, forward %.3f ms\n", o->seed, res.seconds * 1e3);
-  for (size_t i = 0; i < res.n_outputs; i++) {
-    fputs("output ", stdout);
-    ntp_print_tensor_summary(&res.outputs[i], stdout);
-  }
-  if (sharded && run_sharded(sharded, params, given, &res, o) != 0) {
-    ntp_cpu_result_free(&res);
-    ntp_safetensors_close(params);
-    free_inputs(&prog->global, given);
-    return 1;
-  }
-  ntp_safetensors_close(params);
-  free_inputs(&prog->global, given);
-  int rc = 0;
-  if (o->dump && ntp_dump_tensors(&res, o->dump, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc: error: %s\n", err);
-    rc = 2;
-  }
-  ntp_cpu_result_free(&res);
-  return rc;
-}
 
 
 /* The command line into *o and the session: -1 to go on, else the exit status (--help: 0). */
@@ -655,6 +359,47 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
   return -1;
 }
 
+/* The options together, before anything is compiled: -1 when they make sense (*b the backend),
+ * else the exit status (a usage error, or 2 when the backend cannot run here). */
+static int check_options(const options *o, const ntp_exec_backend **b) {
+  char why[512];
+  if (!o->file) return usage_error("no input file%s", "");
+  if (!o->command && !o->emit && !o->out)
+    return usage_error("nothing to do: give a command (check, run, report), --emit=KIND or -o model.so%s", "");
+  /* what only a run reads or writes: silently ignored elsewhere, it would look used */
+  const char *run_only = o->dump ? "--dump" : o->params ? "--params" : o->save_params ? "--save-params"
+                         : o->ninputs ? "--inputs" : o->text ? "--text" : NULL;
+  if (run_only && !(o->command && strcmp(o->command, "run") == 0))
+    return usage_error("%s applies to 'ntpc run' only", run_only);
+  if (o->out && o->command && !o->emit && strcmp(o->command, "report") != 0)
+    return usage_error("-o applies to --emit and report, not to '%s'", o->command);
+  if (!(*b = ntp_exec_backend_find(o->backend, why, sizeof why))) return usage_error("%s", why);
+  if ((*b)->devices && (o->dump || o->save_params)) /* the run on the devices is compared, not dumped */
+    return usage_error("%s is a cpu-backend option (it writes the reference run's tensors)",
+                       o->dump ? "--dump" : "--save-params");
+  if (o->command && strcmp(o->command, "run") == 0 && (*b)->available(why, sizeof why) != 0) {
+    fprintf(stderr, "ntpc: error: --backend %s: %s\n", (*b)->name, why);
+    return 2;
+  }
+  return -1;
+}
+
+/* `ntpc run` on the compiled session (run_cmd.c) */
+static int run(ntpc_session *s, const options *o) {
+  char err[512];
+  ntp_program *prog = session_program(s, err, sizeof err);
+  if (!prog) {
+    fprintf(stderr, "ntpc: internal error: %s\n", err);
+    return 3;
+  }
+  ntpc_run_options ro = {.backend = o->backend, .loopback = o->loopback, .seed = o->seed, .iters = o->iters,
+                         .params = o->params, .params_format = o->params_format, .save_params = o->save_params,
+                         .dump = o->dump, .inputs = o->inputs, .ninputs = o->ninputs, .text = o->text};
+  int rc = ntpc_run(ntpc_module(s), prog, &ro);
+  ntp_program_free(prog);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "plan") == 0) return ntpc_plan_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "train") == 0) return ntpc_train_command(argc - 1, argv + 1);
@@ -664,86 +409,39 @@ int main(int argc, char **argv) {
   ntp_outfile_install_cleanup(); /* a killed ntpc leaves no temporary or half-built file */
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
-  int rc = 0;
-  if ((rc = parse_args(argc, argv, s, &o)) >= 0) goto out;
+  int rc = parse_args(argc, argv, s, &o);
+  const ntp_exec_backend *b = NULL;
+  if (rc >= 0 || (rc = check_options(&o, &b)) >= 0) goto out;
   rc = 0;
-  if (!o.file) {
-    rc = usage_error("no input file%s", "");
-    goto out;
-  }
-  if (!o.command && !o.emit && !o.out) {
-    rc = usage_error("nothing to do: give a command (check, run, report), --emit=KIND or -o model.so%s", "");
-    goto out;
-  }
   bool library = !o.command && !o.emit && o.out;
-  /* what only a run reads or writes: silently ignored elsewhere, it would look used */
-  const char *run_only = o.dump ? "--dump" : o.params ? "--params" : o.save_params ? "--save-params"
-                         : o.ninputs ? "--inputs" : o.text ? "--text" : NULL;
-  if (run_only && !(o.command && strcmp(o.command, "run") == 0)) {
-    rc = usage_error("%s applies to 'ntpc run' only", run_only);
-    goto out;
-  }
-  if (o.out && o.command && !o.emit && strcmp(o.command, "report") != 0) {
-    rc = usage_error("-o applies to --emit and report, not to '%s'", o.command);
-    goto out;
-  }
-  if (o.backend && strcmp(o.backend, "cpu") != 0 && strcmp(o.backend, "cuda") != 0) {
-    rc = usage_error("unknown backend '%s' (expected cpu or cuda)", o.backend);
-    goto out;
-  }
-  bool cuda = o.backend && strcmp(o.backend, "cuda") == 0;
-  if (cuda && (o.dump || o.save_params)) {
-    rc = usage_error("%s is a cpu-backend option (it writes the reference run's tensors)", o.dump ? "--dump" : "--save-params");
-    goto out;
-  }
-  if (cuda && o.command && strcmp(o.command, "run") == 0) {
-    char why[512];
-    if (ntp_cuda_available(why, sizeof why) != 0) {
-      fprintf(stderr, "ntpc: error: --backend cuda: %s\n", why);
-      rc = 2;
-      goto out;
-    }
-  }
-
   bool wants_shards = (o.command && strcmp(o.command, "report") == 0) ||
                       (o.emit && (strcmp(o.emit, "sharded-ir") == 0 || strcmp(o.emit, "report") == 0 ||
                                   strncmp(o.emit, "rank:", 5) == 0 || strncmp(o.emit, "cuda", 4) == 0 ||
                                   strcmp(o.emit, "image") == 0));
-  /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data */
+  /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data;
+   * a backend that runs the codegen pass's kernels runs the sharded program */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
-  else if (wants_shards || library || cuda || (o.plan && o.command)) ntpc_set_world(s, 0);
-  ntpc_want_cuda(s, library || cuda || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
+  else if (wants_shards || library || b->kernels || (o.plan && o.command)) ntpc_set_world(s, 0);
+  ntpc_want_cuda(s, library || b->kernels || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, cli_color(o.color));
   if (st == NTPC_ERR_USAGE) {
     fprintf(stderr, "ntpc: error: %s\n", ntpc_last_error(s));
     rc = 2;
-    goto out;
-  }
-  if (st != NTPC_OK) {
+  } else if (st != NTPC_OK) {
     size_t n = ntpc_error_count(s);
     fprintf(stderr, "%zu error%s generated.\n", n, n == 1 ? "" : "s");
     rc = st == NTPC_ERR_INPUT ? 1 : 3;
-    goto out;
-  }
-  if (library) {
+  } else if (library) {
     rc = build_library(s, o.out, o.keep_c);
   } else if (o.emit) {
     rc = emit_to(s, o.emit, o.out);
   } else if (strcmp(o.command, "check") == 0) {
-    print_model_summary(ntpc_module(s), stdout);
+    ntpc_print_model_summary(ntpc_module(s), stdout);
   } else if (strcmp(o.command, "report") == 0) {
     rc = emit_to(s, "report", o.out);
   } else {
-    char err[512];
-    ntp_program *prog = session_program(s, err, sizeof err);
-    if (!prog) {
-      fprintf(stderr, "ntpc: internal error: %s\n", err);
-      rc = 3;
-    } else {
-      rc = cuda ? run_cuda(ntpc_module(s), prog, &o) : run_cpu(ntpc_module(s), prog, &o);
-    }
-    ntp_program_free(prog);
+    rc = run(s, &o);
   }
 out:
   ntpc_session_free(s);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cuda_backend.h"
+#include "exec.h"
 #include "ntp_train.h"
 #include "ntpc.h"
 #include "outfile.h"
@@ -33,13 +33,8 @@ static const char train_usage[] =
     "\n"
     "options:\n"
     "  --data FILE        the token file (llm.c format: tools/make_tokens.py makes one from text)\n"
-    "  --steps N          steps to take (default 10)\n"
-    "  --lr X             peak learning rate (default 1e-3)\n"
-    "  --warmup N         steps of linear warmup (default 0); then a cosine to lr * --min-lr-frac\n"
-    "  --min-lr-frac X    the cosine's end, as a fraction of --lr (default 0.1)\n"
-    "  --beta1 X, --beta2 X, --eps X   AdamW's (default 0.9, 0.95, 1e-8)\n"
-    "  --weight-decay X   decoupled, on matrices and embeddings (default 0.1)\n"
-    "  --clip X           clip the gradients' global norm to X (default 1; 0: off)\n"
+    "  --steps N          steps to take (default 10), the learning rate schedule's length\n"
+    "%s" /* the optimizer's options, from their table (ntp_adamw_option) */
     "  --shuffle          visit the file's batches in a seeded random order each epoch\n"
     "  --seed N           the default initialisation's and the shuffle's seed (default 0)\n"
     "  -D NAME=VALUE      override dim NAME (repeatable), e.g. -D B=8 -D S=64\n"
@@ -48,8 +43,7 @@ static const char train_usage[] =
     "                     rank simulated; the same losses as unsharded, within fp32 rounding\n"
     "  --plan-name NAME   the plan to use (from --plan, or the model's own file)\n"
     "  --world W          ranks (default: the plan's world)\n"
-    "  --backend NAME     cpu (default) or cuda: every rank's forward, backward, gradient sync and\n"
-    "                     AdamW on the GPUs (NVRTC kernels, cuBLASLt, NCCL)\n"
+    "  --backend NAME     where the ranks run (default cpu):\n%s"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --rank R|env       cuda: this process runs rank R alone, on GPU R (env: RANK and LOCAL_RANK,\n"
     "                     as torchrun sets them; or Slurm's, Open MPI's); start one process per rank,\n"
@@ -80,16 +74,16 @@ static const char train_usage[] =
 typedef struct train_opts {
   const char *file, *data, *model, *params, *save_params, *dump, *color;
   const char *params_format; /* the layout of --params and --save-params */
-  bool cuda, loopback;
+  const ntp_exec_backend *backend; /* --backend: where the ranks run (exec.h) */
+  bool loopback;
   int rank, device; /* --rank: this process runs rank `rank` alone, on GPU `device`; -1: every rank */
-  long steps;
   unsigned long long seed;
   bool shuffle, sharded;
   int32_t world; /* 0: the plan's */
   double init_std; /* > 0: a training initialisation (ntp_trainer_init_std) */
   const char *ckpt, *resume; /* checkpoint folders */
   long ckpt_every;
-  ntp_adamw adamw;
+  ntp_adamw adamw; /* the optimizer's options and the run's length (adamw.steps) */
   const char *plan_file, *plan_name, *defines[256];
   int ndefines;
   long fail_step[64];    /* --fail-at: before step fail_step[i] (1-based), GPU fail_rank[i] fails */
@@ -101,6 +95,23 @@ static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntp
 
 /* a finite number of at least lo (cli_number with no upper bound) */
 static bool number(const char *v, double lo, double *out) { return cli_number(v, lo, DBL_MAX, out); }
+
+/* The help, with the optimizer's options and the backends from their tables. */
+static void print_usage(void) {
+  char adamw[2048] = "", backends[1024] = "", opt[64];
+  size_t na = 0, nb = 0;
+  const char *name, *help;
+  for (size_t i = 0; (name = ntp_adamw_option(i, &help)); i++) {
+    if (!strcmp(name, "steps")) continue; /* --steps: the run's length, above */
+    int k = snprintf(opt, sizeof opt, "--%s %s", name, !strcmp(name, "warmup") ? "N" : "X");
+    for (int c = 2; c < k; c++) opt[c] = opt[c] == '_' ? '-' : opt[c];
+    na += (size_t)snprintf(adamw + na, sizeof adamw - na, "  %-18s %s\n", opt, help);
+  }
+  const ntp_exec_backend *b;
+  for (size_t i = 0; (b = ntp_exec_backend_at(i)); i++)
+    nb += (size_t)snprintf(backends + nb, sizeof backends - nb, "                       %-5s %s\n", b->name, b->what);
+  printf(train_usage, adamw, backends);
+}
 
 /* A decimal whole number in [lo, hi] at *p, which advances past its digits (no sign, no
  * spaces, no other base: what the user wrote is what is used). */
@@ -115,143 +126,201 @@ static bool whole(const char **p, long lo, long hi, long *out) {
 }
 
 /* --fail-at STEP:RANK[,STEP:RANK...] */
-static bool parse_fail_at(const char *v, train_opts *o) {
+static int set_fail_at(train_opts *o, ntpc_session *s, const char *v) {
+  (void)s;
   for (const char *p = v;;) {
     long st, r;
-    if (o->nfail == 64 || !whole(&p, 1, 1000000000, &st) || *p++ != ':' || !whole(&p, 0, 4095, &r)) return false;
+    if (o->nfail == 64 || !whole(&p, 1, 1000000000, &st) || *p++ != ':' || !whole(&p, 0, 4095, &r)) break;
     o->fail_step[o->nfail] = st;
     o->fail_rank[o->nfail++] = (int32_t)r;
-    if (!*p) return true;
-    if (*p++ != ',') return false;
+    if (!*p) return -1;
+    if (*p++ != ',') break;
   }
+  return usage("--fail-at %s: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)", v);
+}
+
+static int set_rank(train_opts *o, ntpc_session *s, const char *v) {
+  double d;
+  (void)s;
+  if (!strcmp(v, "env")) {
+    if (ntp_launcher_rank(&o->rank, &o->device) != 0)
+      return usage("--rank env: no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)%s", "");
+  } else if (!number(v, 0, &d) || d != floor(d) || d > 4095) {
+    return usage("--rank %s: expected a rank from 0, or env", v);
+  } else {
+    o->rank = o->device = (int)d;
+  }
+  return -1;
+}
+
+static int set_backend(train_opts *o, ntpc_session *s, const char *v) {
+  char why[256];
+  (void)s;
+  return (o->backend = ntp_exec_backend_find(v, why, sizeof why)) ? -1 : usage("%s", why);
+}
+
+static int set_plan_name(train_opts *o, ntpc_session *s, const char *v) {
+  ntpc_select_plan(s, v);
+  o->plan_name = v;
+  o->sharded = true;
+  return -1;
+}
+
+static int set_plan(train_opts *o, ntpc_session *s, const char *v) {
+  if (ntpc_add_plan_file(s, v) != NTPC_OK) return usage("%s", ntpc_last_error(s));
+  o->plan_file = v;
+  o->sharded = true;
+  return -1;
+}
+
+static int set_world(train_opts *o, ntpc_session *s, const char *v) {
+  double d;
+  (void)s;
+  if (!number(v, 1, &d) || d != floor(d) || d > 4096) return usage("--world %s: expected 1 to 4096 ranks", v);
+  o->world = (int32_t)d;
+  o->sharded = true;
+  return -1;
+}
+
+static int set_params_format(train_opts *o, ntpc_session *s, const char *v) {
+  (void)s;
+  if (!ntp_param_format_known(v)) return usage("--params-format expects ntp, hf-gpt2 or hf-llama, got '%s'", v);
+  o->params_format = v;
+  return -1;
+}
+
+static int set_color(train_opts *o, ntpc_session *s, const char *v) {
+  (void)s;
+  if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never"))
+    return usage("--color=%s: expected auto, always or never", v);
+  o->color = v;
+  return -1;
+}
+
+static int set_checkpoint_every(train_opts *o, ntpc_session *s, const char *v) {
+  double d;
+  (void)s;
+  if (!number(v, 1, &d) || d != floor(d) || d > 1e9)
+    return usage("--checkpoint-every %s: expected a whole number of steps", v);
+  o->ckpt_every = (long)d;
+  return -1;
+}
+
+static int set_init_std(train_opts *o, ntpc_session *s, const char *v) {
+  double d;
+  (void)s;
+  if (!number(v, 0, &d) || d <= 0) return usage("--init-std %s: expected a standard deviation above 0", v);
+  o->init_std = d;
+  return -1;
+}
+
+static int set_seed(train_opts *o, ntpc_session *s, const char *v) {
+  char *end;
+  (void)s;
+  errno = 0;
+  o->seed = strtoull(v, &end, 10);
+  if (errno || end == v || *end || *v == '-') return usage("--seed %s: expected a number below 2^64", v);
+  return -1;
+}
+
+/* The options with a value: a path kept as given (its field), or a setter that checks it (-1: set,
+ * else the exit status of the usage error it printed). The optimizer's are the trainer's table's. */
+typedef struct valued_option {
+  const char *name;
+  size_t path;
+  int (*set)(train_opts *o, ntpc_session *s, const char *v);
+} valued_option;
+
+#define PATH(opt, field) {opt, offsetof(train_opts, field), NULL}
+static const valued_option valued[] = {
+    PATH("--data", data), PATH("--model", model), PATH("--params", params), PATH("--save-params", save_params),
+    PATH("--dump", dump), PATH("--checkpoint", ckpt), PATH("--resume", resume),
+    {"--rank", 0, set_rank}, {"--backend", 0, set_backend}, {"--plan-name", 0, set_plan_name},
+    {"--plan", 0, set_plan}, {"--fail-at", 0, set_fail_at}, {"--world", 0, set_world},
+    {"--params-format", 0, set_params_format}, {"--color", 0, set_color},
+    {"--checkpoint-every", 0, set_checkpoint_every}, {"--init-std", 0, set_init_std}, {"--seed", 0, set_seed}};
+
+/* --lr, --weight-decay, ...: the trainer's options (ntp_adamw_set: bounds and messages there) */
+static int adamw_option(train_opts *o, int argc, char **argv, int *i, bool *missing, bool *taken) {
+  const char *name, *v;
+  char opt[64], why[256], msg[512];
+  for (size_t k = 0; (name = ntp_adamw_option(k, NULL)); k++) {
+    snprintf(opt, sizeof opt, "--%s", name);
+    for (char *c = opt + 2; *c; c++) *c = *c == '_' ? '-' : *c;
+    if (!(v = cli_option_value(argc, argv, i, opt, missing))) continue;
+    *taken = true;
+    if (ntp_adamw_set(&o->adamw, name, v, why, sizeof why) != 0) {
+      snprintf(msg, sizeof msg, "%s %s: %s", opt, v, why);
+      return usage("%s", msg);
+    }
+    return -1;
+  }
+  return -1;
+}
+
+/* One option at argv[*i] (which advances past its value): -1 when taken, else the exit status. */
+static int parse_one(int argc, char **argv, int *i, ntpc_session *s, train_opts *o) {
+  const char *a = argv[*i], *v;
+  bool missing = false, taken = false;
+  if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    print_usage();
+    return 0;
+  }
+  if (!strcmp(a, "--shuffle") || !strcmp(a, "--loopback")) {
+    *(a[2] == 's' ? &o->shuffle : &o->loopback) = true;
+    return -1;
+  }
+  if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+    ntp_progress_enable(0);
+    return -1;
+  }
+  if (!strncmp(a, "-D", 2)) {
+    const char *def = a[2] ? a + 2 : *i + 1 < argc ? argv[++*i] : NULL;
+    if (!def) return usage("-D needs NAME=VALUE%s", "");
+    if (ntpc_define_str(s, def) != NTPC_OK) return usage("%s", ntpc_last_error(s));
+    if (o->ndefines == 256) return usage("more than 256 -D overrides%s", "");
+    o->defines[o->ndefines++] = def;
+    return -1;
+  }
+  for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) {
+    if (!(v = cli_option_value(argc, argv, i, valued[k].name, &missing))) {
+      if (missing) return usage("%s needs a value", a);
+      continue;
+    }
+    if (!valued[k].set) *(const char **)((char *)o + valued[k].path) = v;
+    return valued[k].set ? valued[k].set(o, s, v) : -1;
+  }
+  int rc = adamw_option(o, argc, argv, i, &missing, &taken);
+  if (taken || rc >= 0) return rc;
+  if (missing) return usage("%s needs a value", a);
+  if (a[0] == '-' && a[1]) return usage("unknown option '%s'", a);
+  if (o->file) return usage("one model file only (got '%s' too)", a);
+  o->file = a;
+  return -1;
+}
+
+/* The options together: -1 when they make sense, else the exit status of the usage error. */
+static int check_options(const train_opts *o) {
+  if (!o->file) return usage("no model file%s", "");
+  if (!o->data) return usage("--data TOKENS is required (tools/make_tokens.py makes a token file from text)%s", "");
+  if (o->init_std > 0 && o->params) return usage("--init-std and --params both set the parameters: give one%s", "");
+  if (o->resume && (o->params || o->init_std > 0))
+    return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
+  if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
+  if (o->loopback && !o->backend->devices)
+    return usage("--loopback is an option of a backend with devices (--backend cuda)%s", "");
+  if (o->nfail && !o->sharded) return usage("--fail-at needs a sharded run (--plan or --world)%s", "");
+  if (o->rank >= 0 && (!o->backend->devices || o->loopback || !o->sharded))
+    return usage("--rank runs one rank of a sharded run on its own device: it needs a backend with devices "
+                 "(--backend cuda) and --plan or --world, without --loopback%s", "");
+  if (o->rank >= 0 && o->dump) return usage("--rank: --dump is not supported yet with one rank per process%s", "");
+  return -1;
 }
 
 static int parse(int argc, char **argv, ntpc_session *s, train_opts *o) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v;
-    bool missing = false;
-    double d;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(train_usage, stdout);
-      return 0;
-    } else if (!strcmp(a, "--shuffle")) {
-      o->shuffle = true;
-    } else if (!strcmp(a, "--loopback")) {
-      o->loopback = true;
-    } else if ((v = cli_option_value(argc, argv, &i, "--rank", &missing))) {
-      if (!strcmp(v, "env")) {
-        if (ntp_launcher_rank(&o->rank, &o->device) != 0)
-          return usage("--rank env: no launcher rank in the environment (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK)%s", "");
-      } else if (!number(v, 0, &d) || d != floor(d) || d > 4095) {
-        return usage("--rank %s: expected a rank from 0, or env", v);
-      } else {
-        o->rank = o->device = (int)d;
-      }
-    } else if ((v = cli_option_value(argc, argv, &i, "--backend", &missing))) {
-      if (strcmp(v, "cpu") && strcmp(v, "cuda")) return usage("unknown backend '%s' (expected cpu or cuda)", v);
-      o->cuda = !strcmp(v, "cuda");
-    } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
-      ntp_progress_enable(0);
-    } else if (!strncmp(a, "-D", 2)) {
-      const char *def = a[2] ? a + 2 : i + 1 < argc ? argv[++i] : NULL;
-      if (!def) return usage("-D needs NAME=VALUE%s", "");
-      if (ntpc_define_str(s, def) != NTPC_OK) return usage("%s", ntpc_last_error(s));
-      if (o->ndefines == 256) return usage("more than 256 -D overrides%s", "");
-      o->defines[o->ndefines++] = def;
-    } else if ((v = cli_option_value(argc, argv, &i, "--data", &missing))) {
-      o->data = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--model", &missing))) {
-      o->model = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) {
-      ntpc_select_plan(s, v);
-      o->plan_name = v;
-      o->sharded = true;
-    } else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) {
-      if (ntpc_add_plan_file(s, v) != NTPC_OK) return usage("%s", ntpc_last_error(s));
-      o->plan_file = v;
-      o->sharded = true;
-    } else if ((v = cli_option_value(argc, argv, &i, "--fail-at", &missing))) {
-      if (!parse_fail_at(v, o))
-        return usage("--fail-at %s: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)", v);
-    } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
-      if (!number(v, 1, &d) || d != floor(d) || d > 4096) return usage("--world %s: expected 1 to 4096 ranks", v);
-      o->world = (int32_t)d;
-      o->sharded = true;
-    } else if ((v = cli_option_value(argc, argv, &i, "--params-format", &missing))) {
-      if (!ntp_param_format_known(v)) return usage("--params-format expects ntp, hf-gpt2 or hf-llama, got '%s'", v);
-      o->params_format = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--params", &missing))) {
-      o->params = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--save-params", &missing))) {
-      o->save_params = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--dump", &missing))) {
-      o->dump = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--color", &missing))) {
-      if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never")) return usage("--color=%s: expected auto, always or never", v);
-      o->color = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
-      if (!number(v, 0, &d) || d != floor(d) || d > 1e9) return usage("--steps %s: expected a whole number", v);
-      o->steps = (long)d;
-    } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint-every", &missing))) {
-      if (!number(v, 1, &d) || d != floor(d) || d > 1e9) return usage("--checkpoint-every %s: expected a whole number of steps", v);
-      o->ckpt_every = (long)d;
-    } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint", &missing))) {
-      o->ckpt = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--resume", &missing))) {
-      o->resume = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--init-std", &missing))) {
-      if (!number(v, 0, &d) || d <= 0) return usage("--init-std %s: expected a standard deviation above 0", v);
-      o->init_std = d;
-    } else if ((v = cli_option_value(argc, argv, &i, "--warmup", &missing))) {
-      if (!number(v, 0, &d) || d != floor(d) || d > 1e9) return usage("--warmup %s: expected a whole number", v);
-      o->adamw.warmup = (int64_t)d;
-    } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
-      char *end;
-      errno = 0;
-      o->seed = strtoull(v, &end, 10);
-      if (errno || end == v || *end || *v == '-') return usage("--seed %s: expected a number below 2^64", v);
-    } else {
-      static const struct {
-        const char *name;
-        size_t off;
-      } reals[] = {{"--lr", offsetof(ntp_adamw, lr)},
-                   {"--min-lr-frac", offsetof(ntp_adamw, min_lr_frac)},
-                   {"--beta1", offsetof(ntp_adamw, beta1)},
-                   {"--beta2", offsetof(ntp_adamw, beta2)},
-                   {"--eps", offsetof(ntp_adamw, eps)},
-                   {"--weight-decay", offsetof(ntp_adamw, weight_decay)},
-                   {"--clip", offsetof(ntp_adamw, clip)}};
-      size_t k = 0;
-      for (; k < sizeof reals / sizeof reals[0]; k++)
-        if ((v = cli_option_value(argc, argv, &i, reals[k].name, &missing))) break;
-      if (k < sizeof reals / sizeof reals[0]) {
-        if (!number(v, 0, &d)) return usage("%s: expected a number of 0 or more", argv[i]);
-        *(double *)((char *)&o->adamw + reals[k].off) = d;
-      } else if (missing) {
-        return usage("%s needs a value", a);
-      } else if (a[0] == '-' && a[1]) {
-        return usage("unknown option '%s'", a);
-      } else if (o->file) {
-        return usage("one model file only (got '%s' too)", a);
-      } else {
-        o->file = a;
-      }
-    }
-    if (missing) return usage("%s needs a value", a);
-  }
-  if (!o->file) return usage("no model file%s", "");
-  if (!o->data) return usage("--data TOKENS is required (tools/make_tokens.py makes a token file from text)%s", "");
-  if (o->adamw.beta1 >= 1 || o->adamw.beta2 >= 1) return usage("AdamW's betas must be below 1%s", "");
-  if (o->init_std > 0 && o->params) return usage("--init-std and --params both set the parameters: give one%s", "");
-  if (o->resume && (o->params || o->init_std > 0)) return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
-  if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
-  if (o->loopback && !o->cuda) return usage("--loopback is a cuda-backend option (with --backend cuda)%s", "");
-  if (o->nfail && !o->sharded) return usage("--fail-at needs a sharded run (--plan or --world)%s", "");
-  if (o->rank >= 0 && (!o->cuda || o->loopback || !o->sharded))
-    return usage("--rank runs one rank of a sharded run through NCCL: it needs --backend cuda and --plan or --world, "
-                 "without --loopback%s", "");
-  if (o->rank >= 0 && o->dump) return usage("--rank: --dump is not supported yet with one rank per process%s", "");
-  return -1;
+  int rc = -1;
+  for (int i = 1; i < argc && rc < 0; i++) rc = parse_one(argc, argv, &i, s, o);
+  return rc >= 0 ? rc : check_options(o);
 }
 
 /* The token input and the targets: the targets are what cross_entropy reads as its second
@@ -356,314 +425,240 @@ static int preflight(const train_opts *o, const ntp_program *prog, const ntp_tok
   return 0;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The training state after a failure (--fail-at): GPUs `now` fail before step `step` (1-based);
- * the survivors' program (train_replan), a trainer on it that takes the state from the surviving
- * replicas, or from the checkpoint when a failed GPU held the only copy (the run then goes back
- * to the checkpoint's step). *tr, *prog and *phys are replaced (the old program stays in *keep
- * until the end: the batch's tensors name its values). 0, or -1 with err. */
-typedef struct failover_run {
+/* A run between its steps: what it reads, the trainer and its program (replaced after a failure),
+ * the batch's buffers, and what the summary at the end says. */
+typedef struct train_run {
   const train_opts *o;
-  int32_t world0;   /* the healthy world */
-  int32_t failed[64];
-  int32_t nfailed;
-  ntp_program *keep[64];
-  int nkeep;
-  bool fired[64]; /* per --fail-at entry: happened (a run that went back to a checkpoint does not fail twice) */
-  double detected;  /* one rank per process: when NCCL reported the lost peer */
-} failover_run;
+  ntp_program *prog;
+  ntp_tokens *data;
+  ntp_safetensors *params;
+  ntp_trainer *tr;
+  batch_inputs bi;
+  int32_t *tok, *tgt, *phys; /* phys: the physical GPU of each rank (NULL: the same) */
+  ntp_host_tensor ht, hg;
+  const ntp_host_tensor **given;
+  failover_run fr;
+  double first, last, total_s;
+  long ran;                /* steps of this run (a resumed one starts where its checkpoint stopped) */
+  long long ckpt_failed;   /* the step whose checkpoint could not be written */
+  char ckpt_err[512];
+} train_run;
 
-static int fail_over(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
-                     int32_t **phys, const ntp_adamw *aw, ntp_tokens *data, char *err, size_t cap) {
-  const train_opts *o = fr->o;
-  for (int k = 0; k < nnow; k++) {
-    bool known = false;
-    for (int32_t j = 0; j < fr->nfailed; j++) known |= fr->failed[j] == now[k];
-    if (now[k] >= fr->world0 || known) {
-      snprintf(err, cap, "--fail-at %ld:%d: GPU %d is %s", step, now[k], now[k],
-               known ? "down already" : "not in the world");
-      return -1;
+/* Where the ranks run: every rank here (on one device with --loopback), or --rank's one, joined
+ * with the others' processes (through $NTP_NCCL_ID_FILE on cuda). */
+static int trainer_new(train_run *r, char *err, size_t cap) {
+  const train_opts *o = r->o;
+  ntp_exec_options x = {.backend = o->backend->name, .loopback = o->loopback};
+  if (o->rank >= 0) {
+    if (o->rank >= r->prog->world || r->prog->world < 2) {
+      snprintf(err, cap, "--rank %d: the plan's world is %d ranks (one rank per process needs 2 or more)", o->rank,
+               r->prog->world);
+      return 1;
     }
-    fr->failed[fr->nfailed++] = now[k];
+    x.rank_lo = o->rank, x.rank_hi = o->rank + 1, x.device = o->device;
   }
-  if (fr->nfailed >= fr->world0) {
-    snprintf(err, cap, "--fail-at: no GPU survives");
-    return -1;
+  if (ntp_trainer_new(r->prog, &o->adamw, o->seed, r->params, &x, &r->tr, err, cap) != 0 ||
+      (o->init_std > 0 && ntp_trainer_init_std(r->tr, o->init_std, o->seed, err, cap) != 0))
+    return 1;
+  if (o->resume) {
+    if (ntp_checkpoint_load(o->resume, r->tr, r->data, err, cap) != 0) return 1;
+    printf("resumed from %s at step %lld\n", o->resume, (long long)ntp_trainer_steps_taken(r->tr));
   }
-  bool dead[4096] = {false};
-  for (int32_t j = 0; j < fr->nfailed; j++) dead[fr->failed[j]] = true;
-  printf("step %4ld: GPU", step);
-  for (int k = 0; k < nnow; k++) printf(" %d", now[k]);
-  printf(" failed; the planner re-plans for the %d survivors:\n", fr->world0 - fr->nfailed);
-  double t0 = now_s();
-  train_source src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines, o->cuda};
-  int32_t *nphys = NULL;
-  ntp_trainer *ntr = NULL;
-  ntp_program *np = NULL;
-  /* through NCCL (a GPU per rank): at once, the communicators with a failed GPU in them are
-   * aborted (nothing waits on a dead peer) and the survivors get a world of their own */
-  ntp_cuda_survivors sv = {0};
-  bool nccl = o->cuda && !o->loopback;
-  if (nccl) {
-    bool lost[4096] = {false}; /* by the failed run's rank */
-    for (int32_t r = 0; r < (*prog)->world; r++) lost[r] = dead[*phys ? (*phys)[r] : r];
-    if (ntp_cuda_lose(ntp_trainer_cuda(*tr), lost, &sv, err, cap) != 0) return -1;
-  }
-  if (!(np = train_replan(&src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap))) goto fail;
-  if (nccl && sv.local >= 0) { /* one rank per process: this process's new rank runs on its own GPU */
-    if (sv.n != np->world || nphys[sv.local] != o->rank) {
-      snprintf(err, cap, "internal: %d survivors for a program of %d ranks, whose rank %d runs on GPU %d, not this "
-               "process's %d", sv.n, np->world, sv.local, nphys[sv.local], o->rank);
-      goto fail;
-    }
-    printf("  communicators: %d aborted (ncclCommAbort: every one of this process's), the world %s %d ranks (%s); "
-           "this process (GPU %d) is rank %d of them\n", sv.aborted, sv.shrunk ? "shrunk to" : "created again over the",
-           sv.n, sv.how, o->rank, sv.local);
-  } else if (nccl) {
-    if (sv.n != np->world) {
-      snprintf(err, cap, "internal: %d survivors' communicators for a program of %d ranks", sv.n, np->world);
-      goto fail;
-    }
-    printf("  communicators: %d aborted (ncclCommAbort: each with a failed GPU in it), the world %s %d ranks (%s); "
-           "the survivors keep their GPUs:", sv.aborted, sv.shrunk ? "shrunk to" : "created again over the", sv.n, sv.how);
-    for (int r = 0; r < sv.n; r++) printf(" %d", sv.devices[r]);
-    printf("\n");
-  }
-  int64_t moved = 0, missing = 0;
-  /* the survivors: each on its own GPU (rank r on the GPU of physical GPU nphys[r]), or on the one GPU */
-  ntp_cuda_options co = nccl ? (ntp_cuda_options){.rank_hi = np->world, .device = sv.devices[0], .devices = sv.devices,
-                                                  .nccl_world = sv.world}
-                             : (ntp_cuda_options){.loopback = 1, .rank_hi = np->world};
-  if (nccl && sv.local >= 0) co.rank_lo = sv.local, co.rank_hi = sv.local + 1;
-  if ((o->cuda ? ntp_trainer_new_cuda(np, aw, o->seed, NULL, &co, &ntr, err, cap)
-               : ntp_trainer_new(np, aw, o->seed, NULL, &ntr, err, cap)) != 0 ||
-      ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0)
-    goto fail;
-  if (missing) {
-    if (!o->ckpt) {
-      snprintf(err, cap, "the only copies of %lld elements of the training state were on the failed GPU%s, and there "
-               "is no checkpoint to fall back on (--checkpoint DIR)", (long long)missing, nnow > 1 ? "s" : "");
-      goto fail;
-    }
-    if (ntp_checkpoint_load(o->ckpt, ntr, data, err, cap) != 0) goto fail;
-    printf("  the only copies of %lld elements were on the failed GPU: back to the checkpoint of step %lld (%s)\n",
-           (long long)missing, (long long)ntp_trainer_steps_taken(ntr), o->ckpt);
-  } else {
-    if (o->rank >= 0)
-      printf("  resumed on %d GPUs in %.3f s (%.3f s after NCCL reported the lost peer): %.1f KiB of parameters and "
-             "optimizer state moved from the surviving replicas, by NCCL send/recv between the survivors' "
-             "processes (no checkpoint read)\n", np->world, now_s() - t0, now_s() - fr->detected, (double)moved / 1024.0);
-    else
-      printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
-             "replicas (no checkpoint read)\n", np->world, now_s() - t0, (double)moved / 1024.0);
-  }
-  ntp_trainer_free(*tr); /* nothing on the failed GPUs is touched (ntp_cuda_lose) */
-  ntp_cuda_survivors_free(&sv);
-  fr->keep[fr->nkeep++] = *prog;
-  free(*phys);
-  *tr = ntr;
-  *prog = np;
-  *phys = nphys;
   return 0;
-fail:
-  ntp_trainer_free(ntr);
-  ntp_cuda_survivors_free(&sv);
-  ntp_program_free(np);
-  free(nphys);
-  return -1;
 }
 
-static int train(const train_opts *o, ntpc_session *s) {
-  char err[1024];
-  int rc = 1;
-  ntp_program *prog = session_program(s, err, sizeof err);
-  ntp_tokens *data = NULL;
-  ntp_safetensors *params = NULL;
-  ntp_trainer *tr = NULL;
-  int32_t *tok = NULL, *tgt = NULL, *phys = NULL; /* phys: the physical GPU of each rank (NULL: the same) */
-  const ntp_host_tensor **given = NULL;
-  failover_run fr = {.o = o};
-  if (!prog) {
-    fprintf(stderr, "ntpc train: internal error: %s\n", err);
-    return 3;
+/* The program, the data, the parameters, the trainer and the batch's buffers: 0, or the exit
+ * status (1 an input, 2 an option or an output path, 3 internal). */
+static int open_run(train_run *r, ntpc_session *s, char *err, size_t cap) {
+  const train_opts *o = r->o;
+  int rc;
+  if (!(r->prog = session_program(s, err, cap))) return 3;
+  const ntp_module *m = &r->prog->global;
+  if (!find_inputs(m, &r->bi, err, cap) || ntp_tokens_open(o->data, &r->data, err, cap) != 0) return 1;
+  if ((rc = preflight(o, r->prog, r->data, r->bi.vocab, err, cap)) != 0) return rc;
+  if (o->shuffle) ntp_tokens_shuffle(r->data, o->seed);
+  if (o->params && (ntp_safetensors_open(o->params, &r->params, err, cap) != 0 ||
+                    ntp_safetensors_set_format(r->params, o->params_format, m, err, cap) != 0))
+    return 1;
+  if ((rc = trainer_new(r, err, cap)) != 0) return rc;
+  int64_t n = r->bi.rows * r->bi.len;
+  r->tok = malloc((size_t)n * sizeof *r->tok);
+  r->tgt = malloc((size_t)n * sizeof *r->tgt);
+  r->given = calloc(m->n_values, sizeof *r->given);
+  if (!r->tok || !r->tgt || !r->given) {
+    snprintf(err, cap, "out of memory");
+    return 1;
   }
-  const ntp_module *m = &prog->global;
-  batch_inputs bi;
-  if (!find_inputs(m, &bi, err, sizeof err)) goto fail;
-  if (ntp_tokens_open(o->data, &data, err, sizeof err) != 0) goto fail;
-  if ((rc = preflight(o, prog, data, bi.vocab, err, sizeof err)) != 0) goto fail;
-  rc = 1;
-  if (o->shuffle) ntp_tokens_shuffle(data, o->seed);
-  if (o->params && (ntp_safetensors_open(o->params, &params, err, sizeof err) != 0 ||
-                    ntp_safetensors_set_format(params, o->params_format, m, err, sizeof err) != 0))
-    goto fail;
-  ntp_adamw aw = o->adamw;
-  aw.steps = o->steps;
-  /* all ranks in this process: on one GPU (loopback) or one GPU each with NCCL */
-  ntp_cuda_options co = {.loopback = o->loopback || prog->world <= 1, .rank_hi = prog->world > 0 ? prog->world : 1};
-  if (o->rank >= 0) { /* one rank in this process: the others in theirs, joined through $NTP_NCCL_ID_FILE */
-    if (o->rank >= prog->world || prog->world < 2) {
-      snprintf(err, sizeof err, "--rank %d: the plan's world is %d ranks (one rank per process needs 2 or more)",
-               o->rank, prog->world);
-      goto fail;
-    }
-    co = (ntp_cuda_options){.rank_lo = o->rank, .rank_hi = o->rank + 1, .device = o->device};
-  }
-  if ((o->cuda ? ntp_trainer_new_cuda(prog, &aw, o->seed, params, &co, &tr, err, sizeof err)
-               : ntp_trainer_new(prog, &aw, o->seed, params, &tr, err, sizeof err)) != 0)
-    goto fail;
-  if (o->init_std > 0 && ntp_trainer_init_std(tr, o->init_std, o->seed, err, sizeof err) != 0) goto fail;
-  if (o->resume) {
-    if (ntp_checkpoint_load(o->resume, tr, data, err, sizeof err) != 0) goto fail;
-    printf("resumed from %s at step %lld\n", o->resume, (long long)ntp_trainer_steps_taken(tr));
-  }
+  r->ht = (ntp_host_tensor){.name = m->values[r->bi.tokens].name, .dtype = NTP_I32,
+                            .shape = m->values[r->bi.tokens].shape, .i = r->tok};
+  r->hg = (ntp_host_tensor){.name = m->values[r->bi.targets].name, .dtype = NTP_I32,
+                            .shape = m->values[r->bi.targets].shape, .i = r->tgt};
+  r->given[r->bi.tokens] = &r->ht;
+  r->given[r->bi.targets] = &r->hg;
+  r->fr = (failover_run){.src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines,
+                                 o->backend->kernels},
+                         .ckpt = o->ckpt, .phys_rank = o->rank, .seed = o->seed};
+  return 0;
+}
 
-  int64_t n = bi.rows * bi.len;
-  tok = malloc((size_t)n * sizeof *tok);
-  tgt = malloc((size_t)n * sizeof *tgt);
-  given = calloc(m->n_values, sizeof *given);
-  if (!tok || !tgt || !given) {
-    snprintf(err, sizeof err, "out of memory");
-    goto fail;
-  }
-  ntp_host_tensor ht = {.name = m->values[bi.tokens].name, .dtype = NTP_I32, .shape = m->values[bi.tokens].shape, .i = tok};
-  ntp_host_tensor hg = {.name = m->values[bi.targets].name, .dtype = NTP_I32, .shape = m->values[bi.targets].shape, .i = tgt};
-  given[bi.tokens] = &ht;
-  given[bi.targets] = &hg;
+/* The model, the batch, where the ranks run and the optimizer, before step 1. */
+static void print_header(train_run *r) {
+  const train_opts *o = r->o;
+  const ntp_module *m = &r->prog->global;
   const ntp_host_tensor *ps;
-  size_t np = ntp_trainer_params(tr, &ps);
+  size_t np = ntp_trainer_params(r->tr, &ps);
   int64_t elems = 0;
   for (size_t i = 0; i < np; i++) elems += shape_numel(&ps[i].shape);
   printf("model %s: %zu parameters (%.3fM elements), dtype %s; batch %lld x %lld tokens from %s (%lld tokens)\n",
-         m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)bi.rows, (long long)bi.len, o->data,
-         (long long)ntp_tokens_count(data));
+         m->name, np, (double)elems / 1e6, dtype_name(m->dtype), (long long)r->bi.rows, (long long)r->bi.len, o->data,
+         (long long)ntp_tokens_count(r->data));
+  ntp_exec *e = ntp_trainer_exec(r->tr);
+  int32_t w = r->prog->world;
   if (o->rank >= 0)
-    printf("backend cuda nccl: rank %d of %d in this process (pid %ld, GPU %d; each rank in its own process, joined "
-           "through NTP_NCCL_ID_FILE; the loss and the gradients' norm merged across them through NCCL)\n", o->rank,
-           prog->world, (long)getpid(), o->device);
-  else if (o->cuda)
-    printf("backend cuda%s: %d rank%s (each rank's forward, backward and AdamW on its GPU, the gradients summed over "
-           "their holders)\n", co.loopback && prog->world > 1 ? " loopback" : prog->world > 1 ? " nccl" : "",
-           co.rank_hi, co.rank_hi == 1 ? "" : "s");
-  else if (o->sharded)
-    printf("sharded: %d ranks simulated on the cpu backend (each rank's forward, backward and AdamW on its slices, the "
-           "gradients summed over their holders)\n", prog->world);
-  if (o->cuda) cli_verbose_gemms(ntp_trainer_cuda(tr));
-  printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw.lr,
-         (long long)aw.warmup, aw.lr * aw.min_lr_frac, aw.beta1, aw.beta2, aw.eps, aw.weight_decay, aw.clip);
-  double first = NAN, last = NAN, total_s = 0;
-  char ckpt_err[1024];
-  long long ckpt_failed = 0; /* the step whose checkpoint could not be written */
-  long ran = 0; /* steps of this run (a resumed one starts where its checkpoint stopped) */
-  for (long step = (long)ntp_trainer_steps_taken(tr); step < o->steps; step++, ran++) {
-    int32_t now[64];
-    int nnow = 0;
-    for (int k = 0; k < o->nfail; k++)
-      if (o->fail_step[k] == step + 1 && !fr.fired[k]) now[nnow++] = o->fail_rank[k], fr.fired[k] = true;
-    if (nnow && !fr.world0) fr.world0 = prog->world;
-    bool lost = nnow && o->rank >= 0; /* one rank per process: the step is to notice the failure */
-    for (int k = 0; lost && k < nnow; k++)
-      if (now[k] == o->rank) { /* this process's GPU fails: the process dies, as a killed one does */
-        printf("step %4ld: GPU %d fails: its process (pid %ld) is killed (SIGKILL)\n", step + 1, o->rank, (long)getpid());
-        fflush(stdout);
-        raise(SIGKILL);
-      }
-    if (nnow && !lost) {
-      if (fail_over(&fr, step + 1, now, nnow, &prog, &tr, &phys, &aw, data, err, sizeof err) != 0) goto fail;
-      m = &prog->global;
-      step = (long)ntp_trainer_steps_taken(tr); /* the checkpoint's, when the run went back to it */
+    printf("backend %s: rank %d of %d in this process (pid %ld, GPU %d; each rank in its own process, the loss and "
+           "the gradients' norm merged across them)\n", ntp_exec_name(e), o->rank, w, (long)getpid(), o->device);
+  else if (e)
+    printf("backend %s: %d rank%s (each rank's forward, backward and AdamW on its slices, the gradients summed over "
+           "their holders)\n", e->ops->label(e->be), w > 0 ? w : 1, w > 1 ? "s" : "");
+  char line[4096];
+  const char *verbose = getenv("NTP_VERBOSE");
+  ntp_exec_describe(e, line, sizeof line);
+  if (line[0] && verbose && *verbose && strcmp(verbose, "0") != 0) printf("%s\n", line);
+  const ntp_adamw *aw = &o->adamw;
+  printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw->lr,
+         (long long)aw->warmup, aw->lr * aw->min_lr_frac, aw->beta1, aw->beta2, aw->eps, aw->weight_decay, aw->clip);
+}
+
+/* The GPUs --fail-at fails before step `step` (1-based) into now[]; this process dies if its own
+ * is among them (one rank per process: as a killed process does, SIGKILL). */
+static int failing_now(train_run *r, long step, int32_t *now) {
+  const train_opts *o = r->o;
+  int nnow = 0;
+  for (int k = 0; k < o->nfail; k++)
+    if (o->fail_step[k] == step && !r->fr.fired[k]) now[nnow++] = o->fail_rank[k], r->fr.fired[k] = true;
+  if (nnow && !r->fr.world0) r->fr.world0 = r->prog->world;
+  for (int k = 0; o->rank >= 0 && k < nnow; k++)
+    if (now[k] == o->rank) {
+      printf("step %4ld: GPU %d fails: its process (pid %ld) is killed (SIGKILL)\n", step, o->rank, (long)getpid());
+      fflush(stdout);
+      raise(SIGKILL);
     }
-    int64_t pos, epoch;
-    ntp_tokens_position(data, &pos, &epoch);
-  again:
-    if (ntp_tokens_next(data, bi.rows, bi.len, bi.vocab, tok, tgt, err, sizeof err) != 0) goto fail;
-    ntp_train_stats st;
-    bool dump = o->dump && step == 0;
-    if (ntp_trainer_step(tr, given, dump, &st, err, sizeof err) != 0) {
-      if (!lost || !ntp_cuda_peer_lost(ntp_trainer_cuda(tr))) goto fail;
-      /* the survivors: NCCL said a peer is gone; the step is taken again by them, with the same batch */
-      fr.detected = now_s();
-      printf("step %4ld: NCCL reports a lost peer (%s)\n", step + 1, err);
-      ntp_tokens_seek(data, pos, epoch);
-      if (fail_over(&fr, step + 1, now, nnow, &prog, &tr, &phys, &aw, data, err, sizeof err) != 0) goto fail;
-      m = &prog->global;
-      step = (long)ntp_trainer_steps_taken(tr);
-      lost = false;
-      goto again;
-    }
-    if (lost) {
-      snprintf(err, sizeof err, "step %ld ran to its end though GPU %d failed before it: no NCCL call noticed", step + 1,
-               now[0]);
-      goto fail;
-    }
-    if (dump && ntp_dump_tensors(ntp_trainer_last(tr), o->dump, err, sizeof err) != 0) {
-      rc = 2;
-      goto fail;
-    }
-    if (isnan(first)) first = st.loss;
-    last = st.loss;
-    total_s += st.seconds;
-    printf("step %4lld/%ld  loss %.6f  lr %.3e  grad norm %.4f  %.0f tokens/s\n", (long long)st.step, o->steps, st.loss,
-           st.lr, st.grad_norm, (double)n / st.seconds);
-    fflush(stdout);
-    if (o->ckpt && ((o->ckpt_every && st.step % o->ckpt_every == 0) || step + 1 == o->steps)) {
-      if (ntp_checkpoint_save(o->ckpt, tr, data, ckpt_err, sizeof ckpt_err) != 0) {
-        ckpt_failed = st.step; /* the run stops here; what can be saved still is (below) */
-        ran++;
-        break;
-      }
-      printf("checkpoint: %s at step %lld\n", o->ckpt, (long long)st.step);
-    }
+  return nnow;
+}
+
+/* Step `*step` + 1 (its failures first); *step is moved back when a failure sent the run to a
+ * checkpoint. 0, or -1 with err (*dump_failed: the --dump could not be written). */
+static int train_step(train_run *r, long *step, bool *dump_failed, char *err, size_t cap) {
+  const train_opts *o = r->o;
+  int32_t now[64];
+  int nnow = failing_now(r, *step + 1, now);
+  bool lost = nnow && o->rank >= 0; /* one rank per process: the step is to notice the failure */
+  if (nnow && !lost) {
+    if (train_fail_over(&r->fr, *step + 1, now, nnow, &r->prog, &r->tr, &r->phys, &o->adamw, r->data, err, cap) != 0)
+      return -1;
+    *step = (long)ntp_trainer_steps_taken(r->tr); /* the checkpoint's, when the run went back to it */
   }
-  if (ran)
-    printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", ran, total_s,
-           (double)n * (double)ran / total_s, first, last);
-  if (o->save_params) {
-    /* one rank per process: gathered by every process, written by rank 0's */
-    if (ntp_trainer_gather(tr, err, sizeof err) != 0) goto fail;
-    np = ntp_trainer_params(tr, &ps);
-    /* the program now running: after a failure, the survivors' (its module names the same parameters) */
-    bool writer = ntp_trainer_writes(tr);
-    if (writer &&
-        ntp_safetensors_save_format(o->save_params, o->params_format, &prog->global, ps, np, err, sizeof err) != 0) {
-      rc = 2;
-      goto fail;
+  int64_t pos, epoch;
+  ntp_tokens_position(r->data, &pos, &epoch);
+  ntp_train_stats st;
+  bool dump = o->dump && *step == 0;
+  for (;;) {
+    if (ntp_tokens_next(r->data, r->bi.rows, r->bi.len, r->bi.vocab, r->tok, r->tgt, err, cap) != 0) return -1;
+    if (ntp_trainer_step(r->tr, r->given, dump, &st, err, cap) == 0) break;
+    if (!lost || !ntp_exec_peer_lost(ntp_trainer_exec(r->tr))) return -1;
+    /* the survivors: the backend said a peer is gone; the step is taken again by them, with the same batch */
+    r->fr.detected = train_now_s();
+    printf("step %4ld: NCCL reports a lost peer (%s)\n", *step + 1, err);
+    ntp_tokens_seek(r->data, pos, epoch);
+    if (train_fail_over(&r->fr, *step + 1, now, nnow, &r->prog, &r->tr, &r->phys, &o->adamw, r->data, err, cap) != 0)
+      return -1;
+    *step = (long)ntp_trainer_steps_taken(r->tr);
+    lost = false;
+  }
+  if (lost) {
+    snprintf(err, cap, "step %ld ran to its end though GPU %d failed before it: no NCCL call noticed", *step + 1, now[0]);
+    return -1;
+  }
+  if (dump && ntp_dump_tensors(ntp_trainer_last(r->tr), o->dump, err, cap) != 0) {
+    *dump_failed = true;
+    return -1;
+  }
+  int64_t n = r->bi.rows * r->bi.len;
+  if (isnan(r->first)) r->first = st.loss;
+  r->last = st.loss;
+  r->total_s += st.seconds;
+  printf("step %4lld/%lld  loss %.6f  lr %.3e  grad norm %.4f  %.0f tokens/s\n", (long long)st.step,
+         (long long)o->adamw.steps, st.loss, st.lr, st.grad_norm, (double)n / st.seconds);
+  fflush(stdout);
+  if (o->ckpt && ((o->ckpt_every && st.step % o->ckpt_every == 0) || *step + 1 == o->adamw.steps)) {
+    if (ntp_checkpoint_save(o->ckpt, r->tr, r->data, r->ckpt_err, sizeof r->ckpt_err) != 0) {
+      r->ckpt_failed = st.step; /* the run stops here; what can be saved still is (finish_run) */
+      return 0;
     }
+    printf("checkpoint: %s at step %lld\n", o->ckpt, (long long)st.step);
+  }
+  return 0;
+}
+
+/* After the last step: the summary, the parameters (gathered by every process with one rank per
+ * process, written by rank 0's), a checkpoint that could not be written. 0, or the exit status. */
+static int finish_run(train_run *r, char *err, size_t cap) {
+  const train_opts *o = r->o;
+  int64_t n = r->bi.rows * r->bi.len;
+  if (r->ran)
+    printf("trained %ld steps in %.2f s (%.0f tokens/s): loss %.6f -> %.6f\n", r->ran, r->total_s,
+           (double)n * (double)r->ran / r->total_s, r->first, r->last);
+  if (o->save_params) {
+    const ntp_host_tensor *ps;
+    if (ntp_trainer_gather(r->tr, err, cap) != 0) return 1;
+    size_t np = ntp_trainer_params(r->tr, &ps);
+    /* the program now running: after a failure, the survivors' (its module names the same parameters) */
+    bool writer = ntp_trainer_writes(r->tr);
+    if (writer &&
+        ntp_safetensors_save_format(o->save_params, o->params_format, &r->prog->global, ps, np, err, cap) != 0)
+      return 2;
     if (writer) printf("wrote %s\n", o->save_params);
   }
-  if (ckpt_failed) {
-    fprintf(stderr, "ntpc train: error: the checkpoint of step %lld was not written: %s; training stopped there%s%s\n",
-            ckpt_failed, ckpt_err, o->save_params ? ", its parameters are in " : "",
-            o->save_params ? o->save_params : "");
-    rc = 2;
-    goto done;
+  if (r->ckpt_failed) {
+    snprintf(err, cap, "the checkpoint of step %lld was not written: %s; training stopped there%s%s", r->ckpt_failed,
+             r->ckpt_err, o->save_params ? ", its parameters are in " : "", o->save_params ? o->save_params : "");
+    return 2;
   }
-  rc = 0;
-  goto done;
-fail:
-  fprintf(stderr, "ntpc train: error: %s\n", err);
-done:
-  free(tok);
-  free(tgt);
-  free(given);
-  ntp_trainer_free(tr);
-  ntp_safetensors_close(params);
-  ntp_tokens_close(data);
-  ntp_program_free(prog);
-  for (int k = 0; k < fr.nkeep; k++) ntp_program_free(fr.keep[k]);
-  free(phys);
+  return 0;
+}
+
+static int train(const train_opts *o, ntpc_session *s) {
+  char err[2048];
+  train_run r = {.o = o, .first = NAN, .last = NAN};
+  int rc = open_run(&r, s, err, sizeof err);
+  if (rc == 0) print_header(&r);
+  for (long step = r.tr ? (long)ntp_trainer_steps_taken(r.tr) : 0; rc == 0 && step < o->adamw.steps; step++, r.ran++) {
+    bool dump_failed = false;
+    if (train_step(&r, &step, &dump_failed, err, sizeof err) != 0) rc = dump_failed ? 2 : 1;
+    if (r.ckpt_failed) { /* this step counts; the run stops */
+      r.ran++;
+      break;
+    }
+  }
+  if (rc == 0) rc = finish_run(&r, err, sizeof err);
+  if (rc) fprintf(stderr, rc == 3 ? "ntpc train: internal error: %s\n" : "ntpc train: error: %s\n", err);
+  free(r.tok);
+  free(r.tgt);
+  free(r.given);
+  ntp_trainer_free(r.tr);
+  ntp_safetensors_close(r.params);
+  ntp_tokens_close(r.data);
+  ntp_program_free(r.prog);
+  failover_run_free(&r.fr);
+  free(r.phys);
   return rc;
 }
 
 /* The options with their defaults into *o, in a new session *s (NULL when out of memory: 2). */
 static int parse_new(int argc, char **argv, ntpc_session **s, train_opts *o) {
-  *o = (train_opts){.steps = 10, .params_format = "ntp", .rank = -1};
+  *o = (train_opts){.params_format = "ntp", .rank = -1, .backend = ntp_exec_backend_find(NULL, NULL, 0)};
   ntp_adamw_defaults(&o->adamw);
+  o->adamw.steps = 10;
   if (!(*s = ntpc_session_new())) return 2;
   return parse(argc, argv, *s, o);
 }
@@ -686,16 +681,15 @@ int ntpc_train_command(int argc, char **argv) {
     return rc;
   }
   if (o.model) ntpc_select_model(s, o.model);
-  if (o.cuda) {
-    char why[256];
-    if (ntp_cuda_available(why, sizeof why) != 0) {
-      fprintf(stderr, "ntpc train: error: --backend cuda: %s\n", why);
-      ntpc_session_free(s);
-      return 2;
-    }
+  char why[256];
+  if (o.backend->available(why, sizeof why) != 0) {
+    fprintf(stderr, "ntpc train: error: --backend %s: %s\n", o.backend->name, why);
+    ntpc_session_free(s);
+    return 2;
   }
-  if (o.sharded || o.cuda) ntpc_set_world(s, o.world);
-  ntpc_want_cuda(s, o.cuda);
+  /* a backend that runs the codegen pass's kernels runs the sharded program (one rank at least) */
+  if (o.sharded || o.backend->kernels) ntpc_set_world(s, o.world);
+  ntpc_want_cuda(s, o.backend->kernels);
   ntpc_want_grad(s, true);
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, cli_color(o.color));

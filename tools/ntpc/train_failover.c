@@ -1,12 +1,16 @@
-/* train_failover.c — `ntpc train --fail-at`: the survivors' training program after GPUs fail.
- * The planner re-plans from the healthy plan with the failed GPUs removed (plan_failover_solve,
- * what `ntpc plan --fail` prints), the plan is written to a temporary file and the model compiled
- * under it with its gradient pass, as `ntpc train --plan` would. */
+/* train_failover.c — `ntpc train --fail-at`: what happens when GPUs fail. Their ranks are let go
+ * on the executor (exec.h: the backend aborts what waits on them); the planner re-plans from the
+ * healthy plan with the failed GPUs removed (plan_failover_solve, what `ntpc plan --fail` prints),
+ * the plan is written to a temporary file and the model compiled under it with its gradient pass,
+ * as `ntpc train --plan` would; a trainer on the survivors takes the state from the surviving
+ * replicas. */
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "exec.h"
 #include "planner.h"
 #include "session_program.h"
 #include "train_failover.h"
@@ -28,7 +32,7 @@ static ntpc_session *session(const train_source *src, bool grad, int32_t world, 
   if (plan_name) ntpc_select_plan(s, plan_name);
   ntpc_set_world(s, world);
   ntpc_want_grad(s, grad);
-  ntpc_want_cuda(s, grad && src->cuda);
+  ntpc_want_cuda(s, grad && src->kernels);
   if (ntpc_compile_file(s, src->file) != NTPC_OK) {
     const ntpc_diag *d = ntpc_diag_count(s) ? ntpc_diag_at(s, 0) : NULL;
     snprintf(err, cap, "the survivors' plan does not compile: %s", d ? d->message : ntpc_last_error(s));
@@ -95,4 +99,109 @@ done:
   ntpc_session_free(next);
   ntpc_session_free(healthy);
   return prog;
+}
+
+double train_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GPUs now[] join the failed ones; false with err when one is not a live GPU of the world or none
+ * would be left */
+static bool note_failed(failover_run *fr, long step, const int32_t *now, int nnow, char *err, size_t cap) {
+  for (int k = 0; k < nnow; k++) {
+    bool known = false;
+    for (int32_t j = 0; j < fr->nfailed; j++) known |= fr->failed[j] == now[k];
+    if (now[k] >= fr->world0 || known) {
+      snprintf(err, cap, "--fail-at %ld:%d: GPU %d is %s", step, now[k], now[k],
+               known ? "down already" : "not in the world");
+      return false;
+    }
+    fr->failed[fr->nfailed++] = now[k];
+  }
+  if (fr->nfailed >= fr->world0) {
+    snprintf(err, cap, "--fail-at: no GPU survives");
+    return false;
+  }
+  printf("step %4ld: GPU", step);
+  for (int k = 0; k < nnow; k++) printf(" %d", now[k]);
+  printf(" failed; the planner re-plans for the %d survivors:\n", fr->world0 - fr->nfailed);
+  return true;
+}
+
+/* what the backend did to let the failed ranks go, and where this process's rank went */
+static bool survivors_agree(const failover_run *fr, const ntp_exec_survivors *sv, const ntp_program *np,
+                            const int32_t *nphys, char *err, size_t cap) {
+  if (sv->n != np->world || (sv->local >= 0 && nphys[sv->local] != fr->phys_rank)) {
+    snprintf(err, cap, "internal: %d survivors for a program of %d ranks%s", sv->n, np->world,
+             sv->local >= 0 ? ", or this process's rank is not on its GPU" : "");
+    return false;
+  }
+  if (sv->report[0] && sv->local >= 0)
+    printf("  %s; this process (GPU %d) is rank %d of them\n", sv->report, fr->phys_rank, sv->local);
+  else if (sv->report[0])
+    printf("  %s\n", sv->report);
+  return true;
+}
+
+/* the state the survivors could not take from a replica: from the checkpoint, or the run ends */
+static int back_to_checkpoint(const failover_run *fr, int nnow, int64_t missing, ntp_trainer *ntr, ntp_tokens *data,
+                              char *err, size_t cap) {
+  if (!fr->ckpt) {
+    snprintf(err, cap, "the only copies of %lld elements of the training state were on the failed GPU%s, and there "
+             "is no checkpoint to fall back on (--checkpoint DIR)", (long long)missing, nnow > 1 ? "s" : "");
+    return -1;
+  }
+  if (ntp_checkpoint_load(fr->ckpt, ntr, data, err, cap) != 0) return -1;
+  printf("  the only copies of %lld elements were on the failed GPU: back to the checkpoint of step %lld (%s)\n",
+         (long long)missing, (long long)ntp_trainer_steps_taken(ntr), fr->ckpt);
+  return 0;
+}
+
+int train_fail_over(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
+                    int32_t **phys, const ntp_adamw *aw, ntp_tokens *data, char *err, size_t cap) {
+  if (!note_failed(fr, step, now, nnow, err, cap)) return -1;
+  bool dead[4096] = {false}, lost[4096] = {false}; /* by physical GPU; by the failed run's rank */
+  for (int32_t j = 0; j < fr->nfailed; j++) dead[fr->failed[j]] = true;
+  for (int32_t r = 0; r < (*prog)->world; r++) lost[r] = dead[*phys ? (*phys)[r] : r];
+  double t0 = train_now_s();
+  int32_t *nphys = NULL;
+  ntp_trainer *ntr = NULL;
+  ntp_program *np = NULL;
+  ntp_exec_survivors sv;
+  if (ntp_exec_lose(ntp_trainer_exec(*tr), lost, (*prog)->world, &sv, err, cap) != 0) return -1;
+  int64_t moved = 0, missing = 0;
+  if (!(np = train_replan(&fr->src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap)) ||
+      !survivors_agree(fr, &sv, np, nphys, err, cap) ||
+      ntp_trainer_new(np, aw, fr->seed, NULL, &sv.next, &ntr, err, cap) != 0 ||
+      ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0 ||
+      (missing && back_to_checkpoint(fr, nnow, missing, ntr, data, err, cap) != 0))
+    goto fail;
+  if (!missing && fr->phys_rank >= 0)
+    printf("  resumed on %d GPUs in %.3f s (%.3f s after NCCL reported the lost peer): %.1f KiB of parameters and "
+           "optimizer state moved from the surviving replicas, by NCCL send/recv between the survivors' "
+           "processes (no checkpoint read)\n", np->world, train_now_s() - t0, train_now_s() - fr->detected, (double)moved / 1024.0);
+  else if (!missing)
+    printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state moved from the surviving "
+           "replicas (no checkpoint read)\n", np->world, train_now_s() - t0, (double)moved / 1024.0);
+  ntp_trainer_free(*tr); /* nothing on the failed GPUs is touched (ntp_exec_lose) */
+  ntp_exec_survivors_free(&sv);
+  fr->keep[fr->nkeep++] = *prog;
+  free(*phys);
+  *tr = ntr;
+  *prog = np;
+  *phys = nphys;
+  return 0;
+fail:
+  ntp_trainer_free(ntr);
+  ntp_exec_survivors_free(&sv);
+  ntp_program_free(np);
+  free(nphys);
+  return -1;
+}
+
+void failover_run_free(failover_run *fr) {
+  for (int k = 0; k < fr->nkeep; k++) ntp_program_free(fr->keep[k]);
+  fr->nkeep = 0;
 }

@@ -6,14 +6,43 @@
 #include <stdint.h>
 
 #include "ntp_program.h"
+#include "ntp_train.h"
 
 /* What the model was compiled from: the file, its -D overrides, the model and the healthy plan. */
 typedef struct train_source {
   const char *file, *model, *plan_file, *plan_name;
   const char *const *defines;
   int ndefines;
-  bool cuda; /* the survivors' program carries every rank's CUDA */
+  bool kernels; /* the survivors' program carries every rank's CUDA (the backend runs it) */
 } train_source;
+
+/* A run's failures (--fail-at) so far, and what it needs to go on after one. */
+typedef struct failover_run {
+  train_source src;
+  const char *ckpt;  /* --checkpoint: where the run goes back to when a failed GPU held the only copy */
+  int phys_rank;     /* one rank per process: this process's GPU (--rank); -1: every rank here */
+  uint64_t seed;
+  int32_t world0;    /* the healthy world */
+  int32_t failed[64];
+  int32_t nfailed;
+  ntp_program *keep[64]; /* the programs failed over from: the batch's tensors name their values */
+  int nkeep;
+  bool fired[64];    /* per --fail-at entry: happened (a run that went back to a checkpoint does not fail twice) */
+  double detected;   /* one rank per process: when the backend reported the lost peer */
+} failover_run;
+
+/* GPUs `now` fail before step `step` (1-based): their ranks are let go on the executor
+ * (ntp_exec_lose: NCCL's communicators aborted, the world shrunk), the survivors' program made
+ * (train_replan), and a trainer on it takes the state from the surviving replicas, or from the
+ * checkpoint when a failed GPU held the only copy (the run then goes back to the checkpoint's
+ * step). *tr, *prog and *phys are replaced (the old program is kept in fr until the end). 0, or -1
+ * with err. What happens is printed. */
+int train_fail_over(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
+                    int32_t **phys, const ntp_adamw *aw, ntp_tokens *data, char *err, size_t cap);
+/* seconds on a monotonic clock (when a lost peer was reported: fr->detected) */
+double train_now_s(void);
+/* the programs kept */
+void failover_run_free(failover_run *fr);
 
 /* The training program for the GPUs that survive `failed` (physical ranks of the healthy world
  * `world`): re-planned from the healthy plan, compiled with the gradient pass; *phys[r] is the
