@@ -42,7 +42,6 @@
 #ifdef NTP_BENCH_DIRECT
 #include "cuda_backend.h"
 #include "cuda_gen.h"
-#include "layer_times.h"
 #include "ntpc.h"
 #include "ntprt.h"
 #include "session_program.h"
@@ -404,7 +403,9 @@ static int run_direct(const opts *o) {
   print_rate("tflops", o->flops, dmean);
   print_rate("tflops_best", o->flops, dmin);
   printf("nonfinite_outputs=%lld\n", (long long)bad);
-  if (cuda && layer_times_print(stdout, c, p, err, sizeof err) != 0) goto done;
+  char layers[16384] = "";
+  if (cuda && ntp_cuda_layer_report(c, p, layers, sizeof layers, err, sizeof err) != 0) goto done;
+  fputs(layers, stdout);
   printf("summary: create %.1f ms; forward %s time mean %.3f ms, min %.3f ms over %d; whole call (outputs assembled on "
          "the host) mean %.3f ms%s\n",
          create_ms, cuda ? "device (CUDA events)" : "cpu", dmean, dmin, o->iters, hmean,

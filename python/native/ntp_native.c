@@ -12,6 +12,7 @@
 #include "artifact.h"
 #include "ntp_artifact.h"
 #include "ntpc.h"
+#include "exec.h"
 #include "ntp_train.h"
 #include "ntprt.h"
 #include "planner.h"
@@ -30,6 +31,16 @@ typedef struct ntp_py_unit {
 static __thread char last_error[1024];
 
 EXPORT const char *ntp_py_last_error(void) { return last_error; }
+
+/* Backend `name` as ntp_exec_backend_find takes it (exec.h's table): 0 with *kernels (it runs the
+ * codegen pass's per-rank CUDA: compile with it), or -1 with "unknown backend 'x' (expected cpu
+ * or cuda)" in ntp_py_last_error. */
+EXPORT int ntp_py_backend(const char *name, int *kernels) {
+  const ntp_exec_backend *b = ntp_exec_backend_find(name, last_error, sizeof last_error);
+  if (!b) return -1;
+  *kernels = b->kernels;
+  return 0;
+}
 
 /* The trainer's option `name` ("lr", "beta1", ...) checked against the one table that ntpc train
  * and the model ABI use (runtime/train/adamw_options.c): 0, or -1 with what it expects in

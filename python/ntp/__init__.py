@@ -273,15 +273,18 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     initialisation of parameters not loaded; gpu: the device profile (a built-in name or a profile
     file) 'tp auto' layers are planned for, and whose measured attention crossover picks the CUDA
     attention kernel (ntpc --gpu). Errors in the model raise NtpError with every diagnostic."""
-    if backend not in ("cpu", "cuda"):
-        raise ValueError(f"unknown backend '{backend}' (cpu or cuda)")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a backend's name, got {type(backend).__name__} {backend!r}")
+    kernels = C.c_int(0)  # the runtime's table of backends says which names exist and what each runs
+    if N.lib.ntp_py_backend(backend.encode(), C.byref(kernels)) != 0:
+        raise ValueError(K.text(N.lib.ntp_py_last_error()))
     # the CLI's bounds (ntpc --world, --seed); ctypes would truncate larger values silently
     world = None if world is None else K.whole("world", world, 1, 4096)
     seed = K.whole("seed", seed, 0, 2**64 - 1)
     device = K.whole("device", device, 0, 2**31 - 1)
     train, loopback = K.flag("train", train), K.flag("loopback", loopback)
     unit = _Unit(source, plan=plan, plan_name=plan_name, defines=defines, model=model, world=world, train=train,
-                 cuda=backend == "cuda", gpu=gpu)
+                 cuda=bool(kernels.value), gpu=gpu)
     return Model(unit, backend=backend, seed=seed, loopback=loopback, device=device)
 
 

@@ -85,6 +85,8 @@ lib.ntp_py_last_error.restype = C.c_char_p
 lib.ntp_py_plan.argtypes = [P, C.c_int, C.c_char_p, C.c_int, C.c_double, C.c_int, C.POINTER(C.c_void_p)]
 lib.ntp_py_plan.restype = C.c_int
 lib.ntp_py_free_string.argtypes = [C.c_void_p]
+lib.ntp_py_backend.argtypes = [C.c_char_p, C.POINTER(C.c_int)]
+lib.ntp_py_backend.restype = C.c_int
 lib.ntp_py_adamw_check.argtypes = [C.c_char_p, C.c_double]
 lib.ntp_py_adamw_check.restype = C.c_int
 

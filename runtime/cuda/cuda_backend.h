@@ -159,6 +159,11 @@ int ntp_cuda_adamw(ntp_cuda *c, int32_t param, int32_t grad, float *master, floa
  * n - 2, in seconds[n - 1]); the initialisation steps are not counted. */
 int ntp_cuda_profile_layers(ntp_cuda *c, bool on, char *err, size_t cap);
 int ntp_cuda_layer_times(const ntp_cuda *c, double *seconds, size_t n, char *err, size_t cap);
+/* With NTP_CUDA_PROFILE=layers, the last run's times as lines appended to buf: "layer NAME SECONDS"
+ * in layer order, then "layer (model) SECONDS" for the model-level steps (what `ntpc run --backend
+ * cuda` and bench/bench_model print, and bench/cost_model_error.sh compares with `ntpc plan
+ * --layer-times`); nothing when profiling is off. 0, or -1 with a message. */
+int ntp_cuda_layer_report(const ntp_cuda *c, const ntp_program *p, char *buf, size_t cap, char *err, size_t ecap);
 /* The dlopen handle of "cudart", "cublasLt" or "nccl", loaded as the backend loads them
  * (NTP_CUDART_LIB, ...): runtime/cuda/cuda_measure.c fetches what it calls from the same libraries. */
 void *ntp_cuda_dl(const char *which, char *err, size_t cap);

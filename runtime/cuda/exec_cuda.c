@@ -43,9 +43,6 @@ static void exec_free(void *be) {
   free(be);
 }
 
-struct ntp_cuda *ntp_exec_cuda(const ntp_exec *e) {
-  return e && e->ops == ntp_exec_cuda_backend.ops ? ((cuda_exec *)e->be)->c : NULL;
-}
 
 static bool exec_runs_rank(const void *be, int rank) { return ntp_cuda_runs_rank(((const cuda_exec *)be)->c, rank); }
 static bool exec_all_here(const void *be) { return ntp_cuda_all_here(((const cuda_exec *)be)->c); }
@@ -200,21 +197,18 @@ static void note(char *notes, size_t cap, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* With NTP_CUDA_PROFILE=layers: the last forward's device seconds per layer, "layer NAME SECONDS"
- * in layer order, then "layer (model) SECONDS" for the model-level steps (what
- * bench/cost_model_error.sh compares with `ntpc plan --layer-times`). */
-static int layer_notes(cuda_exec *x, char *notes, size_t ncap, char *err, size_t cap) {
+int ntp_cuda_layer_report(const ntp_cuda *c, const ntp_program *p, char *buf, size_t cap, char *err, size_t ecap) {
   const char *prof = getenv("NTP_CUDA_PROFILE");
   if (!prof || strcmp(prof, "layers") != 0) return 0;
-  size_t n = x->p->global.n_layers + 1;
+  size_t n = p->global.n_layers + 1;
   double *t = calloc(n, sizeof *t);
-  if (!t || ntp_cuda_layer_times(x->c, t, n, err, cap) != 0) {
-    if (!t) snprintf(err, cap, "out of memory");
+  if (!t || ntp_cuda_layer_times(c, t, n, err, ecap) != 0) {
+    if (!t) snprintf(err, ecap, "out of memory");
     free(t);
     return -1;
   }
-  for (size_t l = 0; l + 1 < n; l++) note(notes, ncap, "layer %s %.9g\n", x->p->global.layers[l], t[l]);
-  note(notes, ncap, "layer (model) %.9g\n", t[n - 1]);
+  for (size_t l = 0; l + 1 < n; l++) note(buf, cap, "layer %s %.9g\n", p->global.layers[l], t[l]);
+  note(buf, cap, "layer (model) %.9g\n", t[n - 1]);
   free(t);
   return 0;
 }
@@ -269,7 +263,7 @@ static int exec_measure(void *be, uint64_t seed, long iters, ntp_cpu_result *res
     note(notes, ncap, "host launch: %.1f us per forward, %.2f us per layer with graphs; %.1f us, %.2f us per layer "
          "without (%d layers, mean of %ld)\n", with, with / ht.layers, without, without / ht.layers, ht.layers, iters);
   }
-  return layer_notes(x, notes, ncap, err, cap);
+  return ntp_cuda_layer_report(x->c, x->p, notes, ncap, err, cap);
 }
 
 static const ntp_exec_ops cuda_ops = {

@@ -169,9 +169,6 @@ void ntp_exec_survivors_free(ntp_exec_survivors *s);
 bool ntp_exec_peer_lost(ntp_exec *e);
 void ntp_exec_describe(ntp_exec *e, char *buf, size_t cap);
 const char *ntp_exec_name(const ntp_exec *e);
-/* The CUDA backend behind e, or NULL: for the CUDA backend's own reports (bench/, calibrate). */
-struct ntp_cuda;
-struct ntp_cuda *ntp_exec_cuda(const ntp_exec *e);
 
 /* The rank and device a launcher gave this process: the first of torchrun (RANK, LOCAL_RANK),
  * Slurm (SLURM_PROCID, SLURM_LOCALID), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK)
