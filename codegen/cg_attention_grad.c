@@ -1,8 +1,7 @@
-/* cuda_gen_attention.c — attention's tiled backward (flash-attention-2 style) and the kernel
- * between the two GEMMs of the GEMM baseline, and the one rule that picks among attention's
- * kernels (cg_attention_pick).
+/* cg_attention_grad.c — attention's backward: tiled (flash-attention-2 style) for head dims up
+ * to ATT_TILED_MAX_HD, and a warp per output row above them.
  *
- * The backward of one attention op is three IR ops (attention_grad with which = q, k, v), each a
+ * Tiled: the backward of one attention op is three IR ops (attention_grad with which = q, k, v), each a
  * step of its own; each step runs two kernels:
  *  1. the statistics pass (cg_step.pre): a block per (batch, head, ATB query rows) streams the
  *     key/value tiles once and writes, per query row, lse = max + log(sum of exponentials) and
@@ -16,37 +15,19 @@
  * race check's reversed and shuffled orders give the same bits. Tiles wholly above the causal
  * diagonal are skipped (dq: key tiles past the query tile; dk/dv: query tiles before the key
  * tile). Shared memory at the limit ATT_TILED_MAX_HD = 128: four ATB x (HD + 1) float tiles and
- * one ATB x ATB tile, 34 KB of the 48 KB a block may have statically. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+ * one ATB x ATB tile, 34 KB of the 48 KB a block may have statically.
+ *
+ * Warp (head dims above ATT_TILED_MAX_HD, where the tiles would not fit): a warp per output row,
+ * recomputing the softmax statistics it needs (the forward's probabilities are not kept). dq costs
+ * two passes over the keys; dk and dv one pass per query row that sees the key, O(S^2) per warp. */
+#include "cg_attention.h"
+#include "cg_families.h"
 
-#include "cuda_gen_internal.h"
+#include <stdio.h>
 
 enum { ATB = 16, ATB_THREADS = ATB * 8 }; /* rows per tile; 8 threads per row */
 
-static const char *NEG_INF = "(-__int_as_float(0x7f800000))";
-
-/* The attributes and shapes every attention kernel bakes in. */
-typedef struct attn_dims {
-  int32_t q, k, v, dy, y;
-  long long B, S, H, KV, HD, group, qoff, kvoff;
-  bool causal;
-  char scale[48];
-} attn_dims;
-
-static attn_dims dims_of(gen *g, int32_t s) {
-  const sh_step *st = &g->p->steps[s];
-  attn_dims d = {.q = st->op.args[0], .k = st->op.args[1], .v = st->op.args[2], .y = st->op.result, .dy = -1};
-  if (st->op.nargs > 3) d.dy = st->op.args[3];
-  ntp_shape qs = cg_tshape(g, d.q), ks = cg_tshape(g, d.k);
-  d.B = qs.dim[0], d.S = qs.dim[1], d.H = qs.dim[2], d.HD = qs.dim[3], d.KV = ks.dim[2];
-  d.group = st->op.attr.attn.group ? st->op.attr.attn.group : d.H / d.KV;
-  d.qoff = st->op.attr.attn.q_off, d.kvoff = st->op.attr.attn.kv_off;
-  d.causal = st->op.attr.attn.causal;
-  cg_flit(st->op.attr.attn.scale, d.scale, sizeof d.scale);
-  return d;
-}
+/* ---- tiled ----------------------------------------------------------------------------------- */
 
 /* The declarations both kernels of a step open with, in one order: their argument blocks are
  * then the same, as cg_step.pre requires. SC: the rank's scratch, as floats. */
@@ -99,23 +80,23 @@ static void gen_stats(gen *g, int32_t s, const attn_dims *d, bool with_d) {
   cg_out(g->m, "  i64 kvh = (%lldll + h) / %lldll - %lldll;\n  {\n", d->qoff, d->group, d->kvoff);
   load_tile(g, "sq", d->q, "q0", "h", "H");
   if (with_d) load_tile(g, "sg", d->dy, "q0", "h", "H");
-  cg_out(g->m, "  }\n  float m = %s, l = 0.0f, a = 0.0f;\n", NEG_INF);
+  cg_out(g->m, "  }\n  float m = %s, l = 0.0f, a = 0.0f;\n", CG_NEG_INF);
   cg_out(g->m, "  i64 kend = %s;\n", d->causal ? "q0 + ATB < S ? q0 + ATB : S /* no key tile past the diagonal */" : "S");
   cg_out(g->m, "  for (i64 k0 = 0; k0 < kend; k0 += %d) {\n    __syncthreads();\n", ATB);
   load_tile(g, "sk", d->k, "k0", "kvh", "KV");
   if (with_d) load_tile(g, "sv", d->v, "k0", "kvh", "KV");
-  cg_out(g->m, "    __syncthreads();\n    float sc[2], dp[2], tmax = %s;\n", NEG_INF);
+  cg_out(g->m, "    __syncthreads();\n    float sc[2], dp[2], tmax = %s;\n", CG_NEG_INF);
   cg_out(g->m, "    for (int jj = 0; jj < 2; jj++) {\n      int j = t + 8 * jj; i64 kk = k0 + j;\n");
   cg_out(g->m, "      bool ok = kk < S && qi < S%s;\n", d->causal ? " && kk <= qi" : "");
   tile_dot(g, "dot", "sq", "r", "sk", "j");
   if (with_d) tile_dot(g, "dpj", "sg", "r", "sv", "j");
   cg_out(g->m, "      sc[jj] = ok ? dot * %s : %s;\n      dp[jj] = %s;\n      tmax = fmaxf(tmax, sc[jj]);\n    }\n",
-         d->scale, NEG_INF, with_d ? "dpj" : "0.0f");
+         d->scale, CG_NEG_INF, with_d ? "dpj" : "0.0f");
   row_reduce(g, "tmax", true);
   cg_out(g->m, "    float mn = fmaxf(m, tmax), ps = 0.0f, pa = 0.0f;\n"
-               "    float corr = m == %s ? 0.0f : expf(m - mn);\n", NEG_INF);
+               "    float corr = m == %s ? 0.0f : expf(m - mn);\n", CG_NEG_INF);
   cg_out(g->m, "    for (int jj = 0; jj < 2; jj++) {\n      float p = sc[jj] == %s ? 0.0f : expf(sc[jj] - mn);\n"
-               "      ps += p;\n      pa += p * dp[jj];\n    }\n", NEG_INF);
+               "      ps += p;\n      pa += p * dp[jj];\n    }\n", CG_NEG_INF);
   row_reduce(g, "ps", false);
   row_reduce(g, "pa", false);
   cg_out(g->m, "    l = l * corr + ps;\n    a = a * corr + pa;\n    m = mn;\n  }\n");
@@ -201,101 +182,125 @@ static void gen_dkv(gen *g, int32_t s, const attn_dims *d, int which) {
   cg_out(g->m, "  }\n}\n");
 }
 
-bool cg_attention_grad_tiled(gen *g, int32_t s) {
-  attn_dims d = dims_of(g, s);
-  if (d.HD > ATT_TILED_MAX_HD) return false;
-  int which = g->p->steps[s].op.attr.attn.which;
-  gen_stats(g, s, &d, which != 2);
+/* The statistics pass (finished here: its kernel is the step's cg_step.pre), then dq, dk or dv. */
+static void tiled_grad(gen *g, int32_t s, const attn_dims *d, int which) {
+  gen_stats(g, s, d, which != 2);
   if (cg_finish_kernel(g) != 0) {
     g->m->failed = true;
-    return true;
+    return;
   }
   cg_step pre = g->m->steps[s];
   g->m->nargs = (size_t)pre.arg0; /* the step's kernel writes the same argument block again */
-  if (which == 0) gen_dq(g, s, &d);
-  else gen_dkv(g, s, &d, which);
+  if (which == 0) gen_dq(g, s, d);
+  else gen_dkv(g, s, d, which);
   g->m->steps[s].pre = pre.kernel;
   g->m->steps[s].pre_grid = pre.grid;
-  int64_t need = d.B * d.H * d.S * 2 * (int64_t)sizeof(float);
+  int64_t need = d->B * d->H * d->S * 2 * (int64_t)sizeof(float);
   if (need > g->m->scratch_bytes) g->m->scratch_bytes = need;
-  return true;
 }
 
-/* ---- which forward kernel ---------------------------------------------------------------------- */
+/* ---- a warp per output row --------------------------------------------------------------------- */
 
-/* The GEMM baseline's scores may take at most this much scratch; above it, the tiled kernel. */
-#define ATT_GEMM_MAX_SCRATCH ((int64_t)1 << 30)
-/* auto's crossover when none is measured: the GEMMs from this many positions on. An assumption
- * (tensor-core GEMMs against the tiled kernel's fp32 loops, less the scores' round trip through
- * memory and three launches), for a compile given no calibrated device profile. */
-#define ATT_GEMM_FROM_DEFAULT 128
-
-/* The selection's inputs, in one order of precedence (docs/runtime.md, "Generated kernels"):
- * NTP_CUDA_ATTENTION forces a kernel; under auto the crossover is NTP_CUDA_ATTENTION_GEMM_FROM
- * (an experiment's override), else the device profile's attention_gemm_from (measured by `ntpc
- * calibrate`, given with --gpu FILE), else ATT_GEMM_FROM_DEFAULT. */
-int cg_attention_config(gen *g, const cg_options *opts, char *err, size_t cap) {
-  const char *mode = getenv("NTP_CUDA_ATTENTION"), *from = getenv("NTP_CUDA_ATTENTION_GEMM_FROM");
-  g->attn_mode = CG_ATT_AUTO;
-  if (mode && *mode && strcmp(mode, "auto")) {
-    if (!strcmp(mode, "tiled")) g->attn_mode = CG_ATT_TILED;
-    else if (!strcmp(mode, "gemm")) g->attn_mode = CG_ATT_GEMM;
-    else {
-      snprintf(err, cap, "NTP_CUDA_ATTENTION=%s: expected tiled, gemm or auto", mode);
-      return -1;
-    }
-  }
-  g->attn_gemm_from = opts && opts->attn_gemm_from > 0 ? opts->attn_gemm_from : ATT_GEMM_FROM_DEFAULT;
-  if (from && *from) {
-    char *end;
-    long long v = strtoll(from, &end, 10);
-    if (*end || v < 1) {
-      snprintf(err, cap, "NTP_CUDA_ATTENTION_GEMM_FROM=%s: expected a sequence length (a positive integer)", from);
-      return -1;
-    }
-    g->attn_gemm_from = v;
-  }
-  return 0;
+/* Lane-strided head-dim registers: "float NAME[per]" loaded from tensor t at row base `at`. */
+static void lane_load(gen *g, const char *name, int32_t t, const char *at, long long per, long long HD) {
+  char idx[96];
+  snprintf(idx, sizeof idx, "%s + d", at);
+  cg_out(g->m, "    for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; %s[r] = d < %lld ? ", per, name, HD);
+  cg_load(g, t, idx);
+  cg_out(g->m, " : 0.0f; }\n");
 }
 
-/* The one rule (docs/runtime.md, "Generated kernels"): the GEMM baseline where it applies (the
- * rank holds whole groups of query heads: a group cut by a rank boundary leaves batches of
- * unequal counts; the scores within ATT_GEMM_MAX_SCRATCH) and is asked for, or under auto from the crossover on; else the tiled
- * kernel, or the warp kernel above the tiled kernel's head dims. */
-cg_att_kernel cg_attention_pick(gen *g, int32_t s) {
-  attn_dims d = dims_of(g, s);
-  int64_t es = (int64_t)dtype_bytes(g->p->tensors[d.y].dtype);
-  int64_t first = d.qoff / d.group - d.kvoff; /* the kv head of the rank's first query head */
-  bool gemm_ok = d.qoff % d.group == 0 && d.H % d.group == 0 && first >= 0 && first + d.H / d.group <= d.KV &&
-                 ntp_attention_gemm_scratch(d.B, d.H, d.S, es, NULL) <= ATT_GEMM_MAX_SCRATCH;
-  bool gemm = gemm_ok && (g->attn_mode == CG_ATT_GEMM || (g->attn_mode == CG_ATT_AUTO && d.S >= g->attn_gemm_from));
-  if (gemm) return CG_ATT_GEMM;
-  return d.HD <= ATT_TILED_MAX_HD ? CG_ATT_TILED : CG_ATT_WARP;
+/* "warp_sum(sum over the lane's dims of REG[r] * t[at + d])" into the float `dst` */
+static void lane_dot(gen *g, const char *dst, const char *reg, int32_t t, const char *at, long long per, long long HD) {
+  char idx[96];
+  snprintf(idx, sizeof idx, "%s + d", at);
+  cg_out(g->m, "    float %s = 0.0f;\n    for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; if (d < %lld) %s += %s[r] * ",
+         dst, per, HD, dst, reg);
+  cg_load(g, t, idx);
+  cg_out(g->m, "; }\n    %s = warp_sum(%s);\n", dst, dst);
 }
 
-/* The GEMM baseline's middle kernel: a block per (batch, head, query) row of the fp32 scores:
- * scale, causal mask, max and sum of exponentials over the block (a fixed tree), the
- * probabilities rounded to the storage dtype for the second GEMM. The GEMMs are the runtime's. */
-void cg_attention_gemm(gen *g, int32_t s) {
-  attn_dims d = dims_of(g, s);
-  ntp_dtype dt = g->p->tensors[d.y].dtype;
-  int64_t probs, scratch = ntp_attention_gemm_scratch(d.B, d.H, d.S, (int64_t)dtype_bytes(dt), &probs);
-  int64_t at = ntp_scratch_offset(g->p->mem[g->rank].arena_bytes);
-  cg_kernel_head(g, s, d.B * d.H * d.S, ROW_BLOCK, 0);
-  cg_out(g->m, "  const float *SCO = (const float *)(A + args.v[%d]);\n", cg_arg(g, at));
-  cg_out(g->m, "  %s *PR = (%s *)(A + args.v[%d]);\n", cg_ctype(dt), cg_ctype(dt), cg_arg(g, at + probs));
-  cg_out(g->m, "  __shared__ float sh[32];\n  const i64 S = %lldll;\n  i64 row = blockIdx.x, qi = row %% S;\n"
-               "  const float *x = SCO + row * S;\n", d.S);
-  const char *ok = d.causal ? "j <= qi" : "true";
-  cg_out(g->m, "  float m = %s;\n  for (i64 j = threadIdx.x; j < S; j += blockDim.x) if (%s) m = fmaxf(m, x[j] * %s);\n"
-               "  m = block_max(m, sh);\n", NEG_INF, ok, d.scale);
-  cg_out(g->m, "  float l = 0.0f;\n  for (i64 j = threadIdx.x; j < S; j += blockDim.x) if (%s) l += expf(x[j] * %s - m);\n"
-               "  l = block_sum(l, sh);\n", ok, d.scale);
-  cg_out(g->m, "  for (i64 j = threadIdx.x; j < S; j += blockDim.x) {\n    float p = %s ? expf(x[j] * %s - m) / l : 0.0f;\n",
-         ok, d.scale);
-  if (dt == NTP_FP32) cg_out(g->m, "    PR[row * S + j] = p;\n  }\n}\n");
-  else cg_out(g->m, "    PR[row * S + j] = rn_%s(p);\n  }\n}\n", cg_dsuffix(dt));
-  if (cg_finish_kernel(g) != 0) g->m->failed = true;
-  g->m->steps[s].kind = CG_ATTENTION_GEMM;
-  if (scratch > g->m->scratch_bytes) g->m->scratch_bytes = scratch;
+/* dq: a warp per (batch, query, head); pass 1 finds the row's max, sum of exponentials and
+ * sum(P * dP) online; pass 2 accumulates dS k. */
+static void warp_dq(gen *g, const attn_dims *d, long long per) {
+  long long HD = d->HD;
+  cg_out(g->m, "  i64 kvh = (%lldll + hh) / %lldll - %lldll, qb = ((b * S + pos) * H + hh) * HD;\n", d->qoff, d->group,
+         d->kvoff);
+  lane_load(g, "qr", d->q, "qb", per, HD);
+  lane_load(g, "gr", d->dy, "qb", per, HD);
+  cg_out(g->m, "  i64 nk = %s;\n", d->causal ? "pos + 1" : "S");
+  cg_out(g->m, "  float m = %s, l = 0.0f, a = 0.0f;\n  for (i64 u = 0; u < nk; u++) {\n"
+               "    i64 kb = ((b * S + u) * KV + kvh) * HD;\n",
+         CG_NEG_INF);
+  lane_dot(g, "sc", "qr", d->k, "kb", per, HD);
+  lane_dot(g, "dp", "gr", d->v, "kb", per, HD);
+  cg_out(g->m, "    sc *= %s;\n    float mn = fmaxf(m, sc), corr = expf(m - mn), p = expf(sc - mn);\n"
+               "    l = l * corr + p;\n    a = a * corr + p * dp;\n    m = mn;\n  }\n  float dpo = a / l;\n",
+         d->scale);
+  cg_out(g->m, "  for (i64 u = 0; u < nk; u++) {\n    i64 kb = ((b * S + u) * KV + kvh) * HD;\n");
+  lane_dot(g, "sc", "qr", d->k, "kb", per, HD);
+  lane_dot(g, "dp", "gr", d->v, "kb", per, HD);
+  cg_out(g->m, "    float ds = expf(sc * %s - m) / l * (dp - dpo) * %s;\n", d->scale, d->scale);
+  cg_out(g->m, "    for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; if (d < %lld) acc[r] += ds * ", per, HD);
+  cg_load(g, d->k, "kb + d");
+  cg_out(g->m, "; }\n  }\n  i64 ob = qb;\n");
+}
+
+/* dk (which 1), dv (which 2): a warp per (batch, key, kv head), over every query row of the
+ * group's heads that sees the key, each row's statistics recomputed. */
+static void warp_dkv(gen *g, const attn_dims *d, long long per, int which) {
+  long long HD = d->HD;
+  /* this warp's key `pos` of kv head hh; every query head n of its group, every row t that sees it */
+  cg_out(g->m, "  i64 kb = ((b * S + pos) * KV + hh) * HD;\n");
+  cg_out(g->m, "  for (i64 n = 0; n < H; n++) {\n    if ((%lldll + n) / %lldll - %lldll != hh) continue;\n", d->qoff,
+         d->group, d->kvoff);
+  cg_out(g->m, "  for (i64 t = %s; t < S; t++) {\n    i64 qb = ((b * S + t) * H + n) * HD, nk = %s;\n",
+         d->causal ? "pos" : "0", d->causal ? "t + 1" : "S");
+  lane_load(g, "qr", d->q, "qb", per, HD);
+  lane_load(g, "gr", d->dy, "qb", per, HD);
+  cg_out(g->m, "    float m = %s, l = 0.0f, a = 0.0f, mine = 0.0f, mydp = 0.0f;\n"
+               "    for (i64 u = 0; u < nk; u++) {\n      i64 ub = ((b * S + u) * KV + hh) * HD;\n",
+         CG_NEG_INF);
+  lane_dot(g, "sc", "qr", d->k, "ub", per, HD);
+  lane_dot(g, "dp", "gr", d->v, "ub", per, HD);
+  cg_out(g->m, "      sc *= %s;\n      if (u == pos) { mine = sc; mydp = dp; }\n"
+               "      float mn = fmaxf(m, sc), corr = expf(m - mn), p = expf(sc - mn);\n"
+               "      l = l * corr + p;\n      a = a * corr + p * dp;\n      m = mn;\n    }\n"
+               "    float p = expf(mine - m) / l;\n",
+         d->scale);
+  if (which == 2)
+    cg_out(g->m, "    for (int r = 0; r < %lld; r++) acc[r] += p * gr[r];\n", per);
+  else
+    cg_out(g->m, "    float ds = p * (mydp - a / l) * %s;\n    for (int r = 0; r < %lld; r++) acc[r] += ds * qr[r];\n",
+           d->scale, per);
+  cg_out(g->m, "  }\n  }\n  i64 ob = kb;\n");
+}
+
+/* The warp kernel: the head dim spread over the lanes, registers qr (the query row), gr (its dy)
+ * and acc (the output row), which warp_dq or warp_dkv fill; ob the output row's base. */
+static void warp_grad(gen *g, int32_t s, const attn_dims *d, int which) {
+  long long S = d->S, H = d->H, HD = d->HD, KV = d->KV, per = (HD + 31) / 32;
+  long long heads = which == 0 ? H : KV;
+  cg_attn_warp_head(g, s, d->B * S * heads);
+  cg_decl(g, d->q);
+  cg_decl(g, d->k);
+  cg_decl(g, d->v);
+  cg_decl(g, d->dy);
+  cg_decl(g, d->y);
+  cg_out(g->m, "  const i64 S = %lldll, H = %lldll, KV = %lldll, HD = %lldll;\n", S, H, KV, HD);
+  cg_out(g->m, "  i64 hh = w %% %lldll, pos = (w / %lldll) %% S, b = w / (%lldll * S);\n", heads, heads, heads);
+  cg_out(g->m, "  float qr[%lld], gr[%lld], acc[%lld];\n  for (int r = 0; r < %lld; r++) acc[r] = 0.0f;\n", per, per, per, per);
+  if (which == 0) warp_dq(g, d, per);
+  else warp_dkv(g, d, per, which);
+  cg_out(g->m, "  for (int r = 0; r < %lld; r++) { int d = lane + 32 * r; if (d < %lld) {\n  ", per, HD);
+  cg_store(g, d->y, "ob + d", "acc[r]");
+  cg_out(g->m, "  } }\n}\n");
+}
+
+/* Tiled where the tiles fit in shared memory. */
+void cg_write_attention_grad(gen *g, int32_t s) {
+  attn_dims d = cg_attn_dims(g, s);
+  int which = g->p->steps[s].op.attr.attn.which;
+  if (d.HD <= ATT_TILED_MAX_HD) tiled_grad(g, s, &d, which);
+  else warp_grad(g, s, &d, which);
 }

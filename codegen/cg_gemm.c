@@ -1,5 +1,9 @@
-/* cuda_gen_bwd_gemm.c — the backward's steps taken into cuBLASLt epilogues (before the kernels
- * are written, so that a taken step gets none):
+/* cg_gemm.c — the GEMMs: no kernel (cuBLASLt runs them from the step list's descriptors), but the
+ * steps around a GEMM that cuBLASLt's epilogue can take, which then get no kernel either.
+ *
+ * Forward (cg_write_gemm, as the steps are written): a bias over the output columns and then GELU.
+ *
+ * Backward (cg_fold_backward_gemms, before any kernel is written, so that a taken step gets none):
  *
  *  - DGELU: a GEMM whose only reader is act_grad(x, ·) of a GELU multiplies by GELU'(x) in its
  *    epilogue, reading x (the GELU input the forward kept for the backward) as cuBLASLt's aux
@@ -16,7 +20,49 @@
  * epilogue; in fp32 that is the unfused steps' arithmetic exactly, in bf16/fp16 DGELU skips
  * the rounding of the product before act_grad, so it is taken only in fp32 (docs/runtime.md).
  */
-#include "cuda_gen_internal.h"
+#include "cg_families.h"
+#include "cg_fuse.h"
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+/* A GEMM for cuBLASLt, with what follows it folded into the epilogue where cuBLASLt can do
+ * it: a bias over the output columns (x @ w + b) and then GELU. The chain may only end in a
+ * tensor that shares no byte with the GEMM's operands or the bias (the memory plan, which
+ * knows nothing of the fusion, could have placed it there: a GEMM reads all of both operands
+ * while it writes). A batched right operand (attention-style) gets no epilogue. */
+void cg_write_gemm(gen *g, int32_t s) {
+  const sh_step *st = &g->p->steps[s];
+  int32_t a = st->op.args[0], b = st->op.args[1], out = st->op.result;
+  cg_step cs = {.kind = CG_GEMM, .kernel = -1, .epilogue = CG_EPI_NONE, .bias = -1, .aux = -1, .mm = s, .out = out};
+  ntp_shape bs = cg_tshape(g, b), os = cg_tshape(g, out);
+  int32_t nx = cg_next_step(g, s);
+  if (bs.ndim == 2 && cg_fusable(g, out, nx) && g->p->steps[nx].op.code == IR_ADD) {
+    const sh_step *ad = &g->p->steps[nx];
+    int32_t other = ad->op.args[0] == out ? ad->op.args[1] : ad->op.args[0];
+    ntp_shape vs = cg_tshape(g, other);
+    int32_t res = ad->op.result;
+    if (other != out && vs.ndim == 1 && vs.dim[0] == os.dim[os.ndim - 1] &&
+        g->p->tensors[other].dtype == g->p->tensors[out].dtype && !cg_overlap(g, res, a) && !cg_overlap(g, res, b) &&
+        !cg_overlap(g, res, other)) {
+      cs.epilogue = CG_EPI_BIAS;
+      cs.bias = other;
+      cs.out = res;
+      cg_mark_fused(g, nx);
+    }
+  }
+  nx = cg_next_step(g, cs.out == out ? s : nx);
+  if (bs.ndim == 2 && cg_fusable(g, cs.out, nx) && g->p->steps[nx].op.code == IR_GELU) {
+    int32_t res = g->p->steps[nx].op.result;
+    if (!cg_overlap(g, res, a) && !cg_overlap(g, res, b) && (cs.bias < 0 || !cg_overlap(g, res, cs.bias))) {
+      cs.epilogue = cs.epilogue == CG_EPI_BIAS ? CG_EPI_GELU_BIAS : CG_EPI_GELU;
+      cs.out = res;
+      cg_mark_fused(g, nx);
+    }
+  }
+  g->m->steps[s] = cs;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
 
 static const sh_tensor *tens(gen *g, int32_t t) { return &g->p->tensors[t]; }
 
@@ -80,10 +126,6 @@ static int32_t bias_grad_of(gen *g, const int32_t *from, int n, int64_t features
   return -1;
 }
 
-static void take(gen *g, int32_t k) {
-  g->m->steps[k] = (cg_step){.kind = CG_FUSED, .kernel = -1, .bias = -1, .aux = -1, .mm = -1, .out = -1};
-}
-
 /* DGELU (and DGELU_BGRAD) for the GEMM of step s: see the top of the file. */
 static bool fold_dgelu(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
@@ -111,10 +153,10 @@ static bool fold_dgelu(gen *g, int32_t s) {
         !cg_overlap(g, db, r)) {
       cs.epilogue = CG_EPI_DGELU_BGRAD;
       cs.bias = db;
-      take(g, U);
+      cg_mark_fused(g, U);
     }
   }
-  take(g, s);
+  cg_mark_fused(g, s);
   g->m->steps[R] = cs;
   return true;
 }
@@ -144,7 +186,7 @@ static bool fold_bgrad(gen *g, int32_t s) {
     if (read_between || !bytes_free(g, db, lo, hi) || cg_overlap(g, db, a) || cg_overlap(g, db, b) ||
         cg_overlap(g, db, o))
       continue;
-    take(g, U);
+    cg_mark_fused(g, U);
     g->m->steps[s] = (cg_step){.kind = CG_GEMM, .kernel = -1, .epilogue = which == 0 ? CG_EPI_BGRADB : CG_EPI_BGRADA,
                                .bias = db, .aux = -1, .mm = s, .out = o};
     return true;
