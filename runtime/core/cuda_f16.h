@@ -1,5 +1,5 @@
 /* cuda_f16.h — binary16 conversions as CUDA source text, shared by the generated kernels
- * (codegen/cuda_gen.c) and the runtime's own (runtime/cuda/collectives.c, optimizer.c). */
+ * (codegen/cg_generate.c) and the runtime's own (runtime/cuda/collectives.c, optimizer.c). */
 #ifndef NTP_CUDA_F16_H
 #define NTP_CUDA_F16_H
 

@@ -74,7 +74,7 @@ const char *shape_str(const ntp_shape *s, char *buf, size_t cap);
   X(RMSNORM, "rmsnorm", 1)     /* x / sqrt(mean(x^2) + eps) over the last dim; no affine */ \
   X(ROPE, "rope", 1)           /* x [B, S, H, HD], rotate-half, theta */                    \
   X(ATTENTION, "attention", 3) /* q [B,S,H,HD], k, v [B,S,KV,HD] -> [B,S,H,HD] */             \
-  /* the loss, and the backward ops after it (kernels: codegen/cuda_gen_grad.c) */               \
+  /* the loss, and the backward ops after it (kernels: codegen/cg_loss.c, cg_grad.c) */          \
   X(CROSS_ENTROPY, "cross_entropy", 2) /* logits [..., V], targets i32 [...] -> fp32 [] mean */ \
   /* ---- backward ops (compiler/grad/): what the gradient pass emits ---- */                   \
   X(SUM_TO, "sum_to", 1)             /* x summed to the result's shape (broadcasting undone) */  \

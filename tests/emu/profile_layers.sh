@@ -13,7 +13,7 @@ out=$(NTP_CUDA_PROFILE=layers "$ntpc" run examples/gpt2.ntp --backend cuda --ite
 names=$(echo "$out" | sed -n 's/^layer \([^ ]*\) .*/\1/p' | tr '\n' ' ')
 want="embed blk.0.ln1 blk.0.attn blk.0.ln2 blk.0.mlp blk.1.ln1 blk.1.attn blk.1.ln2 blk.1.mlp ln_f head (model) "
 [ "$names" = "$want" ] || fail "layer lines: '$names', expected '$want'"
-fwd=$(echo "$out" | sed -n 's/.*forward \([0-9.]*\) ms.*/\1/p')
+fwd=$(echo "$out" | sed -n 's/^backend cuda.* forward \([0-9.]*\) ms.*/\1/p')
 echo "$out" | awk -v fwd="$fwd" '
   /^layer / && $2 != "(model)" { if (!($3 > 0)) { print "layer " $2 " has time " $3; bad = 1 } sum += $3 }
   END { if (sum * 1e3 > fwd * 1.01 + 0.001) { print "layers sum to " sum * 1e3 " ms, the forward took " fwd " ms"; bad = 1 } exit bad }' ||

@@ -1,4 +1,4 @@
-/* test_bwd_epilogues.c — the backward's GEMM folds (codegen/cuda_gen_bwd_gemm.c) move a step in
+/* test_bwd_epilogues.c — the backward's GEMM folds (codegen/cg_gemm.c) move a step in
  * time, so each must be refused where the memory plan makes the move unsafe. The training program
  * of tests/emu/models/train_epilogues.ntp has every fold (DGELU_BGRAD, BGRADA, BGRADB) with a plan
  * under which all are safe; here one tensor at a time is placed by hand over the bytes a moved
