@@ -60,7 +60,8 @@ static bool infer_declared(const shape_query *q) { return result(q, declared(q),
 static bool infer_gather(const shape_query *q) {
   const ir_value *a = q->a, *b = q->b;
   char sa[96];
-  if (b->dtype != NTP_I32) return ir_fail(q->err, q->cap, "embedding indices must be i32, got %s", dtype_name(b->dtype));
+  if (b->dtype != NTP_I32)
+    return ir_fail(q->err, q->cap, "embedding indices must be i32, got %s", dtype_name(b->dtype));
   if (a->shape.ndim != 2)
     return ir_fail(q->err, q->cap, "embedding table must be 2-D, got %s", shape_str(&a->shape, sa, sizeof sa));
   if (b->shape.ndim + 1 > NTP_MAX_RANK) return ir_fail(q->err, q->cap, "too many dims");

@@ -107,6 +107,95 @@ static bool degrade(const int32_t *start, int ng, const bool *gone, int32_t cap,
   return pl->ngroups > 0;
 }
 
+/* The survivors' states: healthy group structures (every divisor degree, and the healthy
+ * plan's own placements), each degraded for the lost GPUs (one group per replica, or groups of
+ * at most c), and every balanced split of the N survivors. false when out of memory. */
+static bool degraded_states(int32_t W, int32_t N, int32_t n, const plan_solution *healthy, const bool *gone,
+                            plan_place **st, int32_t *ns, int32_t *cs) {
+  int32_t nstruct = 0, (*starts)[NTP_MAX_GROUPS + 1] = malloc((size_t)(W + n + 1) * sizeof *starts);
+  int32_t *nstart = malloc((size_t)(W + n + 1) * sizeof *nstart);
+  bool ok = starts && nstart;
+  for (int32_t t = 1; ok && t <= W; t++) {
+    if (W % t || W / t > NTP_MAX_GROUPS) continue;
+    nstart[nstruct] = W / t;
+    for (int32_t g = 0; g <= W / t; g++) starts[nstruct][g] = g * t;
+    nstruct++;
+  }
+  for (int32_t i = 0; ok && healthy && healthy->feasible && i < n; i++) {
+    pl_group_starts(&healthy->layers[i].place, starts[nstruct]);
+    nstart[nstruct++] = healthy->layers[i].place.ngroups;
+  }
+  for (int32_t k = 0; ok && k < nstruct; k++) {
+    int32_t tmax = 0;
+    for (int32_t g = 0; g < nstart[k]; g++)
+      if (starts[k][g + 1] - starts[k][g] > tmax) tmax = starts[k][g + 1] - starts[k][g];
+    for (int32_t c = 0; c < tmax; c++) { /* c = 0: one group per replica; else groups of at most c */
+      if (c > 0 && (W % c || c >= tmax)) continue;
+      plan_place pl;
+      if (!degrade(starts[k], nstart[k], gone, c, &pl)) continue;
+      ok &= pl_add_state(st, ns, cs, &pl) >= 0;
+    }
+  }
+  for (int32_t k = 1; ok && k <= N && k <= NTP_MAX_GROUPS; k++) {
+    plan_place pl = plan_place_balanced(N, k, false);
+    ok &= pl_add_state(st, ns, cs, &pl) >= 0;
+  }
+  free(starts);
+  free(nstart);
+  return ok;
+}
+
+/* pins: the pinned placement's groups, degraded, as states; pins[i] = -2 - the state (resolved
+ * after the sp copies), or -1. false when out of memory or reported. */
+static bool degraded_pins(const plan_model *pm, const ir_module *m, const plan_request *rq, const bool *gone,
+                          int32_t *pins, plan_place **st, int32_t *ns, int32_t *cs, diag_sink *diags) {
+  int32_t n = pm->n;
+  plan_place *hpin = malloc((size_t)(n + 1) * sizeof *hpin);
+  bool *free_ = malloc((size_t)(n + 1) * sizeof *free_);
+  bool ok;
+  if (!hpin || !free_) {
+    ok = false;
+    diag_out_of_memory(diags);
+  } else {
+    ok = pl_pins(pm, m, rq->world, rq->fixed, hpin, free_, diags);
+  }
+  for (int32_t i = 0; ok && i < n; i++) {
+    plan_place hp = hpin[i], pl;
+    pins[i] = -1;
+    if (free_[i]) continue;
+    int32_t gs[NTP_MAX_GROUPS + 1];
+    pl_group_starts(&hp, gs);
+    if (!degrade(gs, hp.ngroups, gone, 0, &pl)) continue;
+    pl.sp = hp.sp;
+    pl.rc = hp.rc;
+    int32_t idx = pl_add_state(st, ns, cs, &pl);
+    ok &= idx >= 0;
+    pins[i] = -2 - idx;
+  }
+  free(hpin);
+  free(free_);
+  return ok;
+}
+
+/* Every structure with and without sequence parallelism, batch rows by throughput, the
+ * recomputing states of training; then the pins resolved to their states. */
+static bool finish_states(const plan_model *pm, const plan_request *rq, int32_t N, int32_t *node,
+                          int32_t *pins, plan_place **st, int32_t *ns, int32_t *cs) {
+  bool ok = true;
+  int32_t base = *ns;
+  for (int32_t k = 0; ok && k < base; k++) {
+    if ((*st)[k].sp) continue;
+    plan_place b = (*st)[k];
+    b.sp = true;
+    if (pl_place_max(&b) > 1) ok &= pl_add_state(st, ns, cs, &b) >= 0;
+  }
+  for (int32_t k = 0; ok && k < *ns; k++) throughput_shares(pm, rq->prof, N, node, &(*st)[k]);
+  if (ok && rq->train) ok = pl_add_recompute_states(st, ns, cs);
+  for (int32_t i = 0; ok && i < pm->n; i++)
+    if (pins[i] <= -2) pins[i] = -2 - pins[i];
+  return ok;
+}
+
 static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan_request *rq, const plan_solution *healthy,
                             const bool *gone, plan_solution *out, diag_sink *diags) {
   memset(out, 0, sizeof *out);
@@ -128,73 +217,9 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
       phys[k] = p;
       node[k++] = p / nodes_of;
     }
-  /* healthy structures: every divisor degree, and the healthy plan's own placements */
-  int32_t nstruct = 0, (*starts)[NTP_MAX_GROUPS + 1] = malloc((size_t)(W + n + 1) * sizeof *starts);
-  int32_t *nstart = malloc((size_t)(W + n + 1) * sizeof *nstart);
-  ok &= starts && nstart;
-  for (int32_t t = 1; ok && t <= W; t++) {
-    if (W % t || W / t > NTP_MAX_GROUPS) continue;
-    nstart[nstruct] = W / t;
-    for (int32_t g = 0; g <= W / t; g++) starts[nstruct][g] = g * t;
-    nstruct++;
-  }
-  for (int32_t i = 0; ok && healthy && healthy->feasible && i < n; i++) {
-    pl_group_starts(&healthy->layers[i].place, starts[nstruct]);
-    nstart[nstruct++] = healthy->layers[i].place.ngroups;
-  }
-  for (int32_t k = 0; ok && k < nstruct; k++) {
-    int32_t tmax = 0;
-    for (int32_t g = 0; g < nstart[k]; g++)
-      if (starts[k][g + 1] - starts[k][g] > tmax) tmax = starts[k][g + 1] - starts[k][g];
-    for (int32_t c = 0; c < tmax; c++) { /* c = 0: one group per replica; else groups of at most c */
-      if (c > 0 && (W % c || c >= tmax)) continue;
-      plan_place pl;
-      if (!degrade(starts[k], nstart[k], gone, c, &pl)) continue;
-      ok &= pl_add_state(&st, &ns, &cs, &pl) >= 0;
-    }
-  }
-  for (int32_t k = 1; ok && k <= N && k <= NTP_MAX_GROUPS; k++) {
-    plan_place pl = plan_place_balanced(N, k, false);
-    ok &= pl_add_state(&st, &ns, &cs, &pl) >= 0;
-  }
-  /* pins: the pinned placement's groups, degraded */
-  plan_place *hpin = malloc((size_t)(n + 1) * sizeof *hpin);
-  bool *free_ = malloc((size_t)(n + 1) * sizeof *free_);
-  if (ok && (!hpin || !free_)) {
-    ok = false;
-    diag_out_of_memory(diags);
-  } else if (ok) {
-    ok = pl_pins(pm, m, W, rq->fixed, hpin, free_, diags);
-  }
-  for (int32_t i = 0; ok && i < n; i++) {
-    plan_place hp = hpin[i], pl;
-    pins[i] = -1;
-    if (free_[i]) continue;
-    int32_t gs[NTP_MAX_GROUPS + 1];
-    pl_group_starts(&hp, gs);
-    if (!degrade(gs, hp.ngroups, gone, 0, &pl)) continue;
-    pl.sp = hp.sp;
-    pl.rc = hp.rc;
-    int32_t idx = pl_add_state(&st, &ns, &cs, &pl);
-    ok &= idx >= 0;
-    pins[i] = -2 - idx; /* resolved below, after the sp copies */
-  }
-  free(hpin);
-  free(free_);
-  /* every structure with and without sequence parallelism, batch rows by throughput */
-  int32_t base = ns;
-  for (int32_t k = 0; ok && k < base; k++) {
-    if (st[k].sp) continue;
-    plan_place b = st[k];
-    b.sp = true;
-    if (pl_place_max(&b) > 1) ok &= pl_add_state(&st, &ns, &cs, &b) >= 0;
-  }
-  for (int32_t k = 0; ok && k < ns; k++) throughput_shares(pm, rq->prof, N, node, &st[k]);
-  if (ok && rq->train) ok = pl_add_recompute_states(&st, &ns, &cs);
-  for (int32_t i = 0; ok && i < n; i++)
-    if (pins[i] <= -2) pins[i] = -2 - pins[i];
-  free(starts);
-  free(nstart);
+  ok = ok && degraded_states(W, N, n, healthy, gone, &st, &ns, &cs);
+  ok = ok && degraded_pins(pm, m, rq, gone, pins, &st, &ns, &cs, diags);
+  ok = ok && finish_states(pm, rq, N, node, pins, &st, &ns, &cs);
   if (!ok || ns > 255) {
     if (ok) diag_emit(diags, NTPC_ERROR, NULL, NTP_NOLOC, "too many placements to search (%d)", ns);
     else if (!diags->errors) diag_out_of_memory(diags);

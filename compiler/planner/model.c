@@ -215,25 +215,18 @@ static bool build_index(plan_model *pm) {
   return ok;
 }
 
-plan_model *plan_model_new_unguarded(const ir_module *m, diag_sink *diags) {
-  plan_model *pm = calloc(1, sizeof *pm);
-  if (!pm) {
-    diag_out_of_memory(diags);
-    return NULL;
-  }
-  pm->m = m;
+/* What the planner can plan: no explicit layouts, no tensor over 1 TiB; false if reported. */
+static bool plannable(const ir_module *m, diag_sink *diags) {
   for (size_t v = 0; v < m->n_values; v++)
     if (m->values[v].layout.mesh >= 0) {
       pl_model_error(m, m->ops[m->values[v].def].loc, diags,
                   "explicit layouts are not planned: the planner chooses the TP degrees of layers");
-      plan_model_free(pm);
-      return NULL;
+      return false;
     }
   for (size_t o = 0; o < m->n_outputs; o++)
     if (m->outputs[o].has_layout) {
       pl_model_error(m, m->outputs[o].loc, diags, "explicit layouts are not planned: the planner chooses the TP degrees of layers");
-      plan_model_free(pm);
-      return NULL;
+      return false;
     }
   /* every box and byte count below stays far from int64 overflow: at most 1 TiB per tensor */
   for (size_t v = 0; v < m->n_values; v++) {
@@ -244,9 +237,86 @@ plan_model *plan_model_new_unguarded(const ir_module *m, diag_sink *diags) {
       snprintf(msg, sizeof msg, "a tensor of %.3g bytes: the planner plans tensors of at most 1 TiB",
                bytes);
       pl_model_error(m, m->ops[m->values[v].def].loc, diags, msg);
-      plan_model_free(pm);
-      return NULL;
+      return false;
     }
+  }
+  return true;
+}
+
+/* The chain: every sharded layer, in order (B->chain_of maps layers to it); none is an error. */
+static void read_chain(builder *B) {
+  plan_model *pm = B->pm;
+  const ir_module *m = B->m;
+  for (size_t l = 0; !B->failed && l < m->n_layers; l++) {
+    B->chain_of[l] = -1;
+    if (!layer_is_sharded(&m->layers[l])) continue;
+    if (!read_chain_layer(m, (int32_t)l, &pm->L[pm->n], B->diags)) B->failed = true;
+    B->chain_of[l] = pm->n++;
+  }
+  if (!B->failed && pm->n == 0) {
+    char kinds[200] = "";
+    for (int32_t k = 0; k < layer_nkinds; k++)
+      if (layer_kinds[k]->shard)
+        snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", kinds[0] ? ", " : "", layer_kinds[k]->name);
+    diag_emit(B->diags, NTPC_ERROR, m->file, NTP_NOLOC, "model '%s' has no layer with a TP degree (%s): nothing to plan",
+              m->name, kinds);
+    B->failed = true;
+  }
+}
+
+/* Chain layer ci: its input read or moved to it, its core's value at its home, the rest of the
+ * layer following the core. Returns the op after the layer. */
+static size_t walk_layer(builder *B, int32_t ci) {
+  plan_model *pm = B->pm;
+  const ir_module *m = B->m;
+  chain_layer *c = &pm->L[ci];
+  const ir_layer *ly = &m->layers[c->ir];
+  home at = {.kind = H_LAYER, .layer = ci};
+  if (is_source(m, c->x)) add_read(B, at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, c->x);
+  else add_move(B, B->home_of[c->x], at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, -1, c->x, ly->loc);
+  int32_t end = m->values[ly->core].def;
+  B->home_of[ly->core] = (home){.kind = H_LAYER, .layer = ci, .cols = !c->k->reduces, .seq = c->k->reduces};
+  for (int32_t k = end + 1; k < ly->first_op + ly->nops && !B->failed; k++) {
+    const ir_op *f = &m->ops[k];
+    if (f->code != IR_PARAM && f->code != IR_SLICE) follow_op(B, f);
+  }
+  /* values inside the core are the layer's own: nothing outside may read them */
+  for (int32_t k = ly->first_op; k < end && !B->failed; k++)
+    if (!is_source(m, m->ops[k].result)) B->home_of[m->ops[k].result].kind = -1;
+  return (size_t)(ly->first_op + ly->nops);
+}
+
+/* Every op in order: a chain layer whole, any other op following its operands. */
+static void walk_ops(builder *B) {
+  const ir_module *m = B->m;
+  for (size_t i = 0; !B->failed && i < m->n_ops;) {
+    const ir_op *op = &m->ops[i];
+    if (op->layer >= 0 && B->chain_of[op->layer] >= 0) {
+      i = walk_layer(B, B->chain_of[op->layer]);
+      continue;
+    }
+    if (op->code != IR_INPUT && op->code != IR_PARAM && op->code != IR_CONST && op->code != IR_SLICE) {
+      for (int a = 0; a < op->nargs; a++)
+        if (B->home_of[op->args[a]].kind < 0) {
+          pl_model_error(m, op->loc, B->diags, "this operation reads a value inside a layer; the planner cannot place it");
+          B->failed = true;
+        }
+      if (!B->failed) follow_op(B, op);
+    }
+    i++;
+  }
+}
+
+plan_model *plan_model_new_unguarded(const ir_module *m, diag_sink *diags) {
+  plan_model *pm = calloc(1, sizeof *pm);
+  if (!pm) {
+    diag_out_of_memory(diags);
+    return NULL;
+  }
+  pm->m = m;
+  if (!plannable(m, diags)) {
+    plan_model_free(pm);
+    return NULL;
   }
   builder B = {.pm = pm, .m = m, .diags = diags};
   B.home_of = calloc(m->n_values + 1, sizeof *B.home_of);
@@ -256,52 +326,8 @@ plan_model *plan_model_new_unguarded(const ir_module *m, diag_sink *diags) {
     diag_out_of_memory(diags);
     B.failed = true;
   }
-  for (size_t l = 0; !B.failed && l < m->n_layers; l++) {
-    B.chain_of[l] = -1;
-    if (!layer_is_sharded(&m->layers[l])) continue;
-    if (!read_chain_layer(m, (int32_t)l, &pm->L[pm->n], diags)) B.failed = true;
-    B.chain_of[l] = pm->n++;
-  }
-  if (!B.failed && pm->n == 0) {
-    char kinds[200] = "";
-    for (int32_t k = 0; k < layer_nkinds; k++)
-      if (layer_kinds[k]->shard)
-        snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", kinds[0] ? ", " : "", layer_kinds[k]->name);
-    diag_emit(diags, NTPC_ERROR, m->file, NTP_NOLOC, "model '%s' has no layer with a TP degree (%s): nothing to plan",
-              m->name, kinds);
-    B.failed = true;
-  }
-  for (size_t i = 0; !B.failed && i < m->n_ops;) {
-    const ir_op *op = &m->ops[i];
-    if (op->layer >= 0 && B.chain_of[op->layer] >= 0) {
-      int32_t ci = B.chain_of[op->layer];
-      chain_layer *c = &pm->L[ci];
-      const ir_layer *ly = &m->layers[c->ir];
-      home at = {.kind = H_LAYER, .layer = ci};
-      if (is_source(m, c->x)) add_read(&B, at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, c->x);
-      else add_move(&B, B.home_of[c->x], at, c->xs, c->xs, XF_SAME, m->values[c->x].dtype, -1, c->x, ly->loc);
-      int32_t end = m->values[ly->core].def;
-      B.home_of[ly->core] = (home){.kind = H_LAYER, .layer = ci, .cols = !c->k->reduces, .seq = c->k->reduces};
-      for (int32_t k = end + 1; k < ly->first_op + ly->nops && !B.failed; k++) {
-        const ir_op *f = &m->ops[k];
-        if (f->code != IR_PARAM && f->code != IR_SLICE) follow_op(&B, f);
-      }
-      /* values inside the core are the layer's own: nothing outside may read them */
-      for (int32_t k = ly->first_op; k < end && !B.failed; k++)
-        if (!is_source(m, m->ops[k].result)) B.home_of[m->ops[k].result].kind = -1;
-      i = (size_t)(ly->first_op + ly->nops);
-      continue;
-    }
-    if (op->code != IR_INPUT && op->code != IR_PARAM && op->code != IR_CONST && op->code != IR_SLICE) {
-      for (int a = 0; a < op->nargs; a++)
-        if (B.home_of[op->args[a]].kind < 0) {
-          pl_model_error(m, op->loc, diags, "this operation reads a value inside a layer; the planner cannot place it");
-          B.failed = true;
-        }
-      if (!B.failed) follow_op(&B, op);
-    }
-    i++;
-  }
+  read_chain(&B);
+  walk_ops(&B);
   if (!B.failed) {
     const chain_layer *c0 = &pm->L[0];
     pm->samples = c0->rows;

@@ -293,13 +293,124 @@ static int level_of(const char *s) {
   return -1;
 }
 
+/* What a profile must set, as seen so far. */
+typedef struct profile_seen {
+  bool name, flops, bw, cap, link[PLAN_NLEVELS];
+} profile_seen;
+
+/* The line's fields, its comment ('#' on) dropped: how many, or -1 (reported) past 40. */
+static int split_fields(parser *p, char *line, char **tok) {
+  char *hash = strchr(line, '#');
+  if (hash) *hash = 0;
+  int nt = 0;
+  for (char *t = strtok(line, " \t\r"); t; t = strtok(NULL, " \t\r")) {
+    if (nt == 40) {
+      fail(p, "too many fields");
+      return -1;
+    }
+    tok[nt++] = t;
+  }
+  return nt;
+}
+
+/* collective intra|inter KIND|* LATENCY SIZE:EFFICIENCY... ('*': every kind) */
+static void collective_line(parser *p, char **tok, int nt, plan_profile *pr) {
+  if (nt < 5) {
+    fail(p, "expected: collective intra|inter KIND LATENCY SIZE:EFFICIENCY...");
+    return;
+  }
+  int lv = level_of(tok[1]);
+  if (lv < 0) {
+    fail(p, "collective level must be 'intra' or 'inter', not '%s'", tok[1]);
+    return;
+  }
+  int kind = -1;
+  for (int c = 0; c < PLAN_NCOLLS; c++)
+    if (strcmp(tok[2], plan_coll_name(c)) == 0) kind = c;
+  if (kind < 0 && strcmp(tok[2], "*") != 0) {
+    fail(p, "unknown collective '%s' (all-reduce, reduce-scatter, all-gather, all-to-all, send-recv or *)", tok[2]);
+    return;
+  }
+  double lat;
+  plan_curve c;
+  if (!number(p, tok[3], false, true, &lat) || !curve(p, tok + 4, nt - 4, &c)) return;
+  for (int k = 0; k < PLAN_NCOLLS; k++)
+    if (kind < 0 || k == kind) {
+      pr->lat[lv][k] = lat;
+      pr->eff[lv][k] = c;
+    }
+}
+
+/* the key as shown in the message: printable, at most 47 characters */
+static void unknown_key(parser *p, const char *key) {
+  char shown[48];
+  size_t k = 0;
+  for (; key[k] && k + 1 < sizeof shown; k++) shown[k] = isprint((unsigned char)key[k]) ? key[k] : '?';
+  shown[k] = 0;
+  fail(p, "unknown key '%s'", shown);
+}
+
+/* One line of nt > 0 fields: its key's value into pr (errors into p). */
+static void profile_line(parser *p, char **tok, int nt, plan_profile *pr, profile_seen *seen) {
+  const char *key = tok[0];
+  if (strcmp(key, "name") == 0) {
+    if (nt != 2) fail(p, "expected: name NAME");
+    else if (strlen(tok[1]) >= sizeof pr->name) fail(p, "name '%s' is too long", tok[1]);
+    else {
+      snprintf(pr->name, sizeof pr->name, "%s", tok[1]);
+      seen->name = true;
+    }
+  } else if (strcmp(key, "device") == 0) {
+    if (nt < 2) fail(p, "expected: device DESCRIPTION");
+    pr->device[0] = 0;
+    for (int i = 1; i < nt; i++) {
+      size_t len = strlen(pr->device);
+      snprintf(pr->device + len, sizeof pr->device - len, "%s%s", i > 1 ? " " : "", tok[i]);
+    }
+  } else if (strcmp(key, "flops") == 0) {
+    int dt = nt == 3 ? dtype_lookup(tok[1]) : -1;
+    if (nt != 3) fail(p, "expected: flops DTYPE FLOP/S");
+    else if (dt < 0 || !dtype_is_float((ntp_dtype)dt)) fail(p, "'%s' is not a float dtype (bf16, fp16, fp32)", tok[1]);
+    else if (number(p, tok[2], false, false, &pr->flops[dt])) seen->flops = true;
+  } else if (strcmp(key, "gemm_efficiency") == 0) {
+    curve(p, tok + 1, nt - 1, &pr->gemm_eff);
+  } else if (strcmp(key, "attention_efficiency") == 0) {
+    if (nt != 2) fail(p, "expected: attention_efficiency FRACTION");
+    else fraction(p, tok[1], &pr->attn_eff);
+  } else if (strcmp(key, "attention_gemm_from") == 0) {
+    if (nt != 2) fail(p, "expected: attention_gemm_from SEQUENCE_LENGTH|never");
+    else gemm_from(p, tok[1], &pr->attn_gemm_from);
+  } else if (strcmp(key, "memory_bandwidth") == 0) {
+    if (nt != 2) fail(p, "expected: memory_bandwidth BYTES/S");
+    else seen->bw = number(p, tok[1], false, false, &pr->mem_bw);
+  } else if (strcmp(key, "memory_capacity") == 0) {
+    if (nt != 2) fail(p, "expected: memory_capacity BYTES");
+    else seen->cap = number(p, tok[1], true, false, &pr->mem_capacity);
+  } else if (strcmp(key, "memory_efficiency") == 0) {
+    if (nt != 2) fail(p, "expected: memory_efficiency FRACTION");
+    else fraction(p, tok[1], &pr->mem_eff);
+  } else if (strcmp(key, "kernel_launch") == 0) {
+    if (nt != 2) fail(p, "expected: kernel_launch SECONDS");
+    else number(p, tok[1], false, true, &pr->launch);
+  } else if (strcmp(key, "link") == 0) {
+    int lv = nt == 3 ? level_of(tok[1]) : -1;
+    if (nt != 3) fail(p, "expected: link intra|inter BYTES/S");
+    else if (lv < 0) fail(p, "link level must be 'intra' or 'inter', not '%s'", tok[1]);
+    else seen->link[lv] = number(p, tok[2], false, false, &pr->link_bw[lv]);
+  } else if (strcmp(key, "collective") == 0) {
+    collective_line(p, tok, nt, pr);
+  } else {
+    unknown_key(p, key);
+  }
+}
+
 bool plan_profile_parse(const char *text, const char *file, plan_profile *out, char *err, size_t cap) {
   parser p = {.file = file ? file : "<profile>", .err = err, .cap = cap};
   if (cap) err[0] = 0;
   plan_profile pr = {0};
   pr.attn_eff = 1;
   pr.mem_eff = 1;
-  bool has_name = false, has_flops = false, has_bw = false, has_cap = false, has_link[PLAN_NLEVELS] = {0};
+  profile_seen seen = {0};
   const char *s = text;
   char line[1024];
   while (*s && !p.failed) {
@@ -312,101 +423,14 @@ bool plan_profile_parse(const char *text, const char *file, plan_profile *out, c
     memcpy(line, s, n);
     line[n] = 0;
     s += n + (s[n] == '\n');
-    char *hash = strchr(line, '#');
-    if (hash) *hash = 0;
     char *tok[40];
-    int nt = 0;
-    for (char *t = strtok(line, " \t\r"); t; t = strtok(NULL, " \t\r")) {
-      if (nt == 40) {
-        fail(&p, "too many fields");
-        break;
-      }
-      tok[nt++] = t;
-    }
-    if (p.failed) break;
-    if (nt == 0) continue;
-    const char *key = tok[0];
-    if (strcmp(key, "name") == 0) {
-      if (nt != 2) fail(&p, "expected: name NAME");
-      else if (strlen(tok[1]) >= sizeof pr.name) fail(&p, "name '%s' is too long", tok[1]);
-      else {
-        snprintf(pr.name, sizeof pr.name, "%s", tok[1]);
-        has_name = true;
-      }
-    } else if (strcmp(key, "device") == 0) {
-      if (nt < 2) fail(&p, "expected: device DESCRIPTION");
-      pr.device[0] = 0;
-      for (int i = 1; i < nt; i++) {
-        size_t len = strlen(pr.device);
-        snprintf(pr.device + len, sizeof pr.device - len, "%s%s", i > 1 ? " " : "", tok[i]);
-      }
-    } else if (strcmp(key, "flops") == 0) {
-      int dt = nt == 3 ? dtype_lookup(tok[1]) : -1;
-      if (nt != 3) fail(&p, "expected: flops DTYPE FLOP/S");
-      else if (dt < 0 || !dtype_is_float((ntp_dtype)dt)) fail(&p, "'%s' is not a float dtype (bf16, fp16, fp32)", tok[1]);
-      else if (number(&p, tok[2], false, false, &pr.flops[dt])) has_flops = true;
-    } else if (strcmp(key, "gemm_efficiency") == 0) {
-      curve(&p, tok + 1, nt - 1, &pr.gemm_eff);
-    } else if (strcmp(key, "attention_efficiency") == 0) {
-      if (nt != 2) fail(&p, "expected: attention_efficiency FRACTION");
-      else fraction(&p, tok[1], &pr.attn_eff);
-    } else if (strcmp(key, "attention_gemm_from") == 0) {
-      if (nt != 2) fail(&p, "expected: attention_gemm_from SEQUENCE_LENGTH|never");
-      else gemm_from(&p, tok[1], &pr.attn_gemm_from);
-    } else if (strcmp(key, "memory_bandwidth") == 0) {
-      if (nt != 2) fail(&p, "expected: memory_bandwidth BYTES/S");
-      else has_bw = number(&p, tok[1], false, false, &pr.mem_bw);
-    } else if (strcmp(key, "memory_capacity") == 0) {
-      if (nt != 2) fail(&p, "expected: memory_capacity BYTES");
-      else has_cap = number(&p, tok[1], true, false, &pr.mem_capacity);
-    } else if (strcmp(key, "memory_efficiency") == 0) {
-      if (nt != 2) fail(&p, "expected: memory_efficiency FRACTION");
-      else fraction(&p, tok[1], &pr.mem_eff);
-    } else if (strcmp(key, "kernel_launch") == 0) {
-      if (nt != 2) fail(&p, "expected: kernel_launch SECONDS");
-      else number(&p, tok[1], false, true, &pr.launch);
-    } else if (strcmp(key, "link") == 0) {
-      int lv = nt == 3 ? level_of(tok[1]) : -1;
-      if (nt != 3) fail(&p, "expected: link intra|inter BYTES/S");
-      else if (lv < 0) fail(&p, "link level must be 'intra' or 'inter', not '%s'", tok[1]);
-      else has_link[lv] = number(&p, tok[2], false, false, &pr.link_bw[lv]);
-    } else if (strcmp(key, "collective") == 0) {
-      if (nt < 5) {
-        fail(&p, "expected: collective intra|inter KIND LATENCY SIZE:EFFICIENCY...");
-        break;
-      }
-      int lv = level_of(tok[1]);
-      if (lv < 0) {
-        fail(&p, "collective level must be 'intra' or 'inter', not '%s'", tok[1]);
-        break;
-      }
-      int kind = -1;
-      for (int c = 0; c < PLAN_NCOLLS; c++)
-        if (strcmp(tok[2], plan_coll_name(c)) == 0) kind = c;
-      if (kind < 0 && strcmp(tok[2], "*") != 0) {
-        fail(&p, "unknown collective '%s' (all-reduce, reduce-scatter, all-gather, all-to-all, send-recv or *)", tok[2]);
-        break;
-      }
-      double lat;
-      plan_curve c;
-      if (!number(&p, tok[3], false, true, &lat) || !curve(&p, tok + 4, nt - 4, &c)) break;
-      for (int k = 0; k < PLAN_NCOLLS; k++)
-        if (kind < 0 || k == kind) {
-          pr.lat[lv][k] = lat;
-          pr.eff[lv][k] = c;
-        }
-    } else {
-      char shown[48];
-      size_t k = 0;
-      for (; key[k] && k + 1 < sizeof shown; k++) shown[k] = isprint((unsigned char)key[k]) ? key[k] : '?';
-      shown[k] = 0;
-      fail(&p, "unknown key '%s'", shown);
-    }
+    int nt = split_fields(&p, line, tok);
+    if (nt > 0) profile_line(&p, tok, nt, &pr, &seen);
   }
   if (p.failed) return false;
   p.line = 0;
-  const char *missing = !has_name ? "name" : !has_flops ? "flops" : !has_bw ? "memory_bandwidth" : !has_cap ? "memory_capacity"
-                        : !has_link[PLAN_INTRA] ? "link intra" : !has_link[PLAN_INTER] ? "link inter" : NULL;
+  const char *missing = !seen.name ? "name" : !seen.flops ? "flops" : !seen.bw ? "memory_bandwidth" : !seen.cap ? "memory_capacity"
+                        : !seen.link[PLAN_INTRA] ? "link intra" : !seen.link[PLAN_INTER] ? "link inter" : NULL;
   if (missing) {
     snprintf(err, cap, "%s: missing '%s'", p.file, missing);
     return false;

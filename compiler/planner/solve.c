@@ -259,6 +259,155 @@ static int cmp_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
+/* The search over candidate peaks: the incumbent plan (choice, of time ta; ok once there is
+ * one) and what every peak's search shares. */
+typedef struct peak_search {
+  plan_tables *T;
+  double mem_cap;
+  int32_t quanta; /* memory units of the DP */
+  int64_t fit;    /* the most units with every layer's DP table kept */
+  int32_t *choice;
+  double ta;
+  bool ok;
+  int32_t *alt;    /* a candidate plan */
+  uint8_t *legal;  /* the tables' legal states, while each peak restricts T->legal */
+  double *scratch; /* for the Lagrangian DP */
+  int32_t *from;
+  double lam;  /* the Lagrangian multiplier of the bound (0: none) */
+  double work; /* DP cells of one full DP */
+  int full;    /* full DPs run */
+  dp_ws ws;
+  plan_solution *out;
+} peak_search;
+
+/* The candidate plan becomes the incumbent. */
+static void take(peak_search *s, double t) {
+  s->ta = t;
+  memcpy(s->choice, s->alt, (size_t)s->T->pm->n * sizeof *s->alt);
+  s->ok = true;
+}
+
+/* at most the units the DP's tables allow (at least 16) */
+static int32_t clamp_quanta(int32_t quanta, int64_t fit) {
+  return quanta > fit ? (fit > 16 ? (int32_t)fit : 16) : quanta;
+}
+
+/* The distinct working sets of the legal states, largest first (with repeats; returns how many). */
+static int candidate_peaks(const plan_tables *T, const uint8_t *legal, double *thetas) {
+  int nt = 0;
+  for (size_t k = 0; k < (size_t)T->pm->n * T->S; k++)
+    if (legal[k]) thetas[nt++] = T->amax[k];
+  qsort(thetas, (size_t)nt, sizeof *thetas, cmp_desc);
+  return nt;
+}
+
+/* The smallest activation peak any plan can have: the largest of the layers' smallest working sets. */
+static double floor_activation(const plan_tables *T) {
+  int32_t n = T->pm->n, S = T->S;
+  double floor_act = 0;
+  for (int32_t i = 0; i < n; i++) {
+    double mn = INFINITY;
+    for (int32_t k = 0; k < S; k++)
+      if (T->legal[(size_t)i * S + k] && T->amax[(size_t)i * S + k] < mn) mn = T->amax[(size_t)i * S + k];
+    if (mn > floor_act && mn < INFINITY) floor_act = mn;
+  }
+  return floor_act;
+}
+
+/* The bound first: with the smallest activation peak any plan can have, and every state; its
+ * multiplier (s->lam) then bounds each peak's search from below. A Lagrangian plan that fits
+ * is the first incumbent. */
+static double first_bound(peak_search *s) {
+  plan_tables *T = s->T;
+  double reserve = T->act_reserve, tl = INFINITY;
+  T->act_reserve = floor_activation(T);
+  double lb = lagrange_bound(T, s->mem_cap, s->alt, &tl, &s->lam);
+  T->act_reserve = reserve;
+  if (tl < INFINITY && peak_bytes(T, s->alt) <= s->mem_cap) take(s, tl);
+  return lb;
+}
+
+/* small problems get a finer memory resolution (up to 65536 units) while searching every
+ * candidate peak stays under 2e7 DP cells */
+static int32_t finer_quanta(const plan_tables *T, const double *thetas, int nt, int32_t quanta, int64_t fit) {
+  int32_t n = T->pm->n, S = T->S;
+  int distinct = 0;
+  for (int it = 0; it < nt; it++) distinct += !it || thetas[it] != thetas[it - 1];
+  double finer = 2e7 / ((double)(distinct > 0 ? distinct : 1) * n * S * S);
+  if (finer > quanta) quanta = finer > 65536 ? 65536 : (int32_t)finer;
+  return clamp_quanta(quanta, fit);
+}
+
+/* T->legal restricted to the states whose working set is at most theta; false when a layer has
+ * none left. least: the fewest bytes a plan can then need (theta reserved). */
+static bool restrict_to_peak(peak_search *s, double theta, double *least) {
+  plan_tables *T = s->T;
+  int32_t n = T->pm->n, S = T->S;
+  bool any_layer = true;
+  *least = theta + T->const_mem;
+  for (int32_t i = 0; i < n && any_layer; i++) {
+    double mn = INFINITY;
+    for (int32_t k = 0; k < S; k++) {
+      size_t q = (size_t)i * S + k;
+      T->legal[q] = s->legal[q] && T->amax[q] <= theta;
+      if (T->legal[q] && T->pmax[q] < mn) mn = T->pmax[q];
+    }
+    any_layer = mn < INFINITY;
+    *least += mn;
+  }
+  return any_layer;
+}
+
+/* The parameters as the DP's knapsack (memory in units rounded up: every plan it accepts
+ * fits), at finer resolutions until one succeeds, improved byte for byte by local moves. */
+static void knapsack_at_peak(peak_search *s) {
+  plan_tables *T = s->T;
+  for (int32_t qn = s->quanta; qn <= s->quanta * 16 && qn <= s->fit; qn *= 4) {
+    plan_problem pb = plan_tables_problem(T, s->mem_cap, qn, true);
+    if (T->quantum > s->out->quantum) s->out->quantum = T->quantum;
+    s->full++;
+    if (pl_dp_solve_ws(&pb, s->alt, NULL, NULL, &s->ws)) {
+      improve(T, s->mem_cap, s->alt);
+      double t = plan_time(T, s->alt);
+      if (t < s->ta) take(s, t);
+      break;
+    }
+  }
+}
+
+/* The relaxation (units rounded down): its plan, if it fits, is optimal at this peak. */
+static void relaxation_at_peak(peak_search *s) {
+  plan_tables *T = s->T;
+  plan_problem pb = plan_tables_problem(T, s->mem_cap, s->quanta, false);
+  if (pl_dp_solve_ws(&pb, s->alt, NULL, NULL, &s->ws) && model_bytes(T, s->alt) <= s->mem_cap) {
+    double t = plan_time(T, s->alt);
+    if (t < s->ta) take(s, t);
+  }
+}
+
+/* One candidate peak theta (T->legal restricted to it, theta reserved): its unconstrained
+ * optimum first (no faster than the incumbent, or below the Lagrangian bound: done; fits: the
+ * optimum here), else the knapsack, and the relaxation when that is cheap. */
+static void search_peak(peak_search *s, double theta) {
+  plan_tables *T = s->T;
+  int32_t n = T->pm->n;
+  T->act_reserve = theta;
+  plan_problem pb = plan_tables_problem(T, s->mem_cap, s->quanta, true);
+  if (!pl_dp_core(&pb, 0, false, s->alt, &s->ws)) return;
+  double tu = plan_time(T, s->alt);
+  if (tu >= s->ta) return; /* not even without a memory limit */
+  if (s->lam > 0) {        /* the Lagrangian bound at this peak, with the multiplier found above */
+    double v = lagrange_dp(T, s->lam, s->from /* as a plan buffer */, s->scratch, s->from + n);
+    if (v - s->lam * (s->mem_cap - theta - T->const_mem) >= s->ta * (1 - 1e-12)) return;
+  }
+  if (model_bytes(T, s->alt) <= s->mem_cap) { /* the unconstrained optimum at this peak fits */
+    take(s, tu);
+    return;
+  }
+  knapsack_at_peak(s);
+  if (s->work < 1e7) relaxation_at_peak(s); /* cheap */
+}
+
 /* Solves the tables. A plan fits when its parameters (each layer's on its most-loaded rank),
  * its activation peak (the largest working set of its layers) and the unplaced slices fit the
  * cap. The peak is a maximum, not a sum, so the search runs once per candidate peak theta (the
@@ -271,139 +420,60 @@ static int cmp_desc(const void *a, const void *b) {
 bool pl_solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *choice, plan_solution *out) {
   int32_t n = T->pm->n, S = T->S;
   size_t ns = (size_t)n * S;
-  int32_t *alt = malloc((size_t)n * sizeof *alt);
-  uint8_t *legal = malloc(ns);
+  peak_search s = {.T = T, .mem_cap = mem_cap, .choice = choice, .ta = INFINITY, .out = out};
+  s.alt = malloc((size_t)n * sizeof *s.alt);
+  s.legal = malloc(ns);
   double *thetas = malloc((ns + 1) * sizeof *thetas);
   double t0 = pl_now_ms(), reserve = T->act_reserve;
   if (quanta <= 0) quanta = 1024;
-  bool ok = false;
-  dp_ws ws = {0};
   out->exact = true;
   out->quantum = 0;
-  int64_t fit = (int64_t)(PLAN_DP_BYTES / (ns * sizeof(float))) - 1; /* every layer's DP table is kept */
-  if (quanta > fit) quanta = fit > 16 ? (int32_t)fit : 16;
-  double ta = INFINITY;
-  int nt = 0, full = 0;
-  double *scratch = malloc(2 * (size_t)S * sizeof *scratch);
-  int32_t *from = malloc((ns + (size_t)n) * sizeof *from);
-  /* the bound first: with the smallest activation peak any plan can have, and every state;
-   * its multiplier then bounds each peak's search from below */
-  double lam = 0, lb = -INFINITY, tl = INFINITY;
-  if (alt && legal && thetas && scratch && from) {
-    memcpy(legal, T->legal, ns);
-    for (size_t k = 0; k < ns; k++)
-      if (legal[k]) thetas[nt++] = T->amax[k];
-    qsort(thetas, (size_t)nt, sizeof *thetas, cmp_desc);
-    double floor_act = 0;
-    for (int32_t i = 0; i < n; i++) {
-      double mn = INFINITY;
-      for (int32_t k = 0; k < S; k++)
-        if (T->legal[(size_t)i * S + k] && T->amax[(size_t)i * S + k] < mn) mn = T->amax[(size_t)i * S + k];
-      if (mn > floor_act && mn < INFINITY) floor_act = mn;
-    }
-    T->act_reserve = floor_act;
-    lb = lagrange_bound(T, mem_cap, alt, &tl, &lam);
-    T->act_reserve = reserve;
-    if (tl < INFINITY && peak_bytes(T, alt) <= mem_cap) { /* a Lagrangian plan that fits: the first incumbent */
-      ta = tl;
-      memcpy(choice, alt, (size_t)n * sizeof *alt);
-      ok = true;
-    }
-  } else {
-    nt = 0;
+  s.fit = (int64_t)(PLAN_DP_BYTES / (ns * sizeof(float))) - 1; /* every layer's DP table is kept */
+  quanta = clamp_quanta(quanta, s.fit);
+  int nt = 0;
+  s.scratch = malloc(2 * (size_t)S * sizeof *s.scratch);
+  s.from = malloc((ns + (size_t)n) * sizeof *s.from);
+  double lb = -INFINITY;
+  if (s.alt && s.legal && thetas && s.scratch && s.from) {
+    memcpy(s.legal, T->legal, ns);
+    nt = candidate_peaks(T, s.legal, thetas);
+    lb = first_bound(&s);
   }
-  /* small problems get a finer memory resolution (up to 65536 units) while searching every
-   * candidate peak stays under 2e7 DP cells */
-  int distinct = 0;
-  for (int it = 0; it < nt; it++) distinct += !it || thetas[it] != thetas[it - 1];
-  double finer = 2e7 / ((double)(distinct > 0 ? distinct : 1) * n * S * S);
-  if (finer > quanta) quanta = finer > 65536 ? 65536 : (int32_t)finer;
-  if (quanta > fit) quanta = fit > 16 ? (int32_t)fit : 16;
+  s.quanta = finer_quanta(T, thetas, nt, quanta, s.fit);
   /* every peak is searched when that is cheap; past the budget only the incumbent's own peak */
-  double work = (double)n * S * S * (quanta + 1), budget_dps = 1e8 / (work > 1 ? work : 1);
+  s.work = (double)n * S * S * (s.quanta + 1);
+  double budget_dps = 1e8 / (s.work > 1 ? s.work : 1);
   int max_full = budget_dps > 1 ? (int)budget_dps : 1;
   out->peaks_exact = true;
   for (int it = 0; it < nt; it++) {
-    double theta = thetas[it];
+    double theta = thetas[it], least;
     if (it && theta == thetas[it - 1]) continue;
-    if (full >= max_full) { /* over budget: jump to the incumbent's peak, if it is below */
-      double peak = ok ? plan_peak(T, choice) : -1;
+    if (s.full >= max_full) { /* over budget: jump to the incumbent's peak, if it is below */
+      double peak = s.ok ? plan_peak(T, choice) : -1;
       out->peaks_exact = false;
       while (it < nt && thetas[it] > peak) it++;
       if (it >= nt || thetas[it] != peak) break;
       theta = thetas[it];
     }
-    bool any_layer = true;
-    double least = theta + T->const_mem;
-    for (int32_t i = 0; i < n && any_layer; i++) {
-      double mn = INFINITY;
-      for (int32_t k = 0; k < S; k++) {
-        size_t q = (size_t)i * S + k;
-        T->legal[q] = legal[q] && T->amax[q] <= theta;
-        if (T->legal[q] && T->pmax[q] < mn) mn = T->pmax[q];
-      }
-      any_layer = mn < INFINITY;
-      least += mn;
-    }
-    if (!any_layer) break;       /* a lower theta leaves a layer no state either */
-    if (least > mem_cap) continue; /* nothing fits with this peak */
-    T->act_reserve = theta;
-    plan_problem pb = plan_tables_problem(T, mem_cap, quanta, true);
-    if (!pl_dp_core(&pb, 0, false, alt, &ws)) continue;
-    double tu = plan_time(T, alt);
-    if (tu >= ta) continue; /* not even without a memory limit */
-    if (lam > 0) { /* the Lagrangian bound at this peak, with the multiplier found above */
-      double v = lagrange_dp(T, lam, from /* as a plan buffer */, scratch, from + n);
-      if (v - lam * (mem_cap - theta - T->const_mem) >= ta * (1 - 1e-12)) continue;
-    }
-    if (model_bytes(T, alt) <= mem_cap) { /* the unconstrained optimum at this peak fits */
-      ta = tu;
-      memcpy(choice, alt, (size_t)n * sizeof *alt);
-      ok = true;
-      continue;
-    }
-    for (int32_t qn = quanta; qn <= quanta * 16 && qn <= fit; qn *= 4) {
-      pb = plan_tables_problem(T, mem_cap, qn, true);
-      if (T->quantum > out->quantum) out->quantum = T->quantum;
-      full++;
-      if (pl_dp_solve_ws(&pb, alt, NULL, NULL, &ws)) {
-        improve(T, mem_cap, alt);
-        double t = plan_time(T, alt);
-        if (t < ta) {
-          ta = t;
-          memcpy(choice, alt, (size_t)n * sizeof *alt);
-          ok = true;
-        }
-        break;
-      }
-    }
-    if (work < 1e7) { /* cheap: the relaxation (units rounded down); its plan, if it fits, is optimal at this peak */
-      pb = plan_tables_problem(T, mem_cap, quanta, false);
-      if (pl_dp_solve_ws(&pb, alt, NULL, NULL, &ws) && model_bytes(T, alt) <= mem_cap) {
-        double t = plan_time(T, alt);
-        if (t < ta) {
-          ta = t;
-          memcpy(choice, alt, (size_t)n * sizeof *alt);
-          ok = true;
-        }
-      }
-    }
+    if (!restrict_to_peak(&s, theta, &least)) break; /* a lower theta leaves a layer no state either */
+    if (least > mem_cap) continue;                  /* nothing fits with this peak */
+    search_peak(&s, theta);
   }
-  if (legal) memcpy(T->legal, legal, ns);
+  if (s.legal) memcpy(T->legal, s.legal, ns);
   T->act_reserve = reserve;
-  if (ok) {
-    out->lower_bound_s = (lb < ta ? lb : ta) + T->const_time;
-    out->exact = out->quantum == 0 || ta <= lb * (1 + 1e-12);
+  if (s.ok) {
+    out->lower_bound_s = (lb < s.ta ? lb : s.ta) + T->const_time;
+    out->exact = out->quantum == 0 || s.ta <= lb * (1 + 1e-12);
   }
-  out->full_dps = full;
+  out->full_dps = s.full;
   out->search_ms = pl_now_ms() - t0;
-  free(ws.D);
-  free(alt);
-  free(legal);
+  free(s.ws.D);
+  free(s.alt);
+  free(s.legal);
   free(thetas);
-  free(scratch);
-  free(from);
-  return ok;
+  free(s.scratch);
+  free(s.from);
+  return s.ok;
 }
 
 /* Search, then the report's numbers for the best assignment (the search's own statistics kept),
@@ -423,6 +493,79 @@ void pl_solve_and_fill(plan_tables *T, double mem_cap, int32_t quanta, plan_solu
     pl_infeasible(T, mem_cap, out);
   }
   free(choice);
+}
+
+/* Layer i's numbers at its state into out->layers[i] and the plan's sums; its parameter bytes
+ * per rank into out->rank_params, less the slices its ops read (counted once for the plan, by
+ * the caller). pr: W doubles of scratch. */
+static void fill_layer(plan_tables *T, const int32_t *choice, int32_t i, plan_solution *out, double *pr) {
+  int32_t S = T->S, W = T->W, s = choice[i];
+  size_t k = (size_t)i * S + s;
+  plan_layer_out *lo = &out->layers[i];
+  lo->place = T->st[s];
+  lo->pinned = T->pin[i] >= 0;
+  lo->compute_s = T->tcomp[k];
+  lo->comm_s = T->tcomm[k];
+  lo->redist_s = i ? T->trans[i][(size_t)choice[i - 1] * S + s] : 0;
+  lo->param_bytes = T->pbytes[k];
+  lo->train_bytes = T->pmax[k] - T->pbytes[k];
+  lo->sync_s = T->tsync[k];
+  out->sync_s += lo->sync_s;
+  out->train_bytes += lo->train_bytes;
+  lo->act_bytes = T->amax[k];
+  lo->reduce_bytes = T->rbytes[k];
+  lo->redist_bytes = T->ubytes[k] + (i ? T->tbytes[i][(size_t)choice[i - 1] * S + s] : 0);
+  out->compute_s += lo->compute_s;
+  out->comm_s += lo->comm_s + lo->redist_s;
+  unary_out u;
+  memset(pr, 0, (size_t)W * sizeof *pr);
+  pl_unary_eval(T, i, s, &u, pr);
+  for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
+  memset(pr, 0, (size_t)W * sizeof *pr); /* its slices read by ops: counted once below, across layers */
+  pl_add_reads(T, (home){.kind = H_LAYER, .layer = i}, s, pr);
+  for (int32_t r = 0; r < W; r++) out->rank_params[r] -= pr[r];
+}
+
+/* The rows of chain layer c's table that rank r holds at placement pl: [*lo, *hi); false: none. */
+static bool rank_rows(const plan_place *pl, const chain_layer *c, int32_t r, int64_t *lo, int64_t *hi) {
+  int64_t rows[NTP_MAX_GROUPS + 1];
+  int32_t gs[NTP_MAX_GROUPS + 1];
+  pl_place_rows(pl, c->rows, rows);
+  pl_group_starts(pl, gs);
+  bool held = false;
+  for (int g = 0; g < pl->ngroups; g++)
+    if (r >= gs[g] && r < gs[g + 1] && rows[g + 1] > rows[g]) {
+      layer_slice sl;
+      c->k->split(&c->d, pl->size[g], r - gs[g], &sl);
+      *lo = sl.lo;
+      *hi = sl.hi;
+      held = true;
+    }
+  return held;
+}
+
+/* A head tied to an earlier layer's table: where a rank holds the same rows of it for both,
+ * the compiler keeps one slice (the search counts both, to stay additive). */
+static void count_tied_rows_once(plan_tables *T, const int32_t *choice, plan_solution *out) {
+  int32_t n = T->pm->n, W = T->W;
+  for (int32_t j = 0; j < n; j++) {
+    const chain_layer *h = &T->pm->L[j];
+    if (h->wval < 0) continue;
+    for (int32_t i = 0; i < n; i++) {
+      const chain_layer *e = &T->pm->L[i];
+      if (i == j || T->pm->m->layers[e->ir].weight != h->wval) continue;
+      const ir_value *w = &T->pm->m->values[h->wval];
+      for (int32_t r = 0; r < W; r++) {
+        int64_t rl[2], rh[2];
+        bool held[2];
+        held[0] = rank_rows(&T->st[choice[i]], e, r, &rl[0], &rh[0]);
+        held[1] = rank_rows(&T->st[choice[j]], h, r, &rl[1], &rh[1]);
+        if (held[0] && held[1] && rl[0] == rl[1] && rh[0] == rh[1])
+          out->rank_params[r] -= plan_tensor_bytes((double)(rh[0] - rl[0]) * (double)w->shape.dim[1] *
+                                                   (double)dtype_bytes(w->dtype));
+      }
+    }
+  }
 }
 
 /* The report's numbers for an assignment of states. */
@@ -451,72 +594,15 @@ void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, pla
   }
   double act = 0, step = T->const_time;
   for (int32_t i = 0; i < n; i++) {
-    int32_t s = choice[i];
-    size_t k = (size_t)i * S + s;
-    plan_layer_out *lo = &out->layers[i];
-    lo->place = T->st[s];
-    lo->pinned = T->pin[i] >= 0;
-    lo->compute_s = T->tcomp[k];
-    lo->comm_s = T->tcomm[k];
-    lo->redist_s = i ? T->trans[i][(size_t)choice[i - 1] * S + s] : 0;
-    lo->param_bytes = T->pbytes[k];
-    lo->train_bytes = T->pmax[k] - T->pbytes[k];
-    lo->sync_s = T->tsync[k];
-    out->sync_s += lo->sync_s;
-    out->train_bytes += lo->train_bytes;
-    lo->act_bytes = T->amax[k];
-    lo->reduce_bytes = T->rbytes[k];
-    lo->redist_bytes = T->ubytes[k] + (i ? T->tbytes[i][(size_t)choice[i - 1] * S + s] : 0);
+    fill_layer(T, choice, i, out, pr);
+    const plan_layer_out *lo = &out->layers[i];
     step += lo->compute_s + lo->comm_s + lo->redist_s;
-    out->compute_s += lo->compute_s;
-    out->comm_s += lo->comm_s + lo->redist_s;
-    unary_out u;
-    memset(pr, 0, (size_t)W * sizeof *pr);
-    pl_unary_eval(T, i, s, &u, pr);
-    for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
-    memset(pr, 0, (size_t)W * sizeof *pr); /* its slices read by ops: counted once below, across layers */
-    pl_add_reads(T, (home){.kind = H_LAYER, .layer = i}, s, pr);
-    for (int32_t r = 0; r < W; r++) out->rank_params[r] -= pr[r];
-    if (T->amax[k] > act) act = T->amax[k];
+    if (lo->act_bytes > act) act = lo->act_bytes;
   }
   memset(pr, 0, (size_t)W * sizeof *pr);
   pl_add_reads_plan(T, choice, pr);
   for (int32_t r = 0; r < W; r++) out->rank_params[r] += pr[r];
-  /* a head tied to an earlier layer's table: where a rank holds the same rows of it for both,
-   * the compiler keeps one slice (the search counts both, to stay additive) */
-  for (int32_t j = 0; j < n; j++) {
-    const chain_layer *h = &T->pm->L[j];
-    if (h->wval < 0) continue;
-    for (int32_t i = 0; i < n; i++) {
-      const chain_layer *e = &T->pm->L[i];
-      if (i == j || T->pm->m->layers[e->ir].weight != h->wval) continue;
-      const ir_value *w = &T->pm->m->values[h->wval];
-      for (int32_t r = 0; r < W; r++) {
-        int64_t rl[2], rh[2];
-        bool held[2];
-        for (int side = 0; side < 2; side++) {
-          const plan_place *pl = &T->st[choice[side ? j : i]];
-          const chain_layer *c = side ? h : e;
-          int64_t rows[NTP_MAX_GROUPS + 1];
-          int32_t gs[NTP_MAX_GROUPS + 1];
-          pl_place_rows(pl, c->rows, rows);
-          pl_group_starts(pl, gs);
-          held[side] = false;
-          for (int g = 0; g < pl->ngroups; g++)
-            if (r >= gs[g] && r < gs[g + 1] && rows[g + 1] > rows[g]) {
-              layer_slice sl;
-              c->k->split(&c->d, pl->size[g], r - gs[g], &sl);
-              rl[side] = sl.lo;
-              rh[side] = sl.hi;
-              held[side] = true;
-            }
-        }
-        if (held[0] && held[1] && rl[0] == rl[1] && rh[0] == rh[1])
-          out->rank_params[r] -= plan_tensor_bytes((double)(rh[0] - rl[0]) * (double)w->shape.dim[1] *
-                                                   (double)dtype_bytes(w->dtype));
-      }
-    }
-  }
+  count_tied_rows_once(T, choice, out);
   out->mem_peak = 0;
   for (int32_t r = 0; r < W; r++) {
     out->rank_act[r] = act;

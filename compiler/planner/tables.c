@@ -584,19 +584,8 @@ static char *unary_key(const plan_tables *T, int32_t i, size_t *len) {
   return k.p;
 }
 
-/* Builds every table for W ranks over the given states. pins: [n] pinned state or -1 (NULL: none).
- * node: [W] node of each rank (NULL: rank / nodes_of). */
-plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
-                                 int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
-                                 bool train, diag_sink *diags) {
-  plan_tables *T = calloc(1, sizeof *T);
-  int32_t n = pm->n;
-  if (!T) goto oom;
-  T->train = train;
-  T->pm = pm;
-  T->prof = prof;
-  T->W = W;
-  T->S = S;
+/* T's tables for n layers and S states over W ranks, zeroed; false when out of memory. */
+static bool tables_alloc(plan_tables *T, int32_t n, int32_t S, int32_t W) {
   T->node = malloc((size_t)W * sizeof *T->node);
   T->st = malloc((size_t)S * sizeof *T->st);
   T->pin = malloc((size_t)n * sizeof *T->pin);
@@ -615,84 +604,93 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
   T->ftrans = calloc((size_t)n, sizeof *T->ftrans);
   T->ptime = calloc(ns, sizeof(float));
   T->punits = calloc(ns, sizeof(int64_t));
-  if (!T->node || !T->st || !T->pin || !T->legal || !T->tcomp || !T->tcomm || !T->pmax || !T->amax || !T->rbytes ||
-      !T->ubytes || !T->pbytes || !T->tsync || !T->trans || !T->tbytes || !T->ftrans || !T->ptime || !T->punits)
-    goto oom;
-  for (int32_t r = 0; r < W; r++) T->node[r] = node ? node[r] : r / (nodes_of > 0 ? nodes_of : 8);
-  memcpy(T->st, states, (size_t)S * sizeof *states);
-  for (int32_t i = 0; i < n; i++) T->pin[i] = pins ? pins[i] : -1;
-  /* layers alike (kind, shapes, what follows them, their pin) share their unary entries */
+  return T->node && T->st && T->pin && T->legal && T->tcomp && T->tcomm && T->pmax && T->amax && T->rbytes &&
+         T->ubytes && T->pbytes && T->tsync && T->trans && T->tbytes && T->ftrans && T->ptime && T->punits;
+}
+
+/* Layer i's unary entries at every state: those of an earlier layer alike (same >= 0), or
+ * evaluated where the state is legal (and the layer's pin, if any); false: no state is legal. */
+static bool unary_layer(plan_tables *T, int32_t i, int32_t same) {
+  int32_t S = T->S;
+  bool any = false;
+  for (int32_t s = 0; s < S; s++) {
+    size_t k = (size_t)i * S + s;
+    if (same >= 0) {
+      size_t kj = (size_t)same * S + s;
+      T->legal[k] = T->legal[kj];
+      T->tcomp[k] = T->tcomp[kj];
+      T->tcomm[k] = T->tcomm[kj];
+      T->pmax[k] = T->pmax[kj];
+      T->amax[k] = T->amax[kj];
+      T->rbytes[k] = T->rbytes[kj];
+      T->ubytes[k] = T->ubytes[kj];
+      T->pbytes[k] = T->pbytes[kj];
+      T->tsync[k] = T->tsync[kj];
+      any |= T->legal[k];
+      continue;
+    }
+    if (T->pin[i] >= 0 && s != T->pin[i]) continue;
+    if (!legal_state(T, i, s, T->pin[i] >= 0)) continue;
+    T->legal[k] = 1;
+    any = true;
+    unary_out u;
+    pl_unary_eval(T, i, s, &u, NULL);
+    T->pbytes[k] = u.pmax;
+    if (T->train) T->tsync[k] = train_costs(T, i, s, &u);
+    T->tcomp[k] = u.comp;
+    T->tcomm[k] = u.comm;
+    T->pmax[k] = u.pmax;
+    T->amax[k] = u.amax;
+    T->rbytes[k] = u.rbytes;
+    T->ubytes[k] = u.ubytes;
+    if (u.amax > T->act_reserve) T->act_reserve = u.amax;
+  }
+  return any;
+}
+
+static void report_no_placement(const plan_tables *T, int32_t i, diag_sink *diags) {
+  const plan_model *pm = T->pm;
+  const chain_layer *c = &pm->L[i];
+  const ir_layer *ly = &pm->m->layers[c->ir];
+  if (T->pin[i] >= 0) {
+    char pbuf[256], msg[512];
+    snprintf(msg, sizeof msg, "layer '%s' cannot take placement %s: it has %lld %s (a group may not be larger), or "
+             "sequence parallelism needs as many positions as ranks", ly->name,
+             plan_place_str(&T->st[T->pin[i]], pbuf, sizeof pbuf), (long long)c->d.units, c->k->unit_name);
+    pl_model_error(pm->m, ly->loc, diags, msg);
+  } else {
+    char msg[300];
+    snprintf(msg, sizeof msg, "layer '%s' has no placement on %d ranks", ly->name, T->W);
+    pl_model_error(pm->m, ly->loc, diags, msg);
+  }
+}
+
+/* Every layer's unary entries; layers alike (kind, shapes, what follows them, their pin) share
+ * them. false when out of memory or a layer has no legal state (reported). */
+static bool unary_tables(plan_tables *T, diag_sink *diags) {
+  int32_t n = T->pm->n;
   char **ukey = calloc((size_t)n, sizeof *ukey);
   size_t *ulen = calloc((size_t)n, sizeof *ulen);
-  if (!ukey || !ulen) {
-    free(ukey);
-    free(ulen);
-    goto oom;
-  }
-  for (int32_t i = 0; i < n; i++) {
-    bool any = false;
+  bool ok = ukey && ulen;
+  if (!ok) diag_out_of_memory(diags);
+  for (int32_t i = 0; ok && i < n; i++) {
     ukey[i] = unary_key(T, i, &ulen[i]);
     int32_t same = -1;
     for (int32_t j = 0; j < i && same < 0 && ukey[i]; j++)
       if (ukey[j] && ulen[j] == ulen[i] && memcmp(ukey[j], ukey[i], ulen[i]) == 0) same = j;
-    for (int32_t s = 0; s < S; s++) {
-      size_t k = (size_t)i * S + s;
-      if (same >= 0) {
-        size_t kj = (size_t)same * S + s;
-        T->legal[k] = T->legal[kj];
-        T->tcomp[k] = T->tcomp[kj];
-        T->tcomm[k] = T->tcomm[kj];
-        T->pmax[k] = T->pmax[kj];
-        T->amax[k] = T->amax[kj];
-        T->rbytes[k] = T->rbytes[kj];
-        T->ubytes[k] = T->ubytes[kj];
-        T->pbytes[k] = T->pbytes[kj];
-        T->tsync[k] = T->tsync[kj];
-        any |= T->legal[k];
-        continue;
-      }
-      if (T->pin[i] >= 0 && s != T->pin[i]) continue;
-      if (!legal_state(T, i, s, T->pin[i] >= 0)) continue;
-      T->legal[k] = 1;
-      any = true;
-      unary_out u;
-      pl_unary_eval(T, i, s, &u, NULL);
-      T->pbytes[k] = u.pmax;
-      if (T->train) T->tsync[k] = train_costs(T, i, s, &u);
-      T->tcomp[k] = u.comp;
-      T->tcomm[k] = u.comm;
-      T->pmax[k] = u.pmax;
-      T->amax[k] = u.amax;
-      T->rbytes[k] = u.rbytes;
-      T->ubytes[k] = u.ubytes;
-      if (u.amax > T->act_reserve) T->act_reserve = u.amax;
-    }
-    if (!any) {
-      const chain_layer *c = &pm->L[i];
-      const ir_layer *ly = &pm->m->layers[c->ir];
-      if (T->pin[i] >= 0) {
-        char pbuf[256], msg[512];
-        snprintf(msg, sizeof msg, "layer '%s' cannot take placement %s: it has %lld %s (a group may not be larger), or "
-                 "sequence parallelism needs as many positions as ranks", ly->name,
-                 plan_place_str(&T->st[T->pin[i]], pbuf, sizeof pbuf), (long long)c->d.units, c->k->unit_name);
-        pl_model_error(pm->m, ly->loc, diags, msg);
-      } else {
-        char msg[300];
-        snprintf(msg, sizeof msg, "layer '%s' has no placement on %d ranks", ly->name, W);
-        pl_model_error(pm->m, ly->loc, diags, msg);
-      }
-      for (int32_t j = 0; j <= i; j++) free(ukey[j]);
-      free(ukey);
-      free(ulen);
-      plan_tables_free(T);
-      return NULL;
-    }
+    ok = unary_layer(T, i, same);
+    if (!ok) report_no_placement(T, i, diags);
   }
-  for (int32_t i = 0; i < n; i++) free(ukey[i]);
+  for (int32_t i = 0; ukey && i < n; i++) free(ukey[i]);
   free(ukey);
   free(ulen);
-  for (int32_t i = 1; i < n; i++) trans_build(T, i);
-  /* what no layer's state changes: ops on values no layer placed */
+  return ok;
+}
+
+/* What no layer's state changes: ops on values no layer placed, and the moves between them. */
+static void constant_costs(plan_tables *T) {
+  const plan_model *pm = T->pm;
+  int32_t n = pm->n, W = T->W;
   home def = {.kind = H_DEFAULT};
   double fa = 0;
   T->const_time = fops_at(T, def, 0, &fa) * (T->train ? 3 : 1);
@@ -706,6 +704,31 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
   for (int32_t e = pm->umove_off[n]; e < pm->umove_off[n + 1]; e++)
     T->const_time += pl_move_eval(T, &pm->moves[pm->umove_ix[e]], 0, 0, 0, NULL, NULL);
   if (fa > T->act_reserve) T->act_reserve = fa;
+}
+
+/* Builds every table for W ranks over the given states. pins: [n] pinned state or -1 (NULL: none).
+ * node: [W] node of each rank (NULL: rank / nodes_of). */
+plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int32_t W, const int32_t *node,
+                                 int32_t nodes_of, const plan_place *states, int32_t S, const int32_t *pins,
+                                 bool train, diag_sink *diags) {
+  plan_tables *T = calloc(1, sizeof *T);
+  int32_t n = pm->n;
+  if (!T) goto oom;
+  T->train = train;
+  T->pm = pm;
+  T->prof = prof;
+  T->W = W;
+  T->S = S;
+  if (!tables_alloc(T, n, S, W)) goto oom;
+  for (int32_t r = 0; r < W; r++) T->node[r] = node ? node[r] : r / (nodes_of > 0 ? nodes_of : 8);
+  memcpy(T->st, states, (size_t)S * sizeof *states);
+  for (int32_t i = 0; i < n; i++) T->pin[i] = pins ? pins[i] : -1;
+  if (!unary_tables(T, diags)) {
+    plan_tables_free(T);
+    return NULL;
+  }
+  for (int32_t i = 1; i < n; i++) trans_build(T, i);
+  constant_costs(T);
   return T;
 oom:
   diag_out_of_memory(diags);

@@ -40,6 +40,124 @@ static long member_index(const char *name) {
   return -1;
 }
 
+/* The plan file's rules as they are built: one line per layer, or per family and its
+ * exceptions. lines[0..nl) are the broad rules; the exceptions wait in lines[n + 1..]. */
+typedef struct rule_line {
+  const char *pat, *spec;
+} rule_line;
+
+typedef struct plan_rules {
+  const plan_model *pm;
+  const ir_module *m;
+  char (*fam)[512];   /* per layer: its family */
+  char (*spec)[2048]; /* per layer: its placement as written */
+  bool *done;         /* per layer: its rule is written */
+  rule_line *lines;
+  char (*range)[600]; /* the range patterns, blk.{58..95}.attn */
+  int nl, nfirst, ranges;
+} plan_rules;
+
+/* the header's lines as comments */
+static void write_header(FILE *out, const char *header) {
+  if (!header || !*header) return;
+  const char *p = header;
+  while (*p) {
+    size_t k = strcspn(p, "\n");
+    fprintf(out, "// %.*s\n", (int)k, p);
+    p += k + (p[k] == '\n');
+  }
+}
+
+/* layers without a degree (norms) take their inline annotation, or one rank each; the
+ * compiler still resolves them: give them the whole world when that would not fit */
+static bool needs_base_rule(const ir_module *m, int32_t world) {
+  bool base = false;
+  for (size_t l = 0; l < m->n_layers && !base; l++) {
+    if (layer_is_sharded(&m->layers[l])) continue;
+    const ir_tp *tp = &m->layers[l].tp;
+    int64_t sum = 0;
+    for (int g = 0; tp->kind == TP_DEGREES && g < tp->n; g++) sum += tp->groups[g];
+    if (tp->kind == TP_NONE || (tp->kind == TP_DEGREES && tp->n == 1 && tp->groups[0] == 1)) base = world > NTP_MAX_GROUPS;
+    else if (tp->kind == TP_DEGREES && tp->n == 1) base = world % tp->groups[0] || world / tp->groups[0] > NTP_MAX_GROUPS;
+    else base = tp->kind == TP_AUTO || sum != world;
+  }
+  return base;
+}
+
+/* Layer i's family takes one rule: it has other members, and its pattern matches no other layer. */
+static bool family_pattern(const plan_rules *R, int32_t i) {
+  int32_t n = R->pm->n;
+  int members = 0;
+  for (int32_t j = i; j < n; j++) members += strcmp(R->fam[j], R->fam[i]) == 0;
+  bool pattern = members > 1 && strchr(R->fam[i], '*');
+  for (size_t l = 0; pattern && l < R->m->n_layers; l++) /* the pattern matches only the family */
+    if (ir_glob_match(R->fam[i], R->m->layers[l].name)) {
+      bool member = false;
+      for (int32_t j = i; j < n && !member; j++)
+        member = R->pm->L[j].ir == (int32_t)l && strcmp(R->fam[j], R->fam[i]) == 0;
+      pattern = member;
+    }
+  return pattern;
+}
+
+/* the member of layer i's family with the family's most common placement */
+static int32_t family_common(const plan_rules *R, int32_t i) {
+  int32_t n = R->pm->n, best = i, bestc = 0;
+  for (int32_t j = i; j < n; j++) {
+    if (strcmp(R->fam[j], R->fam[i]) != 0) continue;
+    int c = 0;
+    for (int32_t k = i; k < n; k++) c += strcmp(R->fam[k], R->fam[i]) == 0 && strcmp(R->spec[k], R->spec[j]) == 0;
+    if (c > bestc) {
+      bestc = c;
+      best = j;
+    }
+  }
+  return best;
+}
+
+/* the exceptions: members placed otherwise than `best`; consecutive members with one placement
+ * become a range, blk.{58..95}.attn */
+static void family_exceptions(plan_rules *R, int32_t i, int32_t best) {
+  int32_t n = R->pm->n;
+  for (int32_t j = i; j < n; j++) {
+    if (strcmp(R->fam[j], R->fam[i]) != 0 || R->done[j]) continue;
+    R->done[j] = true;
+    if (strcmp(R->spec[j], R->spec[best]) == 0) continue;
+    long first = member_index(plan_model_layer(R->pm, j)->name), last = first;
+    for (int32_t k = j + 1; k < n; k++) {
+      if (strcmp(R->fam[k], R->fam[i]) != 0) continue;
+      if (strcmp(R->spec[k], R->spec[j]) != 0 || member_index(plan_model_layer(R->pm, k)->name) != last + 1) break;
+      R->done[k] = true;
+      last++;
+    }
+    const char *pat = plan_model_layer(R->pm, j)->name;
+    if (last > first && first >= 0 && R->ranges < n) {
+      const char *star = strchr(R->fam[i], '*');
+      snprintf(R->range[R->ranges], sizeof R->range[R->ranges], "%.*s{%ld..%ld}%s", (int)(star - R->fam[i]),
+               R->fam[i], first, last, star + 1);
+      pat = R->range[R->ranges++];
+    }
+    R->lines[n + 1 + R->nfirst++] = (rule_line){pat, R->spec[j]};
+  }
+}
+
+/* the broad rules first, in layer order; then the exceptions */
+static void build_rules(plan_rules *R) {
+  int32_t n = R->pm->n;
+  for (int32_t i = 0; i < n; i++) {
+    if (R->done[i]) continue;
+    if (!family_pattern(R, i)) {
+      R->done[i] = true;
+      R->lines[R->nl++] = (rule_line){plan_model_layer(R->pm, i)->name, R->spec[i]};
+      continue;
+    }
+    int32_t best = family_common(R, i);
+    R->lines[R->nl++] = (rule_line){R->fam[i], R->spec[best]};
+    family_exceptions(R, i, best);
+  }
+  for (int k = 0; k < R->nfirst; k++) R->lines[R->nl++] = R->lines[n + 1 + k];
+}
+
 /* The plan file. Layers whose names differ only in numbers (blk.N.attn) form a family: one
  * rule for the family's most common placement (blk.*.attn, when that pattern matches exactly the
  * family), then the members that differ, consecutive ones as a range (blk.{58..95}.attn:
@@ -47,104 +165,32 @@ static long member_index(const char *name) {
 void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const plan_solution *s, const char *name,
                      const char *header) {
   int32_t n = pm->n;
-  if (header && *header) {
-    const char *p = header;
-    while (*p) {
-      size_t k = strcspn(p, "\n");
-      fprintf(out, "// %.*s\n", (int)k, p);
-      p += k + (p[k] == '\n');
-    }
-  }
+  write_header(out, header);
   fprintf(out, "plan %s for %s {\n  world %d;\n\n", name, m->name, s->world);
-  /* layers without a degree (norms) take their inline annotation, or one rank each; the
-   * compiler still resolves them: give them the whole world when that would not fit */
-  bool base = false;
-  for (size_t l = 0; l < m->n_layers && !base; l++) {
-    if (layer_is_sharded(&m->layers[l])) continue;
-    const ir_tp *tp = &m->layers[l].tp;
-    int64_t sum = 0;
-    for (int g = 0; tp->kind == TP_DEGREES && g < tp->n; g++) sum += tp->groups[g];
-    if (tp->kind == TP_NONE || (tp->kind == TP_DEGREES && tp->n == 1 && tp->groups[0] == 1)) base = s->world > NTP_MAX_GROUPS;
-    else if (tp->kind == TP_DEGREES && tp->n == 1) base = s->world % tp->groups[0] || s->world / tp->groups[0] > NTP_MAX_GROUPS;
-    else base = tp->kind == TP_AUTO || sum != s->world;
-  }
-  if (base) fprintf(out, "  *  tp %d;  // layers without a degree of their own\n", s->world);
-  char (*fam)[512] = malloc((size_t)n * sizeof *fam);
-  char (*spec)[2048] = malloc((size_t)n * sizeof *spec);
-  bool *done = calloc((size_t)n + 1, 1);
-  typedef struct line {
-    const char *pat, *spec;
-  } line;
-  line *lines = calloc((size_t)(2 * n + 2), sizeof *lines);
-  char (*range)[600] = malloc((size_t)(n + 1) * sizeof *range);
-  int nl = 0, nfirst = 0, ranges = 0;
-  if (!fam || !spec || !done || !lines || !range) goto out;
-  for (int32_t i = 0; i < n; i++) {
-    family_of(plan_model_layer(pm, i)->name, fam[i], sizeof fam[i]);
-    pl_place_str_rows(&s->layers[i].place, pm->L[i].rows, spec[i], sizeof spec[i]);
-  }
-  /* the broad rules first, in layer order; then the exceptions */
-  for (int32_t i = 0; i < n; i++) {
-    if (done[i]) continue;
-    int members = 0;
-    for (int32_t j = i; j < n; j++) members += strcmp(fam[j], fam[i]) == 0;
-    bool pattern = members > 1 && strchr(fam[i], '*');
-    for (size_t l = 0; pattern && l < m->n_layers; l++) /* the pattern matches only the family */
-      if (ir_glob_match(fam[i], m->layers[l].name)) {
-        bool member = false;
-        for (int32_t j = i; j < n && !member; j++) member = pm->L[j].ir == (int32_t)l && strcmp(fam[j], fam[i]) == 0;
-        pattern = member;
-      }
-    if (!pattern) {
-      done[i] = true;
-      lines[nl++] = (line){plan_model_layer(pm, i)->name, spec[i]};
-      continue;
+  if (needs_base_rule(m, s->world)) fprintf(out, "  *  tp %d;  // layers without a degree of their own\n", s->world);
+  plan_rules R = {.pm = pm, .m = m};
+  R.fam = malloc((size_t)n * sizeof *R.fam);
+  R.spec = malloc((size_t)n * sizeof *R.spec);
+  R.done = calloc((size_t)n + 1, 1);
+  R.lines = calloc((size_t)(2 * n + 2), sizeof *R.lines);
+  R.range = malloc((size_t)(n + 1) * sizeof *R.range);
+  if (R.fam && R.spec && R.done && R.lines && R.range) {
+    for (int32_t i = 0; i < n; i++) {
+      family_of(plan_model_layer(pm, i)->name, R.fam[i], sizeof R.fam[i]);
+      pl_place_str_rows(&s->layers[i].place, pm->L[i].rows, R.spec[i], sizeof R.spec[i]);
     }
-    int32_t best = i, bestc = 0; /* the family's most common placement */
-    for (int32_t j = i; j < n; j++) {
-      if (strcmp(fam[j], fam[i]) != 0) continue;
-      int c = 0;
-      for (int32_t k = i; k < n; k++) c += strcmp(fam[k], fam[i]) == 0 && strcmp(spec[k], spec[j]) == 0;
-      if (c > bestc) {
-        bestc = c;
-        best = j;
-      }
-    }
-    lines[nl++] = (line){fam[i], spec[best]};
-    /* the exceptions: consecutive members with one placement become a range, blk.{58..95}.attn */
-    for (int32_t j = i; j < n; j++) {
-      if (strcmp(fam[j], fam[i]) != 0 || done[j]) continue;
-      done[j] = true;
-      if (strcmp(spec[j], spec[best]) == 0) continue;
-      long first = member_index(plan_model_layer(pm, j)->name), last = first;
-      for (int32_t k = j + 1; k < n; k++) {
-        if (strcmp(fam[k], fam[i]) != 0) continue;
-        if (strcmp(spec[k], spec[j]) != 0 || member_index(plan_model_layer(pm, k)->name) != last + 1) break;
-        done[k] = true;
-        last++;
-      }
-      const char *pat = plan_model_layer(pm, j)->name;
-      if (last > first && first >= 0 && ranges < n) {
-        const char *star = strchr(fam[i], '*');
-        snprintf(range[ranges], sizeof range[ranges], "%.*s{%ld..%ld}%s", (int)(star - fam[i]), fam[i], first, last,
-                 star + 1);
-        pat = range[ranges++];
-      }
-      lines[n + 1 + nfirst++] = (line){pat, spec[j]};
-    }
+    build_rules(&R);
+    int width = 0;
+    for (int k = 0; k < R.nl; k++)
+      if ((int)strlen(R.lines[k].pat) > width) width = (int)strlen(R.lines[k].pat);
+    for (int k = 0; k < R.nl; k++) fprintf(out, "  %-*s  %s;\n", width, R.lines[k].pat, R.lines[k].spec);
   }
-  for (int k = 0; k < nfirst; k++) lines[nl++] = lines[n + 1 + k];
-  int width = 0;
-  for (int k = 0; k < nl; k++)
-    if ((int)strlen(lines[k].pat) > width) width = (int)strlen(lines[k].pat);
-  for (int k = 0; k < nl; k++) fprintf(out, "  %-*s  %s;\n", width, lines[k].pat, lines[k].spec);
-out:
   fprintf(out, "}\n");
-  free(fam);
-  free(spec);
-  free(done);
-  free(lines);
-  free(range);
+  free(R.fam);
+  free(R.spec);
+  free(R.done);
+  free(R.lines);
+  free(R.range);
 }
 
 const char *pl_fmt_bytes(double b, char *buf, size_t cap) {
@@ -277,29 +323,44 @@ static double nice_ceil(double v) {
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
 }
 
-void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof,
-                    const char *title) {
-  int32_t n = pm->n, W = s->world;
-  const double left = 70, right = 20, pw = 900, ph = 150, gap = 90, top = 100;
-  double width = left + pw + right, height = top + 3 * ph + 2 * gap + 50;
-  char buf[1024], b1[32], b2[32], b3[32], b4[32];
-  fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-               "font-family=\"Helvetica, Arial, sans-serif\">\n", width, height, width, height);
-  fprintf(out, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", width, height);
-  svg_text(out, left, 26, "start", 16, "#000", title);
-  snprintf(buf, sizeof buf, "predicted step %s (compute %s), %.0f tokens/s; peak %s of %s per GPU (%s)",
-           fmt_time(s->step_s, b1, sizeof b1), fmt_time(s->compute_s, b2, sizeof b2), (double)pm->tokens / s->step_s,
-           pl_fmt_bytes(s->mem_peak, b3, sizeof b3), pl_fmt_bytes(s->mem_cap, b4, sizeof b4), prof->device);
-  svg_text(out, left, 48, "start", 12, "#333", buf);
+/* The picture: three panels of SVG_PW x SVG_PH, one above the other, SVG_GAP apart. */
+static const double SVG_LEFT = 70, SVG_RIGHT = 20, SVG_PW = 900, SVG_PH = 150, SVG_GAP = 90, SVG_TOP = 100;
+
+/* a panel's title above it, and its frame */
+static void svg_panel(FILE *out, double y0, const char *title) {
+  const double left = SVG_LEFT, pw = SVG_PW, ph = SVG_PH;
+  svg_text(out, left, y0 - 26, "start", 13, "#000", title);
+  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, y0, pw, ph);
+}
+
+/* a key above a panel: a colour swatch at x and its name */
+static void svg_key(FILE *out, double x, double y0, const char *color, const char *name) {
+  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", x, y0 - 16, color);
+  svg_text(out, x + 14, y0 - 7, "start", 11, "#333", name);
+}
+
+/* four horizontal grid lines of a panel whose top is `scale`, labelled */
+static void svg_grid(FILE *out, double y0, double scale) {
+  const double left = SVG_LEFT, pw = SVG_PW, ph = SVG_PH;
+  char buf[32];
+  for (int k = 0; k <= 4; k++) {
+    double y = y0 + ph - ph * k / 4;
+    fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
+    snprintf(buf, sizeof buf, "%.3g", scale * k / 4);
+    svg_text(out, left - 6, y + 4, "end", 10, "#333", buf);
+  }
+}
+
+/* 1: degree per layer, coloured by kind */
+static void svg_degrees(FILE *out, const plan_model *pm, const plan_solution *s, double y0) {
+  const double left = SVG_LEFT, pw = SVG_PW, ph = SVG_PH;
+  int32_t n = pm->n;
   double bw = pw / (n > 0 ? n : 1);
-  /* 1: degree per layer */
-  double y0 = top;
+  char buf[1024];
   int32_t tmax = 1;
   for (int32_t i = 0; i < n; i++)
     if (pl_place_max(&s->layers[i].place) > tmax) tmax = pl_place_max(&s->layers[i].place);
-  svg_text(out, left, y0 - 26, "start", 13, "#000", "TP degree per layer (largest group; dark top: sequence parallel)");
-  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, y0, pw, ph);
+  svg_panel(out, y0, "TP degree per layer (largest group; dark top: sequence parallel)");
   for (int32_t t = 1; t <= tmax; t = t < 4 ? t + 1 : t * 2) {
     double y = y0 + ph - ph * t / tmax;
     fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
@@ -316,30 +377,27 @@ void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, con
       fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#000\" fill-opacity=\"0.35\"/>\n", x,
               y0 + ph - h, bw > 2 ? bw - 0.5 : bw, h < 6 ? h : 6);
   }
-  double lx = left;
   for (int32_t k = 0, shown = 0; k < layer_nkinds; k++) {
     if (!layer_kinds[k]->color) continue;
-    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", lx + shown * 95,
-            y0 - 16, layer_kinds[k]->color);
-    svg_text(out, lx + shown * 95 + 14, y0 - 7, "start", 11, "#333", layer_kinds[k]->name);
+    svg_key(out, left + shown * 95, y0, layer_kinds[k]->color, layer_kinds[k]->name);
     shown++;
   }
-  /* 2: time per layer, compute and communication */
-  y0 += ph + gap;
+}
+
+/* 2: time per layer, compute and communication */
+static void svg_times(FILE *out, const plan_model *pm, const plan_solution *s, double y0) {
+  const double left = SVG_LEFT, pw = SVG_PW, ph = SVG_PH;
+  int32_t n = pm->n;
+  double bw = pw / (n > 0 ? n : 1);
+  char b1[32];
   double tmaxs = 0;
   for (int32_t i = 0; i < n; i++) {
     double t = s->layers[i].compute_s + s->layers[i].comm_s + s->layers[i].redist_s;
     if (t > tmaxs) tmaxs = t;
   }
   double scale = nice_ceil(tmaxs * 1e3);
-  svg_text(out, left, y0 - 26, "start", 13, "#000", "predicted time per layer (ms)");
-  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, y0, pw, ph);
-  for (int k = 0; k <= 4; k++) {
-    double y = y0 + ph - ph * k / 4;
-    fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
-    snprintf(buf, sizeof buf, "%.3g", scale * k / 4);
-    svg_text(out, left - 6, y + 4, "end", 10, "#333", buf);
-  }
+  svg_panel(out, y0, "predicted time per layer (ms)");
+  svg_grid(out, y0, scale);
   const char *tc[3] = {"#4c78a8", "#f58518", "#e45756"};
   const char *tn[3] = {"compute", "reductions", "redistribution"};
   for (int32_t i = 0; i < n; i++) {
@@ -354,25 +412,21 @@ void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, con
               fmt_time(v[k], b1, sizeof b1));
     }
   }
-  for (int k = 0; k < 3; k++) {
-    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", lx + k * 120, y0 - 16, tc[k]);
-    svg_text(out, lx + k * 120 + 14, y0 - 7, "start", 11, "#333", tn[k]);
-  }
+  for (int k = 0; k < 3; k++) svg_key(out, left + k * 120, y0, tc[k], tn[k]);
   svg_text(out, left + pw / 2, y0 + ph + 16, "middle", 11, "#333", "layers, in order");
-  /* 3: memory per rank against capacity */
-  y0 += ph + gap;
+}
+
+/* 3: memory per rank against capacity */
+static void svg_memory(FILE *out, const plan_solution *s, double y0) {
+  const double left = SVG_LEFT, pw = SVG_PW, ph = SVG_PH;
+  int32_t W = s->world;
+  char buf[128], b1[32];
   double mmax = s->mem_cap;
   for (int32_t r = 0; r < W; r++)
     if (s->rank_params[r] + s->rank_act[r] > mmax) mmax = s->rank_params[r] + s->rank_act[r];
   double gib = nice_ceil(mmax / 1073741824.0);
-  svg_text(out, left, y0 - 26, "start", 13, "#000", "memory per GPU (GiB) against capacity");
-  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#999\"/>\n", left, y0, pw, ph);
-  for (int k = 0; k <= 4; k++) {
-    double y = y0 + ph - ph * k / 4;
-    fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
-    snprintf(buf, sizeof buf, "%.3g", gib * k / 4);
-    svg_text(out, left - 6, y + 4, "end", 10, "#333", buf);
-  }
+  svg_panel(out, y0, "memory per GPU (GiB) against capacity");
+  svg_grid(out, y0, gib);
   double rw = pw / (W > 0 ? W : 1);
   for (int32_t r = 0; r < W; r++) {
     double hp = ph * s->rank_params[r] / 1073741824.0 / gib, ha = ph * s->rank_act[r] / 1073741824.0 / gib;
@@ -392,11 +446,31 @@ void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, con
                "stroke-dasharray=\"6,4\"/>\n", left, yc, left + pw, yc);
   snprintf(buf, sizeof buf, "capacity %s", pl_fmt_bytes(s->mem_cap, b1, sizeof b1));
   svg_text(out, left + pw - 4, yc - 4, "end", 11, "#d62728", buf);
-  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#4c78a8\"/>\n", lx, y0 - 16);
-  svg_text(out, lx + 14, y0 - 7, "start", 11, "#333", "parameters");
-  fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"#9ecae9\"/>\n", lx + 120, y0 - 16);
-  svg_text(out, lx + 134, y0 - 7, "start", 11, "#333", "activations (reserved)");
+  svg_key(out, left, y0, "#4c78a8", "parameters");
+  svg_key(out, left + 120, y0, "#9ecae9", "activations (reserved)");
   svg_text(out, left + pw / 2, y0 + ph + 30, "middle", 11, "#333", "GPUs (physical rank)");
+}
+
+void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof,
+                    const char *title) {
+  const double left = SVG_LEFT, ph = SVG_PH, gap = SVG_GAP, top = SVG_TOP;
+  double width = left + SVG_PW + SVG_RIGHT, height = top + 3 * ph + 2 * gap + 50;
+  char buf[1024], b1[32], b2[32], b3[32], b4[32];
+  fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "font-family=\"Helvetica, Arial, sans-serif\">\n", width, height, width, height);
+  fprintf(out, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", width, height);
+  svg_text(out, left, 26, "start", 16, "#000", title);
+  snprintf(buf, sizeof buf, "predicted step %s (compute %s), %.0f tokens/s; peak %s of %s per GPU (%s)",
+           fmt_time(s->step_s, b1, sizeof b1), fmt_time(s->compute_s, b2, sizeof b2), (double)pm->tokens / s->step_s,
+           pl_fmt_bytes(s->mem_peak, b3, sizeof b3), pl_fmt_bytes(s->mem_cap, b4, sizeof b4), prof->device);
+  svg_text(out, left, 48, "start", 12, "#333", buf);
+  double y0 = top;
+  svg_degrees(out, pm, s, y0);
+  y0 += ph + gap;
+  svg_times(out, pm, s, y0);
+  y0 += ph + gap;
+  svg_memory(out, s, y0);
   fprintf(out, "</svg>\n");
 }
 

@@ -142,88 +142,109 @@ static const layer_arg *find_spec(const layer_kind *b, const char *key, int *idx
   return NULL;
 }
 
-tval sema_lower_layer(sema *s, const ast_expr *e) {
-  const tval bad = {.kind = TV_ERROR, .value = -1};
-  int32_t kind;
-  const layer_kind *b = layer_kind_named(e->call.callee, &kind);
-  if (!b) {
-    const char *names[64], *near;
-    char list[512] = "";
-    size_t n = 0;
-    for (int32_t k = 0; k < layer_nkinds && n < 64; k++) {
-      names[n++] = layer_kinds[k]->name;
-      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", layer_kinds[k]->name);
-    }
-    if ((near = nearest_name(e->call.callee, names, n)))
-      sema_error(s, e->call.callee_loc, "unknown layer '%s'; did you mean '%s'?", e->call.callee, near);
-    else
-      sema_error(s, e->call.callee_loc, "unknown layer '%s' (layers: %s)", e->call.callee, list);
-    return bad;
+static void unknown_layer(sema *s, const ast_expr *e) {
+  const char *names[64], *near;
+  char list[512] = "";
+  size_t n = 0;
+  for (int32_t k = 0; k < layer_nkinds && n < 64; k++) {
+    names[n++] = layer_kinds[k]->name;
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", layer_kinds[k]->name);
   }
-  layer_call c = {.call = e, .x = -1};
+  if ((near = nearest_name(e->call.callee, names, n)))
+    sema_error(s, e->call.callee_loc, "unknown layer '%s'; did you mean '%s'?", e->call.callee, near);
+  else
+    sema_error(s, e->call.callee_loc, "unknown layer '%s' (layers: %s)", e->call.callee, list);
+}
+
+/* A name that is not a variable but close to one of the kind's flags: reported. */
+static bool misspelt_flag(sema *s, const layer_kind *b, const ast_arg *a) {
+  if (a->key || a->value->kind != AST_NAME || strmap_get(&s->vars, a->value->name, NULL)) return false;
+  const char *flags[LAYER_MAX_ARGS];
+  size_t nf = 0;
+  for (int i = 0; i < LAYER_MAX_ARGS && b->args[i].key; i++)
+    if (b->args[i].kind == LA_FLAG) flags[nf++] = b->args[i].key;
+  const char *near = nearest_name(a->value->name, flags, nf);
+  if (!near) return false;
+  sema_error(s, a->loc, "%s has no flag '%s'; did you mean '%s'?", b->name, a->value->name, near);
+  return true;
+}
+
+/* the positional argument: the layer's input tensor, lowered (npos counts them) */
+static bool input_arg(sema *s, const layer_kind *b, const ast_arg *a, layer_call *c, int *npos) {
+  if ((*npos)++ > 0) {
+    sema_error(s, a->loc, "%s takes one tensor argument; use 'key = value' for the others", b->name);
+    return false;
+  }
+  tval x = sema_lower_expr(s, a->value);
+  if (x.kind == TV_NUMBER) sema_error(s, a->loc, "%s needs a tensor as its first argument, got a number", b->name);
+  c->x = x.value;
+  c->x_loc = a->value->loc;
+  return x.kind == TV_TENSOR;
+}
+
+/* a 'key = value' argument: a key of the kind's table, given once, its value checked */
+static bool keyed_arg(sema *s, const layer_kind *b, const ast_arg *a, layer_call *c) {
+  int idx;
+  const layer_arg *sp = find_spec(b, a->key, &idx);
+  if (!sp) {
+    const char *keys[LAYER_MAX_ARGS];
+    size_t n = 0;
+    for (; n < LAYER_MAX_ARGS && b->args[n].key; n++) keys[n] = b->args[n].key;
+    const char *near = nearest_name(a->key, keys, n);
+    if (near) sema_error(s, a->key_loc, "%s has no argument '%s'; did you mean '%s'?", b->name, a->key, near);
+    else sema_error(s, a->key_loc, "%s has no argument '%s'", b->name, a->key);
+    return false;
+  }
+  if (c->arg[idx].set) {
+    sema_error(s, a->key_loc, "argument '%s' is given twice", a->key);
+    return false;
+  }
+  bool ok = check_arg(s, b, sp, a->value, &c->arg[idx]);
+  c->arg[idx].set = true; /* even when invalid: it was given, so it is not also "missing" */
+  return ok;
+}
+
+/* One argument of the call into c: a flag, the input, or a keyed one; false if reported. */
+static bool call_arg(sema *s, const layer_kind *b, const ast_arg *a, layer_call *c, int *npos) {
+  int idx;
+  const layer_arg *sp;
+  if (!a->key && a->value->kind == AST_NAME && (sp = find_spec(b, a->value->name, &idx)) && sp->kind == LA_FLAG) {
+    c->arg[idx] = (layer_arg_val){.set = true, .b = true, .loc = a->loc};
+    return true;
+  }
+  if (misspelt_flag(s, b, a)) return false;
+  if (!a->key) return input_arg(s, b, a, c, npos);
+  return keyed_arg(s, b, a, c);
+}
+
+/* The call's arguments against the kind's table into c: one input tensor, known keys once
+ * each, every required one; false if reported (every argument is checked). */
+static bool check_call(sema *s, const ast_expr *e, const layer_kind *b, layer_call *c) {
   bool ok = true;
   int npos = 0;
-  for (const ast_arg *a = e->call.args; a; a = a->next) {
-    int idx;
-    const layer_arg *sp;
-    if (!a->key && a->value->kind == AST_NAME && (sp = find_spec(b, a->value->name, &idx)) && sp->kind == LA_FLAG) {
-      c.arg[idx] = (layer_arg_val){.set = true, .b = true, .loc = a->loc};
-      continue;
-    }
-    if (!a->key && a->value->kind == AST_NAME && !strmap_get(&s->vars, a->value->name, NULL)) {
-      const char *flags[LAYER_MAX_ARGS];
-      size_t nf = 0;
-      for (int i = 0; i < LAYER_MAX_ARGS && b->args[i].key; i++)
-        if (b->args[i].kind == LA_FLAG) flags[nf++] = b->args[i].key;
-      const char *near = nearest_name(a->value->name, flags, nf);
-      if (near) {
-        sema_error(s, a->loc, "%s has no flag '%s'; did you mean '%s'?", b->name, a->value->name, near);
-        ok = false;
-        continue;
-      }
-    }
-    if (!a->key) {
-      if (npos++ > 0) {
-        sema_error(s, a->loc, "%s takes one tensor argument; use 'key = value' for the others", b->name);
-        ok = false;
-        continue;
-      }
-      tval x = sema_lower_expr(s, a->value);
-      if (x.kind == TV_NUMBER) sema_error(s, a->loc, "%s needs a tensor as its first argument, got a number", b->name);
-      if (x.kind != TV_TENSOR) ok = false;
-      c.x = x.value;
-      c.x_loc = a->value->loc;
-      continue;
-    }
-    sp = find_spec(b, a->key, &idx);
-    if (!sp) {
-      const char *keys[LAYER_MAX_ARGS];
-      size_t n = 0;
-      for (; n < LAYER_MAX_ARGS && b->args[n].key; n++) keys[n] = b->args[n].key;
-      const char *near = nearest_name(a->key, keys, n);
-      if (near) sema_error(s, a->key_loc, "%s has no argument '%s'; did you mean '%s'?", b->name, a->key, near);
-      else sema_error(s, a->key_loc, "%s has no argument '%s'", b->name, a->key);
-      ok = false;
-      continue;
-    }
-    if (c.arg[idx].set) {
-      sema_error(s, a->key_loc, "argument '%s' is given twice", a->key);
-      ok = false;
-      continue;
-    }
-    ok = check_arg(s, b, sp, a->value, &c.arg[idx]) && ok;
-    c.arg[idx].set = true; /* even when invalid: it was given, so it is not also "missing" */
-  }
+  for (const ast_arg *a = e->call.args; a; a = a->next) ok = call_arg(s, b, a, c, &npos) && ok;
   if (npos == 0) {
     sema_error(s, e->loc, "%s needs a tensor argument, as in %s(x, ...)", b->name, b->name);
     ok = false;
   }
   for (int i = 0; i < LAYER_MAX_ARGS && b->args[i].key; i++)
-    if (b->args[i].required && !c.arg[i].set) {
+    if (b->args[i].required && !c->arg[i].set) {
       sema_error(s, e->call.callee_loc, "%s needs '%s = ...'", b->name, b->args[i].key);
       ok = false;
     }
-  if (!ok) return bad;
+  return ok;
+}
+
+tval sema_lower_layer(sema *s, const ast_expr *e) {
+  const tval bad = {.kind = TV_ERROR, .value = -1};
+  int32_t kind;
+  const layer_kind *b = layer_kind_named(e->call.callee, &kind);
+  if (!b) {
+    unknown_layer(s, e);
+    return bad;
+  }
+  layer_call c = {.call = e, .x = -1};
+  if (!check_call(s, e, b, &c)) return bad;
 
   /* the layer itself: a unique hierarchical name, its TP annotation, its ops */
   c.name = arena_printf(s->pool, "%s%s", s->prefix, e->call.label);

@@ -265,109 +265,151 @@ static void print_grad_sync(const sh_program *p, FILE *out) {
   fputc('\n', out);
 }
 
-void sh_print_report(const sh_program *p, FILE *out) {
-  const ir_module *m = p->global;
-  int32_t W = p->world;
-  size_t S = p->n_steps + 2, nl = m->n_layers + 1; /* slot nl-1: model level */
-  int64_t *live = live_bytes(p);
-  int64_t *params = calloc(nl * (size_t)W, sizeof *params), *peak = calloc(nl * (size_t)W, sizeof *peak);
-  int64_t *sent = calloc(nl * (size_t)W, sizeof *sent), *recv = calloc(nl * (size_t)W, sizeof *recv);
-  /* the steps bucketed by layer (a counting sort), so printing each layer's collectives does
-   * not walk every step once per layer */
-  size_t *start = calloc(nl + 1, sizeof *start), *order = calloc(p->n_steps ? p->n_steps : 1, sizeof *order);
-  if (!live || !params || !peak || !sent || !recv || !start || !order) goto done;
-  for (size_t s = 0; s < p->n_steps; s++) start[(p->steps[s].layer >= 0 ? (size_t)p->steps[s].layer : nl - 1) + 1]++;
+/* The report's per-layer tables: per layer slot (nl - 1: the model level) and rank, and the
+ * steps bucketed by layer (a counting sort), so printing each layer's collectives does not walk
+ * every step once per layer: layer l's steps are order[start[l]..start[l + 1]). */
+typedef struct layer_tables {
+  size_t nl;
+  int32_t W;
+  int64_t *params, *peak, *sent, *recv;
+  size_t *start, *order;
+} layer_tables;
+
+static size_t layer_slot(const layer_tables *lt, const sh_step *st) {
+  return st->layer >= 0 ? (size_t)st->layer : lt->nl - 1;
+}
+
+static void bucket_steps(const sh_program *p, layer_tables *lt) {
+  size_t nl = lt->nl, *start = lt->start;
+  for (size_t s = 0; s < p->n_steps; s++) start[layer_slot(lt, &p->steps[s]) + 1]++;
   for (size_t l = 0; l < nl; l++) start[l + 1] += start[l];
-  for (size_t s = 0; s < p->n_steps; s++) {
-    size_t l = p->steps[s].layer >= 0 ? (size_t)p->steps[s].layer : nl - 1;
-    order[start[l]++] = s;
-  }
+  for (size_t s = 0; s < p->n_steps; s++) lt->order[start[layer_slot(lt, &p->steps[s])]++] = s;
   for (size_t l = nl; l > 0; l--) start[l] = start[l - 1]; /* the fill moved each start to the next's */
   start[0] = 0;
+}
+
+/* Parameters materialised, bytes sent and received, and the activation peak (live: per rank
+ * and step), per layer and rank. */
+static void tally_steps(const sh_program *p, const int64_t *live, layer_tables *lt) {
+  int32_t W = lt->W;
+  size_t S = p->n_steps + 2;
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
-    size_t l = st->layer >= 0 ? (size_t)st->layer : nl - 1;
+    size_t l = layer_slot(lt, st);
     if (st->kind == SH_COMPUTE) {
       const sh_tensor *t = &p->tensors[st->op.result];
-      if (t->persistent) params[l * (size_t)W + (size_t)t->rank] += box_volume(&t->box) * (int64_t)dtype_bytes(t->dtype);
+      if (t->persistent) lt->params[l * (size_t)W + (size_t)t->rank] += box_volume(&t->box) * (int64_t)dtype_bytes(t->dtype);
     } else {
       for (int i = 0; i < st->nranks; i++) {
-        sent[l * (size_t)W + (size_t)st->ranks[i]] += st->bytes_out[i];
-        recv[l * (size_t)W + (size_t)st->ranks[i]] += st->bytes_in[i];
+        lt->sent[l * (size_t)W + (size_t)st->ranks[i]] += st->bytes_out[i];
+        lt->recv[l * (size_t)W + (size_t)st->ranks[i]] += st->bytes_in[i];
       }
     }
     for (int32_t r = 0; r < W; r++) {
       int64_t v = live[(size_t)r * S + s];
-      if (v > peak[l * (size_t)W + (size_t)r]) peak[l * (size_t)W + (size_t)r] = v;
+      if (v > lt->peak[l * (size_t)W + (size_t)r]) lt->peak[l * (size_t)W + (size_t)r] = v;
     }
   }
+}
+
+/* Layer slot l's table (none when it holds nothing and moves nothing) and its collectives. */
+static void print_layer(const sh_program *p, const layer_tables *lt, size_t l, FILE *out) {
+  const ir_module *m = p->global;
+  int32_t W = lt->W;
   char a[32], b[32], c[32], d[32];
-  fprintf(out, "report: model %s on %d ranks", m->name, W);
-  if (m->active_plan >= 0) fprintf(out, ", plan %s", m->plans[m->active_plan].name);
-  fputc('\n', out);
-  for (size_t l = 0; l < nl; l++) {
-    bool any = false;
-    for (int32_t r = 0; r < W; r++) any |= params[l * (size_t)W + (size_t)r] || sent[l * (size_t)W + (size_t)r] || peak[l * (size_t)W + (size_t)r];
-    if (!any) continue;
-    if (l < nl - 1) {
-      const ir_layer *ly = &m->layers[l];
-      fprintf(out, "\n%s (%s) ", ly->name, layer_kind_of(ly)->name);
-      print_placement(p, l, out);
-    } else {
-      fputs("\nmodel level (residual adds, explicit ops)\n", out);
-    }
-    fprintf(out, "  %-5s %12s %14s %12s %12s\n", "rank", "params", "peak activ.", "sent", "received");
-    for (int32_t r = 0; r < W; r++) {
-      size_t k = l * (size_t)W + (size_t)r;
-      fprintf(out, "  %-5d %12s %14s %12s %12s\n", r, human(params[k], a, 32), human(peak[k], b, 32), human(sent[k], c, 32),
-              human(recv[k], d, 32));
-    }
-    for (size_t k = start[l]; k < start[l + 1]; k++) {
-      const sh_step *st = &p->steps[order[k]];
-      if (st->kind != SH_COMM || st->comm == COMM_LOCAL_COPY) continue;
-      fprintf(out, "  %-14s ranks {", sh_comm_name(st->comm));
-      for (int i = 0; i < st->nranks; i++) fprintf(out, "%s%d", i ? "," : "", st->ranks[i]);
-      fprintf(out, "}  %lld elems, %s sent by rank %d\n", (long long)st->elems, human(st->bytes_out[0], a, 32), st->ranks[0]);
-    }
+  bool any = false;
+  for (int32_t r = 0; r < W; r++)
+    any |= lt->params[l * (size_t)W + (size_t)r] || lt->sent[l * (size_t)W + (size_t)r] || lt->peak[l * (size_t)W + (size_t)r];
+  if (!any) return;
+  if (l < lt->nl - 1) {
+    const ir_layer *ly = &m->layers[l];
+    fprintf(out, "\n%s (%s) ", ly->name, layer_kind_of(ly)->name);
+    print_placement(p, l, out);
+  } else {
+    fputs("\nmodel level (residual adds, explicit ops)\n", out);
   }
+  fprintf(out, "  %-5s %12s %14s %12s %12s\n", "rank", "params", "peak activ.", "sent", "received");
+  for (int32_t r = 0; r < W; r++) {
+    size_t k = l * (size_t)W + (size_t)r;
+    fprintf(out, "  %-5d %12s %14s %12s %12s\n", r, human(lt->params[k], a, 32), human(lt->peak[k], b, 32),
+            human(lt->sent[k], c, 32), human(lt->recv[k], d, 32));
+  }
+  for (size_t k = lt->start[l]; k < lt->start[l + 1]; k++) {
+    const sh_step *st = &p->steps[lt->order[k]];
+    if (st->kind != SH_COMM || st->comm == COMM_LOCAL_COPY) continue;
+    fprintf(out, "  %-14s ranks {", sh_comm_name(st->comm));
+    for (int i = 0; i < st->nranks; i++) fprintf(out, "%s%d", i ? "," : "", st->ranks[i]);
+    fprintf(out, "}  %lld elems, %s sent by rank %d\n", (long long)st->elems, human(st->bytes_out[0], a, 32), st->ranks[0]);
+  }
+}
+
+/* the memory plan's totals per rank */
+static void print_totals(const sh_program *p, FILE *out) {
+  const ir_module *m = p->global;
+  char a[32], b[32], c[32], d[32], e[32];
   fprintf(out, "\ntotals per step (%s)\n  %-5s %12s %12s %14s %12s %12s\n",
           m->n_forward_ops ? "forward and backward" : "forward", "rank", "params", "inputs", "peak activ.", "sent",
           "received");
   int64_t tsent = 0;
-  for (int32_t r = 0; r < W; r++) {
+  for (int32_t r = 0; r < p->world; r++) {
     const sh_rank_mem *mm = &p->mem[r];
-    char e[32];
     fprintf(out, "  %-5d %12s %12s %14s %12s %12s\n", r, human(mm->param_bytes, a, 32), human(mm->input_bytes, b, 32),
             human(mm->arena_bytes, c, 32), human(mm->bytes_sent, d, 32), human(mm->bytes_received, e, 32));
     tsent += mm->bytes_sent;
   }
   fprintf(out, "  all ranks: %s sent\n", human(tsent, a, 32));
-  if (m->n_forward_ops) { /* recomputation: which layers, and the transfers it repeats */
-    int nrc = 0;
-    int64_t rbytes = 0;
-    for (size_t l = 0; l + 1 < nl; l++) nrc += p->placements[l].recompute;
-    for (size_t s = 0; s < p->n_steps; s++) {
-      const sh_step *st = &p->steps[s];
-      if (st->kind == SH_COMM && st->why && !strncmp(st->why, "recompute:", 10))
-        for (int i = 0; i < st->nranks; i++) rbytes += st->bytes_out[i];
-    }
-    if (nrc) {
-      fprintf(out, "recompute: %d layer%s (", nrc, nrc == 1 ? "" : "s");
-      for (size_t l = 0, k = 0; l + 1 < nl; l++)
-        if (p->placements[l].recompute) fprintf(out, "%s%s", k++ ? ", " : "", m->layers[l].name);
-      fprintf(out, ") run their forward again before their backward: their activations are freed after the forward "
-                   "(in the peaks above), their kernels run twice and their transfers send %s more (in the totals)\n",
-              human(rbytes, a, 32));
-    }
+}
+
+/* recomputation: which layers, and the transfers it repeats */
+static void print_recompute(const sh_program *p, FILE *out) {
+  const ir_module *m = p->global;
+  char a[32];
+  int nrc = 0;
+  int64_t rbytes = 0;
+  for (size_t l = 0; l < m->n_layers; l++) nrc += p->placements[l].recompute;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind == SH_COMM && st->why && !strncmp(st->why, "recompute:", 10))
+      for (int i = 0; i < st->nranks; i++) rbytes += st->bytes_out[i];
   }
-  for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
-  if (m->n_forward_ops) print_grad_sync(p, out);
-done:
-  free(start);
-  free(order);
+  if (!nrc) return;
+  fprintf(out, "recompute: %d layer%s (", nrc, nrc == 1 ? "" : "s");
+  for (size_t l = 0, k = 0; l < m->n_layers; l++)
+    if (p->placements[l].recompute) fprintf(out, "%s%s", k++ ? ", " : "", m->layers[l].name);
+  fprintf(out, ") run their forward again before their backward: their activations are freed after the forward "
+               "(in the peaks above), their kernels run twice and their transfers send %s more (in the totals)\n",
+          human(rbytes, a, 32));
+}
+
+void sh_print_report(const sh_program *p, FILE *out) {
+  const ir_module *m = p->global;
+  int32_t W = p->world;
+  size_t nl = m->n_layers + 1; /* slot nl-1: model level */
+  int64_t *live = live_bytes(p);
+  layer_tables lt = {.nl = nl, .W = W};
+  lt.params = calloc(nl * (size_t)W, sizeof *lt.params);
+  lt.peak = calloc(nl * (size_t)W, sizeof *lt.peak);
+  lt.sent = calloc(nl * (size_t)W, sizeof *lt.sent);
+  lt.recv = calloc(nl * (size_t)W, sizeof *lt.recv);
+  lt.start = calloc(nl + 1, sizeof *lt.start);
+  lt.order = calloc(p->n_steps ? p->n_steps : 1, sizeof *lt.order);
+  if (live && lt.params && lt.peak && lt.sent && lt.recv && lt.start && lt.order) {
+    bucket_steps(p, &lt);
+    tally_steps(p, live, &lt);
+    fprintf(out, "report: model %s on %d ranks", m->name, W);
+    if (m->active_plan >= 0) fprintf(out, ", plan %s", m->plans[m->active_plan].name);
+    fputc('\n', out);
+    for (size_t l = 0; l < nl; l++) print_layer(p, &lt, l, out);
+    print_totals(p, out);
+    if (m->n_forward_ops) print_recompute(p, out);
+    for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
+    if (m->n_forward_ops) print_grad_sync(p, out);
+  }
+  free(lt.start);
+  free(lt.order);
   free(live);
-  free(params);
-  free(peak);
-  free(sent);
-  free(recv);
+  free(lt.params);
+  free(lt.peak);
+  free(lt.sent);
+  free(lt.recv);
 }
