@@ -322,24 +322,150 @@ fail:
 
 /* ---- collectives ---------------------------------------------------------------------------- */
 
+/* The NCCL calls a measurement makes, fetched by name from the library the backend loads. */
+typedef struct nccl_calls {
+  __typeof__(&ncclCommInitAll) init;
+  __typeof__(&ncclCommDestroy) destroy;
+  __typeof__(&ncclGroupStart) gstart;
+  __typeof__(&ncclGroupEnd) gend;
+  __typeof__(&ncclAllReduce) ar;
+  __typeof__(&ncclReduceScatter) rs;
+  __typeof__(&ncclAllGather) ag;
+} nccl_calls;
+
+static const char *const coll_calls[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather"};
+
+static int nccl_load(ntp_measure_coll kind, nccl_calls *f, char *err, size_t cap) {
+  void *nc = ntp_cuda_dl("nccl", err, cap);
+  if (!nc) return -1;
+  f->init = (__typeof__(&ncclCommInitAll))dlsym(nc, "ncclCommInitAll");
+  f->destroy = (__typeof__(&ncclCommDestroy))dlsym(nc, "ncclCommDestroy");
+  f->gstart = (__typeof__(&ncclGroupStart))dlsym(nc, "ncclGroupStart");
+  f->gend = (__typeof__(&ncclGroupEnd))dlsym(nc, "ncclGroupEnd");
+  f->ar = (__typeof__(&ncclAllReduce))dlsym(nc, "ncclAllReduce");
+  f->rs = (__typeof__(&ncclReduceScatter))dlsym(nc, "ncclReduceScatter");
+  f->ag = (__typeof__(&ncclAllGather))dlsym(nc, "ncclAllGather");
+  void *want = kind == NTP_MEASURE_ALL_REDUCE       ? (void *)f->ar
+               : kind == NTP_MEASURE_REDUCE_SCATTER ? (void *)f->rs
+                                                    : (void *)f->ag;
+  if (!f->init || !f->destroy || !f->gstart || !f->gend || !want) {
+    snprintf(err, cap, "libnccl lacks %s", !want ? coll_calls[kind] : "ncclCommInitAll, ncclGroupStart or ncclGroupEnd");
+    return -1;
+  }
+  return 0;
+}
+
+/* One GPU per rank: its communicator, its buffers and the events on its stream. */
+typedef struct coll_ranks {
+  int n;
+  ncclComm_t *comm;
+  int *devs;
+  void **in, **out;
+  timer *t;
+} coll_ranks;
+
+/* Every rank's stream, events and two buffers of nmax bf16 elements (the input set), then the
+ * communicators over all of them. */
+static int coll_setup(const nccl_calls *f, coll_ranks *g, size_t nmax, char *err, size_t cap) {
+  int ngpus = g->n;
+  g->comm = calloc((size_t)ngpus, sizeof *g->comm);
+  g->devs = calloc((size_t)ngpus, sizeof *g->devs);
+  g->in = calloc((size_t)ngpus, sizeof *g->in), g->out = calloc((size_t)ngpus, sizeof *g->out);
+  g->t = calloc((size_t)ngpus, sizeof *g->t);
+  if (!g->comm || !g->devs || !g->in || !g->out || !g->t) {
+    snprintf(err, cap, "out of memory");
+    goto fail;
+  }
+  for (int r = 0; r < ngpus; r++) {
+    g->devs[r] = r;
+    CU(m.cudaSetDevice(r));
+    if (timer_new(&g->t[r], err, cap) != 0) goto fail;
+    CU(m.cudaMalloc(&g->in[r], nmax * 2 + 256));
+    CU(m.cudaMalloc(&g->out[r], nmax * 2 + 256));
+    CU(m.cudaMemsetAsync(g->in[r], 0x3c, nmax * 2, g->t[r].s));
+    CU(m.cudaStreamSynchronize(g->t[r].s));
+  }
+  ncclResult_t nr = f->init(g->comm, ngpus, g->devs);
+  if (nr != ncclSuccess) {
+    snprintf(err, cap, "ncclCommInitAll over %d GPUs failed (NCCL error %d)", ngpus, (int)nr);
+    memset(g->comm, 0, (size_t)ngpus * sizeof *g->comm);
+    goto fail;
+  }
+  return 0;
+fail:
+  return -1;
+}
+
+/* One collective of n bf16 elements (part per rank) on every rank, in one group. */
+static ncclResult_t coll_launch(const nccl_calls *f, ntp_measure_coll kind, const coll_ranks *g, size_t n, size_t part) {
+  ncclResult_t nr = f->gstart();
+  for (int r = 0; r < g->n && nr == ncclSuccess; r++) {
+    m.cudaSetDevice(r);
+    nr = kind == NTP_MEASURE_ALL_REDUCE ? f->ar(g->in[r], g->out[r], n, ncclBfloat16, ncclSum, g->comm[r], g->t[r].s)
+         : kind == NTP_MEASURE_REDUCE_SCATTER ? f->rs(g->in[r], g->out[r], part, ncclBfloat16, ncclSum, g->comm[r], g->t[r].s)
+                                              : f->ag(g->in[r], g->out[r], part, ncclBfloat16, g->comm[r], g->t[r].s);
+  }
+  ncclResult_t ne = f->gend();
+  return nr == ncclSuccess ? ne : nr;
+}
+
+/* Seconds of one collective of `bytes`: a warm-up, then `iters` between rank 0's events. */
+static int coll_time(const nccl_calls *f, ntp_measure_coll kind, const coll_ranks *g, size_t bytes, int iters,
+                     double *seconds, char *err, size_t cap) {
+  int ngpus = g->n;
+  size_t n = bytes / 2 / (size_t)ngpus * (size_t)ngpus; /* bf16 elements, a multiple of the ranks */
+  size_t part = n / (size_t)ngpus;
+  for (int i = -1; i < iters; i++) {
+    if (i == 0) {
+      for (int r = 0; r < ngpus; r++) { /* every rank idle: the events time this size alone */
+        CU(m.cudaSetDevice(r));
+        CU(m.cudaStreamSynchronize(g->t[r].s));
+      }
+      CU(m.cudaSetDevice(0));
+      CU(m.cudaEventRecord(g->t[0].a, g->t[0].s));
+    }
+    ncclResult_t nr = coll_launch(f, kind, g, n, part);
+    if (nr != ncclSuccess) {
+      snprintf(err, cap, "%s of %zu bytes over %d GPUs failed (NCCL error %d)", coll_calls[kind], bytes, ngpus, (int)nr);
+      goto fail;
+    }
+  }
+  for (int r = 1; r < ngpus; r++) { /* the slowest rank ends the measurement */
+    CU(m.cudaSetDevice(r));
+    CU(m.cudaStreamSynchronize(g->t[r].s));
+  }
+  CU(m.cudaSetDevice(0));
+  CU(m.cudaEventRecord(g->t[0].b, g->t[0].s));
+  return timer_read(&g->t[0], iters, seconds, err, cap);
+fail:
+  return -1;
+}
+
+static void coll_free(const nccl_calls *f, coll_ranks *g) {
+  for (int r = 0; g->t && r < g->n; r++) { /* nothing queued when the communicators go */
+    m.cudaSetDevice(r);
+    if (g->t[r].s) m.cudaStreamSynchronize(g->t[r].s);
+  }
+  if (g->comm && g->comm[0]) { /* one thread frees several GPUs' communicators: in one group (NCCL's guide) */
+    f->gstart();
+    for (int r = 0; r < g->n; r++)
+      if (g->comm[r]) f->destroy(g->comm[r]);
+    f->gend();
+  }
+  for (int r = 0; g->t && r < g->n; r++) {
+    m.cudaSetDevice(r);
+    if (g->in) m.cudaFree(g->in[r]);
+    if (g->out) m.cudaFree(g->out[r]);
+    timer_free(&g->t[r]);
+  }
+  free(g->comm), free(g->devs), free(g->in), free(g->out), free(g->t);
+}
+
 int ntp_measure_collective(int ngpus, ntp_measure_coll kind, const size_t *sizes, int nsizes, int iters, double *seconds,
                            char *err, size_t cap) {
   if (load(err, cap) != 0) return -1;
-  void *nc = ntp_cuda_dl("nccl", err, cap);
-  if (!nc) return -1;
-  static const char *const calls[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather"};
-  __typeof__(&ncclCommInitAll) init = (__typeof__(&ncclCommInitAll))dlsym(nc, "ncclCommInitAll");
-  __typeof__(&ncclCommDestroy) destroy = (__typeof__(&ncclCommDestroy))dlsym(nc, "ncclCommDestroy");
-  __typeof__(&ncclGroupStart) gstart = (__typeof__(&ncclGroupStart))dlsym(nc, "ncclGroupStart");
-  __typeof__(&ncclGroupEnd) gend = (__typeof__(&ncclGroupEnd))dlsym(nc, "ncclGroupEnd");
-  __typeof__(&ncclAllReduce) ar = (__typeof__(&ncclAllReduce))dlsym(nc, "ncclAllReduce");
-  __typeof__(&ncclReduceScatter) rs = (__typeof__(&ncclReduceScatter))dlsym(nc, "ncclReduceScatter");
-  __typeof__(&ncclAllGather) ag = (__typeof__(&ncclAllGather))dlsym(nc, "ncclAllGather");
-  void *want = kind == NTP_MEASURE_ALL_REDUCE ? (void *)ar : kind == NTP_MEASURE_REDUCE_SCATTER ? (void *)rs : (void *)ag;
-  if (!init || !destroy || !gstart || !gend || !want) {
-    snprintf(err, cap, "libnccl lacks %s", !want ? calls[kind] : "ncclCommInitAll, ncclGroupStart or ncclGroupEnd");
-    return -1;
-  }
+  nccl_calls f;
+  if (nccl_load(kind, &f, err, cap) != 0) return -1;
   if (ngpus < 2) {
     snprintf(err, cap, "a collective needs 2 GPUs or more, not %d", ngpus);
     return -1;
@@ -349,82 +475,13 @@ int ntp_measure_collective(int ngpus, ntp_measure_coll kind, const size_t *sizes
   for (int j = 0; j < nsizes; j++)
     if (sizes[j] > most) most = sizes[j];
   size_t nmax = most / 2 + (size_t)ngpus; /* bf16 elements of the largest buffer, rounded up */
-  ncclComm_t *comm = calloc((size_t)ngpus, sizeof *comm);
-  int *devs = calloc((size_t)ngpus, sizeof *devs);
-  void **in = calloc((size_t)ngpus, sizeof *in), **out = calloc((size_t)ngpus, sizeof *out);
-  timer *t = calloc((size_t)ngpus, sizeof *t);
-  if (!comm || !devs || !in || !out || !t) {
-    snprintf(err, cap, "out of memory");
-    goto fail;
-  }
-  for (int r = 0; r < ngpus; r++) {
-    devs[r] = r;
-    CU(m.cudaSetDevice(r));
-    if (timer_new(&t[r], err, cap) != 0) goto fail;
-    CU(m.cudaMalloc(&in[r], nmax * 2 + 256));
-    CU(m.cudaMalloc(&out[r], nmax * 2 + 256));
-    CU(m.cudaMemsetAsync(in[r], 0x3c, nmax * 2, t[r].s));
-    CU(m.cudaStreamSynchronize(t[r].s));
-  }
-  ncclResult_t nr = init(comm, ngpus, devs);
-  if (nr != ncclSuccess) {
-    snprintf(err, cap, "ncclCommInitAll over %d GPUs failed (NCCL error %d)", ngpus, (int)nr);
-    memset(comm, 0, (size_t)ngpus * sizeof *comm);
-    goto fail;
-  }
-  for (int j = 0; j < nsizes; j++) { /* one communicator for every size */
-    size_t n = sizes[j] / 2 / (size_t)ngpus * (size_t)ngpus; /* bf16 elements, a multiple of the ranks */
-    size_t part = n / (size_t)ngpus;
-    for (int i = -1; i < iters; i++) {
-      if (i == 0) {
-        for (int r = 0; r < ngpus; r++) { /* every rank idle: the events time this size alone */
-          CU(m.cudaSetDevice(r));
-          CU(m.cudaStreamSynchronize(t[r].s));
-        }
-        CU(m.cudaSetDevice(0));
-        CU(m.cudaEventRecord(t[0].a, t[0].s));
-      }
-      nr = gstart();
-      for (int r = 0; r < ngpus && nr == ncclSuccess; r++) {
-        m.cudaSetDevice(r);
-        nr = kind == NTP_MEASURE_ALL_REDUCE ? ar(in[r], out[r], n, ncclBfloat16, ncclSum, comm[r], t[r].s)
-             : kind == NTP_MEASURE_REDUCE_SCATTER ? rs(in[r], out[r], part, ncclBfloat16, ncclSum, comm[r], t[r].s)
-                                                  : ag(in[r], out[r], part, ncclBfloat16, comm[r], t[r].s);
-      }
-      ncclResult_t ne = gend();
-      if (nr == ncclSuccess) nr = ne;
-      if (nr != ncclSuccess) {
-        snprintf(err, cap, "%s of %zu bytes over %d GPUs failed (NCCL error %d)", calls[kind], sizes[j], ngpus, (int)nr);
-        goto fail;
-      }
-    }
-    for (int r = 1; r < ngpus; r++) { /* the slowest rank ends the measurement */
-      CU(m.cudaSetDevice(r));
-      CU(m.cudaStreamSynchronize(t[r].s));
-    }
-    CU(m.cudaSetDevice(0));
-    CU(m.cudaEventRecord(t[0].b, t[0].s));
-    if (timer_read(&t[0], iters, &seconds[j], err, cap) != 0) goto fail;
-  }
+  coll_ranks g = {.n = ngpus};
+  if (coll_setup(&f, &g, nmax, err, cap) != 0) goto done;
+  for (int j = 0; j < nsizes; j++) /* one communicator for every size */
+    if (coll_time(&f, kind, &g, sizes[j], iters, &seconds[j], err, cap) != 0) goto done;
   rc = 0;
-fail:
-  for (int r = 0; t && r < ngpus; r++) { /* nothing queued when the communicators go */
-    m.cudaSetDevice(r);
-    if (t[r].s) m.cudaStreamSynchronize(t[r].s);
-  }
-  if (comm && comm[0]) { /* one thread frees several GPUs' communicators: in one group (NCCL's guide) */
-    gstart();
-    for (int r = 0; r < ngpus; r++)
-      if (comm[r]) destroy(comm[r]);
-    gend();
-  }
-  for (int r = 0; t && r < ngpus; r++) {
-    m.cudaSetDevice(r);
-    if (in) m.cudaFree(in[r]);
-    if (out) m.cudaFree(out[r]);
-    timer_free(&t[r]);
-  }
-  free(comm), free(devs), free(in), free(out), free(t);
+done:
+  coll_free(&f, &g);
   return rc;
 }
 

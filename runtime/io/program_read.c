@@ -254,85 +254,81 @@ static bool is_init_value(const ntp_module *m, int32_t v) {
   return c == IR_INPUT || c == IR_PARAM;
 }
 
-static void program(reader *r, ntp_program *p) {
+/* Tensor t of the table: its fields, each checked against the world, the global module and the
+ * value it is a slice of. */
+static void tensor(reader *r, ntp_program *p, size_t t) {
   const ntp_module *m = &p->global;
-  p->world = i32(r);
-  if (!r->bad && (p->world < 1 || p->world > 4096)) fail(r, "world %d", p->world);
-  p->n_tensors = count(r, 40, "tensors");
-  p->tensors = alloc(r, p->n_tensors, sizeof *p->tensors);
-  for (size_t t = 0; t < p->n_tensors && !r->bad; t++) {
-    ntp_tensor *x = &p->tensors[t];
-    index_ok(r, x->rank = i32(r), 0, (size_t)p->world, "rank");
-    index_ok(r, x->global = i32(r), -1, m->n_values, "tensor value");
+  ntp_tensor *x = &p->tensors[t];
+  index_ok(r, x->rank = i32(r), 0, (size_t)p->world, "rank");
+  index_ok(r, x->global = i32(r), -1, m->n_values, "tensor value");
+  x->box = box(r);
+  x->dtype = dtype(r);
+  x->persistent = boolean(r);
+  x->name = str(r);
+  index_ok(r, x->init_value = i32(r), -1, m->n_values, "init value");
+  x->init_box = box(r);
+  x->def = i32(r);
+  x->offset = i64(r);
+  if (x->offset < 0) fail(r, "tensor %zu at a negative offset", t);
+  if (!r->bad && x->persistent && (x->init_value < 0 || !is_init_value(m, x->init_value)))
+    fail(r, "persistent tensor %zu is not a parameter or input slice", t);
+  if (!r->bad && x->global >= 0) {
+    ntp_box whole = box_full(&m->values[x->global].shape);
+    if (!box_contains(&whole, &x->box)) fail(r, "tensor %zu lies outside its value", t);
+  }
+  if (!r->bad && x->persistent) {
+    ntp_box whole = box_full(&m->values[x->init_value].shape);
+    if (!box_contains(&whole, &x->init_box) || box_volume(&x->init_box) != box_volume(&x->box))
+      fail(r, "persistent tensor %zu's slice", t);
+  }
+}
+
+/* The rest of communication step s (after its kind and layer): the collective, its ranks in
+ * ascending order, its transfers between tensors of one dtype, each box inside both tensors. */
+static void comm_step(reader *r, ntp_program *p, ntp_step *st, size_t s) {
+  uint32_t comm = u32(r);
+  if (comm >= SH_COMM_COUNT) fail(r, "collective %u", comm);
+  st->comm = (sh_comm_kind)comm;
+  size_t nr = count(r, 4, "ranks");
+  if (nr > (size_t)p->world) fail(r, "a collective over %zu of %d ranks", nr, p->world);
+  st->nranks = (int32_t)nr;
+  st->ranks = alloc(r, nr, sizeof *st->ranks);
+  for (size_t k = 0; k < nr && !r->bad; k++) {
+    index_ok(r, st->ranks[k] = i32(r), 0, (size_t)p->world, "rank");
+    if (k && st->ranks[k] <= st->ranks[k - 1]) fail(r, "a collective's ranks are not ascending");
+  }
+  st->nxfers = count(r, 12, "transfers");
+  st->xfers = alloc(r, st->nxfers, sizeof *st->xfers);
+  for (size_t k = 0; k < st->nxfers && !r->bad; k++) {
+    ntp_xfer *x = &st->xfers[k];
+    index_ok(r, x->src = i32(r), 0, p->n_tensors, "tensor");
+    index_ok(r, x->dst = i32(r), 0, p->n_tensors, "tensor");
     x->box = box(r);
-    x->dtype = dtype(r);
-    x->persistent = boolean(r);
-    x->name = str(r);
-    index_ok(r, x->init_value = i32(r), -1, m->n_values, "init value");
-    x->init_box = box(r);
-    x->def = i32(r);
-    x->offset = i64(r);
-    if (x->offset < 0) fail(r, "tensor %zu at a negative offset", t);
-    if (!r->bad && x->persistent && (x->init_value < 0 || !is_init_value(m, x->init_value)))
-      fail(r, "persistent tensor %zu is not a parameter or input slice", t);
-    if (!r->bad && x->global >= 0) {
-      ntp_box whole = box_full(&m->values[x->global].shape);
-      if (!box_contains(&whole, &x->box)) fail(r, "tensor %zu lies outside its value", t);
-    }
-    if (!r->bad && x->persistent) {
-      ntp_box whole = box_full(&m->values[x->init_value].shape);
-      if (!box_contains(&whole, &x->init_box) || box_volume(&x->init_box) != box_volume(&x->box))
-        fail(r, "persistent tensor %zu's slice", t);
-    }
+    if (!r->bad && (!box_contains(&p->tensors[x->src].box, &x->box) || !box_contains(&p->tensors[x->dst].box, &x->box)))
+      fail(r, "step %zu moves a box outside its tensors", s);
+    if (!r->bad && p->tensors[x->src].dtype != p->tensors[x->dst].dtype) fail(r, "step %zu moves between dtypes", s);
   }
-  p->n_steps = count(r, 8, "steps");
-  p->steps = alloc(r, p->n_steps, sizeof *p->steps);
-  for (size_t s = 0; s < p->n_steps && !r->bad; s++) {
-    ntp_step *st = &p->steps[s];
-    uint32_t kind = u32(r);
-    if (kind > SH_COMM) fail(r, "step kind %u", kind);
-    st->kind = (sh_step_kind)kind;
-    index_ok(r, st->layer = i32(r), -1, m->n_layers, "layer");
-    if (r->bad) break;
-    if (st->kind == SH_COMPUTE) {
-      index_ok(r, st->rank = i32(r), 0, (size_t)p->world, "rank");
-      st->op = op(r, p->n_tensors, "tensor");
-      continue;
-    }
-    uint32_t comm = u32(r);
-    if (comm >= SH_COMM_COUNT) fail(r, "collective %u", comm);
-    st->comm = (sh_comm_kind)comm;
-    size_t nr = count(r, 4, "ranks");
-    if (nr > (size_t)p->world) fail(r, "a collective over %zu of %d ranks", nr, p->world);
-    st->nranks = (int32_t)nr;
-    st->ranks = alloc(r, nr, sizeof *st->ranks);
-    for (size_t k = 0; k < nr && !r->bad; k++) {
-      index_ok(r, st->ranks[k] = i32(r), 0, (size_t)p->world, "rank");
-      if (k && st->ranks[k] <= st->ranks[k - 1]) fail(r, "a collective's ranks are not ascending");
-    }
-    st->nxfers = count(r, 12, "transfers");
-    st->xfers = alloc(r, st->nxfers, sizeof *st->xfers);
-    for (size_t k = 0; k < st->nxfers && !r->bad; k++) {
-      ntp_xfer *x = &st->xfers[k];
-      index_ok(r, x->src = i32(r), 0, p->n_tensors, "tensor");
-      index_ok(r, x->dst = i32(r), 0, p->n_tensors, "tensor");
-      x->box = box(r);
-      if (!r->bad && (!box_contains(&p->tensors[x->src].box, &x->box) || !box_contains(&p->tensors[x->dst].box, &x->box)))
-        fail(r, "step %zu moves a box outside its tensors", s);
-      if (!r->bad && p->tensors[x->src].dtype != p->tensors[x->dst].dtype) fail(r, "step %zu moves between dtypes", s);
-    }
-    st->elems = i64(r);
+  st->elems = i64(r);
+}
+
+/* Step s: a rank's op on tensors, or a communication step. */
+static void step(reader *r, ntp_program *p, size_t s) {
+  ntp_step *st = &p->steps[s];
+  uint32_t kind = u32(r);
+  if (kind > SH_COMM) fail(r, "step kind %u", kind);
+  st->kind = (sh_step_kind)kind;
+  index_ok(r, st->layer = i32(r), -1, p->global.n_layers, "layer");
+  if (r->bad) return;
+  if (st->kind == SH_COMPUTE) {
+    index_ok(r, st->rank = i32(r), 0, (size_t)p->world, "rank");
+    st->op = op(r, p->n_tensors, "tensor");
+    return;
   }
-  p->mem = alloc(r, (size_t)p->world, sizeof *p->mem);
-  for (int32_t k = 0; k < p->world && !r->bad; k++) {
-    p->mem[k].arena_bytes = i64(r);
-    p->mem[k].param_bytes = i64(r);
-    p->mem[k].input_bytes = i64(r);
-    if (p->mem[k].arena_bytes < 0 || p->mem[k].param_bytes < 0 || p->mem[k].input_bytes < 0 ||
-        p->mem[k].param_bytes > INT64_MAX - p->mem[k].input_bytes)
-      fail(r, "rank %d's memory sizes", k);
-  }
-  /* every tensor inside its rank's arena or parameter block; a step's tensors on its rank */
+  comm_step(r, p, st, s);
+}
+
+/* every tensor inside its rank's arena or parameter block; a step's tensors on its rank */
+static void check_placement(reader *r, const ntp_program *p) {
   for (size_t t = 0; t < p->n_tensors && !r->bad; t++) {
     const ntp_tensor *x = &p->tensors[t];
     const ntp_rank_mem *rm = &p->mem[x->rank];
@@ -348,6 +344,28 @@ static void program(reader *r, ntp_program *p) {
     for (int a = 0; a < st->op.nargs; a++) own &= p->tensors[st->op.args[a]].rank == st->rank;
     if (!own) fail(r, "step %zu reads or writes another rank's tensor", s);
   }
+}
+
+static void program(reader *r, ntp_program *p) {
+  const ntp_module *m = &p->global;
+  p->world = i32(r);
+  if (!r->bad && (p->world < 1 || p->world > 4096)) fail(r, "world %d", p->world);
+  p->n_tensors = count(r, 40, "tensors");
+  p->tensors = alloc(r, p->n_tensors, sizeof *p->tensors);
+  for (size_t t = 0; t < p->n_tensors && !r->bad; t++) tensor(r, p, t);
+  p->n_steps = count(r, 8, "steps");
+  p->steps = alloc(r, p->n_steps, sizeof *p->steps);
+  for (size_t s = 0; s < p->n_steps && !r->bad; s++) step(r, p, s);
+  p->mem = alloc(r, (size_t)p->world, sizeof *p->mem);
+  for (int32_t k = 0; k < p->world && !r->bad; k++) {
+    p->mem[k].arena_bytes = i64(r);
+    p->mem[k].param_bytes = i64(r);
+    p->mem[k].input_bytes = i64(r);
+    if (p->mem[k].arena_bytes < 0 || p->mem[k].param_bytes < 0 || p->mem[k].input_bytes < 0 ||
+        p->mem[k].param_bytes > INT64_MAX - p->mem[k].input_bytes)
+      fail(r, "rank %d's memory sizes", k);
+  }
+  check_placement(r, p);
   p->pieces = alloc(r, m->n_values, sizeof *p->pieces);
   p->npieces = alloc(r, m->n_values, sizeof *p->npieces);
   for (size_t v = 0; v < m->n_values && !r->bad; v++) {

@@ -381,86 +381,90 @@ static int write_profile(calib *k, const char *path) {
   return 0;
 }
 
-int ntpc_calibrate_command(int argc, char **argv) {
-  calib *k = calloc(1, sizeof *k);
-  const char *out = NULL, *base = NULL, *name = NULL;
-  int rc = 2;
-  if (!k) return 2;
-  k->gpus = -1;
+/* The command line into k and the -o, --base and --name it gives; then what can be checked before
+ * any GPU is asked for. -1, or the exit status. */
+static int parse_args(int argc, char **argv, calib *k, const char **out, const char **base, const char **name) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     bool missing = false;
     double num;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       fputs(calibrate_usage, stdout);
-      free(k);
       return 0;
     } else if (!strcmp(a, "--quick")) k->quick = true;
-    else if ((v = cli_option_value(argc, argv, &i, "-o", &missing))) out = v;
-    else if ((v = cli_option_value(argc, argv, &i, "--base", &missing))) base = v;
-    else if ((v = cli_option_value(argc, argv, &i, "--name", &missing))) name = v;
+    else if ((v = cli_option_value(argc, argv, &i, "-o", &missing))) *out = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--base", &missing))) *base = v;
+    else if ((v = cli_option_value(argc, argv, &i, "--name", &missing))) *name = v;
     else if ((v = cli_option_value(argc, argv, &i, "--gpus", &missing))) {
-      if (!cli_number(v, 1, 1024, &num) || num != floor(num)) {
-        rc = usage_fail("--gpus needs a count of 1 or more, got '%s'", v);
-        goto done;
-      }
+      if (!cli_number(v, 1, 1024, &num) || num != floor(num)) return usage_fail("--gpus needs a count of 1 or more, got '%s'", v);
       k->gpus = (int)num;
     } else {
-      rc = missing ? usage_fail("option '%s' needs a value", a) : usage_fail("unexpected argument '%s'", a);
-      goto done;
+      return missing ? usage_fail("option '%s' needs a value", a) : usage_fail("unexpected argument '%s'", a);
     }
   }
-  if (name && (strlen(name) >= sizeof k->prof.name || !name[0] || strpbrk(name, " \t#"))) {
-    rc = usage_fail("--name needs a word of at most 31 characters, got '%s'", name);
-    goto done;
-  }
+  if (*name && (strlen(*name) >= sizeof k->prof.name || !(*name)[0] || strpbrk(*name, " \t#")))
+    return usage_fail("--name needs a word of at most 31 characters, got '%s'", *name);
   /* the arguments first: a bad --base or -o is a usage error, found before any GPU is asked for */
-  if (base && load_base(k, base) != 0) {
-    rc = usage_fail("--base: %s", k->err);
-    goto done;
-  }
-  if (out) {
+  if (*base && load_base(k, *base) != 0) return usage_fail("--base: %s", k->err);
+  if (*out) {
     ntp_outfile probe;
     char why[512];
-    if (ntp_outfile_open(&probe, out, NULL, why, sizeof why) != 0) {
-      rc = usage_fail("-o: %s", why);
-      goto done;
-    }
+    if (ntp_outfile_open(&probe, *out, NULL, why, sizeof why) != 0) return usage_fail("-o: %s", why);
     ntp_outfile_abort(&probe);
   }
+  return -1;
+}
+
+/* GPU 0's name and memory (*mem: 0 unknown), the GPUs for the collectives, the date, and the base
+ * profile closest to the GPU unless --base gave one. -1, or the exit status (1: no GPU, or
+ * too few; the message printed). */
+static int find_gpus(calib *k, const char *base, double *mem) {
   int ndev = 0;
-  rc = 1;
   if (ntp_measure_devices(&ndev, k->err, sizeof k->err) != 0 || ndev == 0) {
     fprintf(stderr, "ntpc calibrate: error: no GPU to calibrate: %s\n", ndev == 0 && !k->err[0] ? "0 devices" : k->err);
-    goto done;
+    return 1;
   }
-  double mem = 0;
-  if (ntp_measure_device_info(0, k->device, sizeof k->device, &mem, k->err, sizeof k->err) != 0) goto fail;
+  if (ntp_measure_device_info(0, k->device, sizeof k->device, mem, k->err, sizeof k->err) != 0) {
+    fprintf(stderr, "ntpc calibrate: error: %s\n", k->err);
+    return 1;
+  }
   if (!k->device[0]) snprintf(k->device, sizeof k->device, "GPU 0 (cudart gives no name)");
   if (k->gpus < 0) k->gpus = ndev;
   if (k->gpus > ndev) {
     fprintf(stderr, "ntpc calibrate: error: --gpus %d, but %d GPUs are visible\n", k->gpus, ndev);
-    goto done;
+    return 1;
   }
   time_t now = time(NULL);
   strftime(k->date, sizeof k->date, "%Y-%m-%dT%H:%MZ", gmtime(&now));
   snprintf(k->measured, sizeof k->measured, "measured on %s at %s%s", k->device, k->date, k->quick ? " (--quick)" : "");
   if (!base && load_base(k, NULL) != 0) { /* the built-in closest to the GPU's name */
     fprintf(stderr, "ntpc calibrate: error: %s\n", k->err);
-    goto done;
+    return 1;
   }
   say("calibrate: %s (%d visible), base %s\n", k->device, ndev, k->base);
+  return -1;
+}
+
+/* Every measurement into the profile and its notes; mem: the GPU's memory (0: unknown, the
+ * base's). 0, or -1 with the message in k->err. */
+static int measure_all(calib *k, double mem) {
   if (calibrate_gemms(k) != 0 || calibrate_attention_kernels(k) != 0 || calibrate_attention(k) != 0 ||
       calibrate_memory(k) != 0)
-    goto fail;
+    return -1;
   if (mem > 0) {
     k->prof.mem_capacity = mem;
     measured(k->notes.mem_cap, sizeof k->notes.mem_cap, k, "cudaMemGetInfo's total");
   }
-  if (k->gpus >= 2 && calibrate_collectives(k) != 0) goto fail;
+  if (k->gpus >= 2 && calibrate_collectives(k) != 0) return -1;
   if (k->gpus < 2)
     for (int c = 0; c < PLAN_NCOLLS; c++)
       snprintf(k->notes.coll[PLAN_INTRA][c], sizeof k->notes.coll[0][0], "from %s (one GPU: no collective measured)", k->base);
+  return 0;
+}
+
+/* The profile's device, its name (--name, else the closest built-in's + _calibrated) and the
+ * header that says how it was made. */
+static void name_profile(calib *k, const char *name) {
   snprintf(k->prof.device, sizeof k->prof.device, "%s", k->device);
   char pname[32];
   snprintf(pname, sizeof pname, "%.16s_calibrated", plan_profile_closest(k->device) ? plan_profile_closest(k->device) : "gpu");
@@ -469,14 +473,26 @@ int ntpc_calibrate_command(int argc, char **argv) {
            "Written by ntpc calibrate, %s. Each line's comment says where its figure comes from.\n"
            "%sUse: ntpc plan MODEL --world W --profile THIS_FILE; ntpc run MODEL --backend cuda --gpu THIS_FILE",
            k->measured, k->quick ? "--quick: small shapes and few repetitions, a check of the tool, not for planning.\n" : "");
+}
+
+int ntpc_calibrate_command(int argc, char **argv) {
+  calib *k = calloc(1, sizeof *k);
+  const char *out = NULL, *base = NULL, *name = NULL;
+  int rc;
+  if (!k) return 2;
+  k->gpus = -1;
+  double mem = 0;
+  if ((rc = parse_args(argc, argv, k, &out, &base, &name)) >= 0 || (rc = find_gpus(k, base, &mem)) >= 0) goto done;
+  if (measure_all(k, mem) != 0) {
+    fprintf(stderr, "ntpc calibrate: error: %s\n", k->err);
+    rc = 1;
+    goto done;
+  }
+  name_profile(k, name);
   char def_path[48]; /* NAME.prof: NAME is at most 31 characters */
   snprintf(def_path, sizeof def_path, "%s.prof", k->prof.name);
   const char *path = out ? out : def_path;
   if ((rc = write_profile(k, path)) == 0) printf("calibrate: wrote %s (profile '%s', %s)\n", path, k->prof.name, k->measured);
-  goto done;
-fail:
-  fprintf(stderr, "ntpc calibrate: error: %s\n", k->err);
-  rc = 1;
 done:
   free(k);
   return rc;

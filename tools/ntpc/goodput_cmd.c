@@ -299,17 +299,25 @@ static void svg_curve(FILE *f, const gp_opts *o, const double (*loss)[GP_NPOLICI
 #undef Y
 }
 
-static int run(const gp_opts *o, ntpc_session *s) {
+/* The device profile of --profile or --gpu: -1, or the exit status. */
+static int load_profile(const gp_opts *o, plan_profile *prof) {
   char err[1024] = "";
-  plan_profile prof;
-  if (o->profile ? !plan_profile_load(o->profile, &prof, err, sizeof err)
-                 : !plan_profile_builtin(o->gpu ? o->gpu : "b200", &prof)) {
+  if (o->profile ? !plan_profile_load(o->profile, prof, err, sizeof err)
+                 : !plan_profile_builtin(o->gpu ? o->gpu : "b200", prof)) {
     if (o->profile) fprintf(stderr, "ntpc goodput: error: %s\n", err);
     else fprintf(stderr, "ntpc goodput: error: unknown GPU '%s' (see 'ntpc plan --help')\n", o->gpu);
     return o->profile ? 1 : 2;
   }
+  return -1;
+}
+
+/* The cluster of the options, checked before anything is priced (NULL: the exit status in *rc). */
+static gp_config *new_config(const gp_opts *o, int *rc) {
   gp_config *c = calloc(1, sizeof *c);
-  if (!c) return 3;
+  if (!c) {
+    *rc = 3;
+    return NULL;
+  }
   *c = (gp_config){.gpus = (int32_t)o->gpus, .domain = (int32_t)o->domain, .tp = (int32_t)o->tp,
                    .pp = (int32_t)o->pp, .micro = (int32_t)o->micro, .max_lost = (int32_t)o->max_lost};
   if (c->max_lost >= c->tp) c->max_lost = c->tp - 1;
@@ -317,32 +325,22 @@ static int run(const gp_opts *o, ntpc_session *s) {
   const char *why = gp_config_check(c);
   if (why) {
     free(c);
-    return usage_fail("%s", why);
+    *rc = usage_fail("%s", why);
+    return NULL;
   }
   c->tau_ntp[c->tp] = 0;
-  const ir_module *m = ntpc_module(s);
-  plan_model *pm = plan_model_new(m, ntpc_diag_sink(s));
-  priced pr = {0};
-  if (!pm || !price(pm, m, &prof, o, c, &pr, s)) { /* the planner's errors: printed by the caller */
-    plan_model_free(pm);
-    free(c);
-    return ntpc_diag_sink(s)->out_of_memory ? 3 : 1;
-  }
-  double tokens = plan_model_tokens(pm);
-  plan_model_free(pm);
-  int32_t T = c->tp;
-  if (!(c->tau_ntp[T] > 0)) {
-    fprintf(stderr, "ntpc goodput: error: no plan of %s fits a group of %d x %s%s\n", m->name, T, prof.device,
-            o->forward ? "" : " for training (--forward prices the forward pass)");
-    free(c);
-    return 1;
-  }
-  int32_t R = gp_replicas(c);
+  return c;
+}
+
+/* The cluster, then the priced step of a stage by the GPUs its group has left. */
+static void print_steps(const gp_opts *o, const gp_config *c, const ir_module *m, const plan_profile *prof,
+                        double tokens) {
+  int32_t T = c->tp, R = gp_replicas(c);
   char mb[96];
   if (c->micro) snprintf(mb, sizeof mb, "%d micro-batches of %.0f tokens each a step", c->micro, tokens);
   else snprintf(mb, sizeof mb, "micro-batches of %.0f tokens, the batch shared by speed", tokens);
   printf("ntpc goodput: %s (one of %d pipeline stages) on %d x %s in domains of %d; TP %d: %d replicas of %d GPUs, "
-         "%s\n\n", m->name, c->pp, c->gpus, prof.device, c->domain, T, R, T * c->pp, mb);
+         "%s\n\n", m->name, c->pp, c->gpus, prof->device, c->domain, T, R, T * c->pp, mb);
   printf("the planner's %s step of a stage, by the GPUs its group has left:\n", o->forward ? "forward" : "training");
   printf("  GPUs  per-layer plan (ntp)        uniform TP (every layer over all)\n");
   double h = c->tau_ntp[T];
@@ -356,40 +354,41 @@ static int run(const gp_opts *o, ntpc_session *s) {
     printf("  %4d  %-26s  %s\n", t, t >= T - c->max_lost ? a : "", b);
   }
   printf("  (%%/GPU: tokens per second per GPU against the healthy group's)\n\n");
+}
 
-  gp_failures f = o->f;
-  f.rate_per_gpu_h = o->failed_frac >= 0 ? gp_rate_for_fraction(&f, o->failed_frac) : 1 / o->mtbf_h;
-  double steady = gp_steady_fraction(&f);
+/* The failures and the costs of the options, printed: into *f and *k. The long-run failed
+ * fraction. */
+static double failures_and_costs(const gp_opts *o, const plan_profile *prof, const priced *pr, gp_failures *f,
+                               gp_costs *k) {
+  *f = o->f;
+  f->rate_per_gpu_h = o->failed_frac >= 0 ? gp_rate_for_fraction(f, o->failed_frac) : 1 / o->mtbf_h;
+  double steady = gp_steady_fraction(f);
   printf("failures: one per %.0f GPU-hours (%s); %.0f%% hardware, repaired in %g-%g days, the rest software, %g h;\n"
-         "  mean repair %.1f h, long-run failed fraction %.3f%%\n", 1 / f.rate_per_gpu_h,
-         o->failed_frac >= 0 ? "set by --failed-frac" : "Llama 3's rate unless --mtbf-h", 100 * f.hw_frac,
-         f.hw_min_h / 24, f.hw_max_h / 24, f.sw_h, gp_mean_repair_h(&f), 100 * steady);
-  gp_costs k = o->k;
+         "  mean repair %.1f h, long-run failed fraction %.3f%%\n", 1 / f->rate_per_gpu_h,
+         o->failed_frac >= 0 ? "set by --failed-frac" : "Llama 3's rate unless --mtbf-h", 100 * f->hw_frac,
+         f->hw_min_h / 24, f->hw_max_h / 24, f->sw_h, gp_mean_repair_h(f), 100 * steady);
+  *k = o->k;
   /* ntp's hand-over: each survivor's share of the failed GPU's state over its own inter-domain
    * link from a replica that holds it, after the planner's re-plan of the group */
-  k.resume_s = o->replan_s + pr.state_bytes / prof.link_bw[PLAN_INTER];
+  k->resume_s = o->replan_s + pr->state_bytes / prof->link_bw[PLAN_INTER];
   printf("costs: a restart %.0f min plus half a %.0f-minute checkpoint interval redone; ntp: %.0f s to notice, "
-         "%.1f s to resume (re-plan %g s, %.2f GiB of state per GPU at %.0f GB/s)\n", k.restart_s / 60, k.ckpt_s / 60,
-         k.detect_s, k.resume_s, o->replan_s, pr.state_bytes / 1073741824.0, prof.link_bw[PLAN_INTER] / 1e9);
+         "%.1f s to resume (re-plan %g s, %.2f GiB of state per GPU at %.0f GB/s)\n", k->restart_s / 60, k->ckpt_s / 60,
+         k->detect_s, k->resume_s, o->replan_s, pr->state_bytes / 1073741824.0, prof->link_bw[PLAN_INTER] / 1e9);
   /* measured, so not in the simulation (the same seed gives the same run) */
-  printf("  (the planner's re-plan of a group that lost one GPU took %.0f ms here)\n\n", pr.search_ms);
+  printf("  (the planner's re-plan of a group that lost one GPU took %.0f ms here)\n\n", pr->search_ms);
+  return steady;
+}
 
-  double(*loss)[GP_NPOLICIES] = calloc((size_t)o->nfractions, sizeof *loss);
-  if (!loss) {
-    free(c);
-    return 3;
-  }
+/* The throughput each policy loses at each failed fraction, printed and into loss: 0, or 3 (out
+ * of memory). */
+static int loss_table(const gp_opts *o, const gp_config *c, double (*loss)[GP_NPOLICIES]) {
   printf("throughput lost with a fraction of the GPUs failed (%d random sets each):\n", (int)o->samples);
   printf("  failed   GPUs ");
   for (int p = 0; p < GP_NPOLICIES; p++) printf("  %10s", gp_policy_name((gp_policy)p));
   printf("\n");
-  int rc = 0;
-  for (int i = 0; i < o->nfractions && !rc; i++) {
+  for (int i = 0; i < o->nfractions; i++) {
     double thr[GP_NPOLICIES];
-    if (!gp_static_loss(c, o->fractions[i], (int32_t)o->samples, (uint64_t)o->seed + (uint64_t)i, thr)) {
-      rc = 3;
-      break;
-    }
+    if (!gp_static_loss(c, o->fractions[i], (int32_t)o->samples, (uint64_t)o->seed + (uint64_t)i, thr)) return 3;
     printf("  %5.2f%%  %5.0f ", 100 * o->fractions[i], llround(o->fractions[i] * c->gpus) * 1.0);
     for (int p = 0; p < GP_NPOLICIES; p++) {
       loss[i][p] = 100 * (1 - thr[p]);
@@ -398,38 +397,81 @@ static int run(const gp_opts *o, ntpc_session *s) {
     }
     printf("\n");
   }
+  return 0;
+}
+
+/* A run of weeks of failures and repairs, each policy's throughput and goodput printed: 0, or 3. */
+static int simulated_run(const gp_opts *o, const gp_config *c, const gp_failures *f, const gp_costs *k) {
   gp_run_result r;
-  double burn = f.hw_max_h > f.sw_h ? f.hw_max_h / 24 : f.sw_h / 24;
-  if (!rc && !gp_simulate(c, &f, &k, o->days, burn, (uint64_t)o->seed, &r)) rc = 3;
-  if (!rc) {
-    printf("\na run of %g days (seed %.0f): %lld failures, %lld repairs; failed %.3f%% of the time on average, at "
-           "most %.3f%%\n", o->days, o->seed, (long long)r.failures, (long long)r.repairs, 100 * r.mean_failed_frac,
-           100 * r.max_failed_frac);
-    printf("  policy      throughput   goodput   stops  paused or redone  what it does\n");
-    for (int p = 0; p < GP_NPOLICIES; p++)
-      printf("  %-10s  %9.2f%%  %7.2f%%  %6lld  %10.1f h      %s\n", gp_policy_name((gp_policy)p), 100 * r.throughput[p],
-             100 * r.goodput[p], (long long)r.stops[p], r.paused_h[p], gp_policy_title((gp_policy)p));
-    printf("  (of a healthy cluster's; goodput also loses the pauses and the work redone after restarts)\n");
-  }
+  double burn = f->hw_max_h > f->sw_h ? f->hw_max_h / 24 : f->sw_h / 24;
+  if (!gp_simulate(c, f, k, o->days, burn, (uint64_t)o->seed, &r)) return 3;
+  printf("\na run of %g days (seed %.0f): %lld failures, %lld repairs; failed %.3f%% of the time on average, at "
+         "most %.3f%%\n", o->days, o->seed, (long long)r.failures, (long long)r.repairs, 100 * r.mean_failed_frac,
+         100 * r.max_failed_frac);
+  printf("  policy      throughput   goodput   stops  paused or redone  what it does\n");
+  for (int p = 0; p < GP_NPOLICIES; p++)
+    printf("  %-10s  %9.2f%%  %7.2f%%  %6lld  %10.1f h      %s\n", gp_policy_name((gp_policy)p), 100 * r.throughput[p],
+           100 * r.goodput[p], (long long)r.stops[p], r.paused_h[p], gp_policy_title((gp_policy)p));
+  printf("  (of a healthy cluster's; goodput also loses the pauses and the work redone after restarts)\n");
+  return 0;
+}
+
+/* The loss curve into the file --svg names (default goodput.svg; '-': none): 0, or 2. */
+static int write_curve(const gp_opts *o, const gp_config *c, const ir_module *m, const plan_profile *prof,
+                       const double (*loss)[GP_NPOLICIES], double steady) {
   const char *svg = o->svg ? o->svg : "goodput.svg";
-  if (!rc && strcmp(svg, "-") != 0) {
-    ntp_outfile out;
-    char title[200];
-    snprintf(title, sizeof title, "%s on %d x %s, domains of %d, TP %d x PP %d (ntpc goodput)", m->name, c->gpus,
-             prof.device, c->domain, T, c->pp);
-    if (ntp_outfile_open(&out, svg, NULL, err, sizeof err) != 0) {
-      fprintf(stderr, "ntpc goodput: error: %s\n", err);
-      rc = 2;
-    } else {
-      svg_curve(out.f, o, (const double(*)[GP_NPOLICIES])loss, steady, title);
-      if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
-        fprintf(stderr, "ntpc goodput: error: %s\n", err);
-        rc = 2;
-      } else {
-        printf("wrote %s\n", svg);
-      }
-    }
+  if (strcmp(svg, "-") == 0) return 0;
+  ntp_outfile out;
+  char title[200], err[1024] = "";
+  snprintf(title, sizeof title, "%s on %d x %s, domains of %d, TP %d x PP %d (ntpc goodput)", m->name, c->gpus,
+           prof->device, c->domain, c->tp, c->pp);
+  if (ntp_outfile_open(&out, svg, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc goodput: error: %s\n", err);
+    return 2;
   }
+  svg_curve(out.f, o, loss, steady, title);
+  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc goodput: error: %s\n", err);
+    return 2;
+  }
+  printf("wrote %s\n", svg);
+  return 0;
+}
+
+static int run(const gp_opts *o, ntpc_session *s) {
+  plan_profile prof;
+  int rc = load_profile(o, &prof);
+  if (rc >= 0) return rc;
+  gp_config *c = new_config(o, &rc);
+  if (!c) return rc;
+  const ir_module *m = ntpc_module(s);
+  plan_model *pm = plan_model_new(m, ntpc_diag_sink(s));
+  priced pr = {0};
+  if (!pm || !price(pm, m, &prof, o, c, &pr, s)) { /* the planner's errors: printed by the caller */
+    plan_model_free(pm);
+    free(c);
+    return ntpc_diag_sink(s)->out_of_memory ? 3 : 1;
+  }
+  double tokens = plan_model_tokens(pm);
+  plan_model_free(pm);
+  if (!(c->tau_ntp[c->tp] > 0)) {
+    fprintf(stderr, "ntpc goodput: error: no plan of %s fits a group of %d x %s%s\n", m->name, c->tp, prof.device,
+            o->forward ? "" : " for training (--forward prices the forward pass)");
+    free(c);
+    return 1;
+  }
+  print_steps(o, c, m, &prof, tokens);
+  gp_failures f;
+  gp_costs k;
+  double steady = failures_and_costs(o, &prof, &pr, &f, &k);
+  double(*loss)[GP_NPOLICIES] = calloc((size_t)o->nfractions, sizeof *loss);
+  if (!loss) {
+    free(c);
+    return 3;
+  }
+  rc = loss_table(o, c, loss);
+  if (!rc) rc = simulated_run(o, c, &f, &k);
+  if (!rc) rc = write_curve(o, c, m, &prof, (const double(*)[GP_NPOLICIES])loss, steady);
   if (rc == 3) fprintf(stderr, "ntpc goodput: error: out of memory\n");
   free(loss);
   free(c);

@@ -529,6 +529,58 @@ done:
   return rc;
 }
 
+/* The world to plan for: --world, or the --plan's (which must agree). -1, or the exit status. */
+static int plan_world(ntpc_session *s, const plan_opts *o, size_t seen, int32_t *W) {
+  const ir_module *m = ntpc_module(s);
+  const ir_plan *inplan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  *W = (int32_t)o->world;
+  if (inplan && inplan->world) {
+    if (o->world > 0 && o->world != inplan->world) {
+      diag_emit(ntpc_diag_sink(s), NTPC_ERROR, inplan->file, inplan->loc, "plan '%s' sets world %lld, but --world is %ld",
+                inplan->name, (long long)inplan->world, o->world);
+      return planner_failed(s, o, seen);
+    }
+    *W = (int32_t)inplan->world;
+  }
+  if (*W < 1) return usage_fail("%s", "how many GPUs? give --world W (or a --plan with a world)");
+  if (*W > 1024) return usage_fail("%s", "the planner plans worlds of at most 1024 GPUs");
+  return -1;
+}
+
+/* The physical ranks --fail lists, each in the world and once, some surviving. -1, or the exit
+ * status. */
+static int failed_ranks(const plan_opts *o, int32_t W, int32_t *failed, int32_t *nfailed, int32_t cap) {
+  *nfailed = 0;
+  if (o->fail && !parse_fail(o->fail, failed, nfailed, cap))
+    return usage_fail("--fail expects physical ranks separated by commas (e.g. 3,9), got '%s'", o->fail);
+  for (int32_t k = 0; k < *nfailed; k++) {
+    char what[64];
+    snprintf(what, sizeof what, "%d", failed[k]);
+    bool twice = false;
+    for (int32_t j = 0; j < k; j++) twice |= failed[j] == failed[k];
+    if (failed[k] >= W || twice)
+      return usage_fail(twice ? "--fail lists GPU %s twice" : "--fail: GPU %s is not in the world", what);
+  }
+  if (*nfailed >= W) return usage_fail("%s", "--fail lists every GPU: nothing survives to plan for");
+  return -1;
+}
+
+/* The plan's name: --name, else MODEL_wW_GPU with _failR1_R2 for the failed ranks. */
+static void plan_name(const plan_opts *o, const plan_profile *prof, const ir_module *m, int32_t W, const int32_t *failed,
+                      int32_t nfailed, char *name, size_t cap) {
+  if (o->name) {
+    snprintf(name, cap, "%s", o->name);
+    return;
+  }
+  char gname[40];
+  snprintf(gname, sizeof gname, "%s", prof->name);
+  for (char *p = gname; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
+  snprintf(name, cap, "%s_w%d_%s", m->name, W, gname);
+  for (int32_t k = 0; k < nfailed; k++)
+    snprintf(name + strlen(name), cap - strlen(name), "%s%d", k ? "_" : "_fail", failed[k]);
+}
+
 int ntpc_plan_parse_options(int argc, char **argv) {
   plan_opts o;
   return parse_options(argc, argv, &o);
@@ -554,46 +606,13 @@ int ntpc_plan_command(int argc, char **argv) {
     ntpc_session_free(g);
   }
   const ir_module *m = ntpc_module(s);
-  const ir_plan *inplan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
-  int32_t W = (int32_t)o.world;
+  int32_t W;
   diag_sink *diags = ntpc_diag_sink(s);
   size_t seen = ntpc_diag_count(s); /* printed already */
-  if (inplan && inplan->world) {
-    if (o.world > 0 && o.world != inplan->world) {
-      diag_emit(diags, NTPC_ERROR, inplan->file, inplan->loc, "plan '%s' sets world %lld, but --world is %ld",
-                inplan->name, (long long)inplan->world, o.world);
-      rc = planner_failed(s, &o, seen);
-      ntpc_session_free(s);
-      return rc;
-    }
-    W = (int32_t)inplan->world;
-  }
-  if (W < 1) {
-    ntpc_session_free(s);
-    return usage_fail("%s", "how many GPUs? give --world W (or a --plan with a world)");
-  }
-  if (W > 1024) {
-    ntpc_session_free(s);
-    return usage_fail("%s", "the planner plans worlds of at most 1024 GPUs");
-  }
   int32_t failed[4096], nfailed = 0;
-  if (o.fail && !parse_fail(o.fail, failed, &nfailed, 4096)) {
+  if ((rc = plan_world(s, &o, seen, &W)) >= 0 || (rc = failed_ranks(&o, W, failed, &nfailed, 4096)) >= 0) {
     ntpc_session_free(s);
-    return usage_fail("--fail expects physical ranks separated by commas (e.g. 3,9), got '%s'", o.fail);
-  }
-  for (int32_t k = 0; k < nfailed; k++) {
-    char what[64];
-    snprintf(what, sizeof what, "%d", failed[k]);
-    bool twice = false;
-    for (int32_t j = 0; j < k; j++) twice |= failed[j] == failed[k];
-    if (failed[k] >= W || twice) {
-      ntpc_session_free(s);
-      return usage_fail(twice ? "--fail lists GPU %s twice" : "--fail: GPU %s is not in the world", what);
-    }
-  }
-  if (nfailed >= W) {
-    ntpc_session_free(s);
-    return usage_fail("%s", "--fail lists every GPU: nothing survives to plan for");
+    return rc;
   }
   plan_model *pm = plan_model_new(m, diags);
   if (!pm) {
@@ -604,16 +623,7 @@ int ntpc_plan_command(int argc, char **argv) {
 
   /* the plan's name and files */
   char name[160], *pfile, *sfile;
-  if (o.name) snprintf(name, sizeof name, "%s", o.name);
-  else {
-    char gname[40];
-    snprintf(gname, sizeof gname, "%s", prof.name);
-    for (char *p = gname; *p; p++)
-      if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) *p = '_';
-    snprintf(name, sizeof name, "%s_w%d_%s", m->name, W, gname);
-    for (int32_t k = 0; k < nfailed; k++)
-      snprintf(name + strlen(name), sizeof name - strlen(name), "%s%d", k ? "_" : "_fail", failed[k]);
-  }
+  plan_name(&o, &prof, m, W, failed, nfailed, name, sizeof name);
   pfile = o.out ? strf("%s", o.out) : strf("%s.ntp", name);
   sfile = o.svg ? strf("%s", o.svg) : strf("%s.svg", name);
   if (!pfile || !sfile) {
