@@ -374,12 +374,13 @@ static int check_options(const options *o, const ntp_exec_backend **b) {
   if (o->out && o->command && !o->emit && strcmp(o->command, "report") != 0)
     return usage_error("-o applies to --emit and report, not to '%s'", o->command);
   if (!(*b = ntp_exec_backend_find(o->backend, why, sizeof why))) return usage_error("%s", why);
-  if (o->loopback && !(*b)->devices) /* silently ignored, it would look used */
+  bool run = o->command && strcmp(o->command, "run") == 0;
+  if (run && o->loopback && !(*b)->devices) /* a run would ignore it silently, and it would look used */
     return usage_error("--loopback is an option of a backend with devices (--backend cuda)%s", "");
   if ((*b)->devices && (o->dump || o->save_params)) /* the run on the devices is compared, not dumped */
     return usage_error("%s is a cpu-backend option (it writes the reference run's tensors)",
                        o->dump ? "--dump" : "--save-params");
-  if (o->command && strcmp(o->command, "run") == 0 && (*b)->available(why, sizeof why) != 0) {
+  if (run && (*b)->available(why, sizeof why) != 0) {
     fprintf(stderr, "ntpc: error: --backend %s: %s\n", (*b)->name, why);
     return 2;
   }
