@@ -43,7 +43,6 @@ static void exec_free(void *be) {
   free(be);
 }
 
-
 static bool exec_runs_rank(const void *be, int rank) { return ntp_cuda_runs_rank(((const cuda_exec *)be)->c, rank); }
 static bool exec_all_here(const void *be) { return ntp_cuda_all_here(((const cuda_exec *)be)->c); }
 
@@ -136,13 +135,10 @@ static void survivors_release(ntp_exec_survivors *s) {
   free(s->held);
 }
 
-static int exec_lose(void *be, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap) {
+static int exec_lose(void *be, const bool *lost, ntp_exec_survivors *s, char *err, size_t cap) {
   const cuda_exec *x = be;
   s->next = (ntp_exec_options){.backend = "cuda", .loopback = x->o.loopback, .device = x->o.device};
-  if (x->o.loopback) {
-    for (int32_t r = 0; r < world; r++) s->n += !lost[r];
-    return 0;
-  }
+  if (x->o.loopback) return 0;
   ntp_cuda_survivors *sv = calloc(1, sizeof *sv);
   if (!sv) {
     snprintf(err, cap, "out of memory");
@@ -153,7 +149,7 @@ static int exec_lose(void *be, const bool *lost, int32_t world, ntp_exec_survivo
     return -1;
   }
   s->held = sv, s->release = survivors_release;
-  s->n = sv->n, s->local = sv->local;
+  s->local = sv->local; /* sv->n is s->n: the same survivors, counted by NCCL's side too */
   s->next.device = sv->devices[0], s->next.devices = sv->devices, s->next.comms = sv->world;
   s->next.rank_lo = sv->local >= 0 ? sv->local : 0;
   s->next.rank_hi = sv->local >= 0 ? sv->local + 1 : sv->n;

@@ -50,13 +50,12 @@ void ntp_exec_free(ntp_exec *e) {
   free(e);
 }
 
-/* the reference: nothing is lost but ranks of a program it does not have (a failure needs a
- * sharded run: the callers refuse one before) */
+/* The survivors are counted here for every backend; the reference (no executor: a failure needs a
+ * sharded run, which the callers ask for first) has nothing else to let go. */
 int ntp_exec_lose(ntp_exec *e, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap) {
   *s = (ntp_exec_survivors){.local = -1};
-  if (e) return e->ops->lose(e->be, lost, world, s, err, cap);
   for (int32_t r = 0; r < world; r++) s->n += !lost[r];
-  return 0;
+  return e ? e->ops->lose(e->be, lost, s, err, cap) : 0;
 }
 
 void ntp_exec_survivors_free(ntp_exec_survivors *s) {

@@ -117,9 +117,9 @@ typedef struct ntp_exec_ops {
   int (*merge)(void *be, void *host, size_t bytes, char *err, size_t cap);
   int (*exchange)(void *be, float *const *send, const size_t *n_send, float *const *recv, const size_t *n_recv,
                   char *err, size_t cap);
-  /* ranks lost[r] (r < world, this executor's ranks) failed with their devices: nothing waits on
-   * them any more, and *s says how the survivors' executor is made (ntp_exec_survivors_free it) */
-  int (*lose)(void *be, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap);
+  /* ranks lost[r] (this executor's ranks) failed with their devices: nothing waits on them any
+   * more, and *s (its survivors counted by ntp_exec_lose) says how the survivors' executor is made */
+  int (*lose)(void *be, const bool *lost, ntp_exec_survivors *s, char *err, size_t cap);
   /* did the last failed call fail because a peer is gone (the survivors then go on)? */
   bool (*peer_lost)(void *be);
   /* lines on what the backend chose (GEMM algorithms, overlap), for NTP_VERBOSE; "" for none */

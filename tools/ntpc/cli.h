@@ -27,6 +27,11 @@ int ntpc_goodput_command(int argc, char **argv);
 /* `ntpc calibrate` (calibrate_cmd.c): measures the local GPUs, writes a device profile */
 int ntpc_calibrate_command(int argc, char **argv);
 
+/* With NTP_VERBOSE set (and not "0"): what the executor's backend chose (ntp_exec_describe: the
+ * CUDA backend's GEMM and overlap summaries) on stdout; nothing for the reference (NULL). */
+struct ntp_exec;
+void cli_verbose_exec(struct ntp_exec *e);
+
 /* The option parsers alone (the options fuzzer, tests/fuzz/fuzz_options.c): -1 when the options
  * are accepted, else the exit status they give (0 for --help). Nothing is compiled, run or
  * written; what the options name is not opened (-D values and plan files of train are). */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "exec.h"
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *missing) {
   size_t n = strlen(name);
@@ -44,3 +45,11 @@ bool cli_number(const char *v, double lo, double hi, double *out) {
   return true;
 }
 
+
+void cli_verbose_exec(ntp_exec *e) {
+  const char *v = getenv("NTP_VERBOSE");
+  char lines[4096];
+  if (!v || !*v || !strcmp(v, "0")) return;
+  ntp_exec_describe(e, lines, sizeof lines);
+  if (lines[0]) printf("%s\n", lines);
+}

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "exec.h"
 #include "ntprt.h"
 #include "run_cmd.h"
@@ -159,10 +160,7 @@ static int run_exec(ntp_exec *e, const ntp_exec_backend *b, const ntp_program *p
   }
   printf("backend %s: %d rank%s, seed %llu, forward %.3f ms (mean of %ld)\n%s", e->ops->label(e->be), p->world,
          p->world == 1 ? "" : "s", o->seed, ms->mean_s * 1e3, ms->runs, ms->notes);
-  char line[4096];
-  ntp_exec_describe(e, line, sizeof line);
-  const char *verbose = getenv("NTP_VERBOSE");
-  if (line[0] && verbose && *verbose && strcmp(verbose, "0") != 0) printf("%s\n", line);
+  cli_verbose_exec(e);
   rc = 0;
   double gfloor = grad_floor(ref, p->global.dtype);
   for (size_t i = 0; i < res.n_outputs; i++) {

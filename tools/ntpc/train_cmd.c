@@ -96,15 +96,21 @@ static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntp
 /* a finite number of at least lo (cli_number with no upper bound) */
 static bool number(const char *v, double lo, double *out) { return cli_number(v, lo, DBL_MAX, out); }
 
+/* The flag of the optimizer's option `name`: "--weight-decay" for "weight_decay". */
+static void adamw_flag(const char *name, char *flag, size_t cap) {
+  snprintf(flag, cap, "--%s", name);
+  for (char *c = flag + 2; *c; c++) *c = *c == '_' ? '-' : *c;
+}
+
 /* The help, with the optimizer's options and the backends from their tables. */
 static void print_usage(void) {
-  char adamw[2048] = "", backends[1024] = "", opt[64];
+  char adamw[2048] = "", backends[1024] = "", flag[64], opt[80];
   size_t na = 0, nb = 0;
   const char *name, *help;
   for (size_t i = 0; (name = ntp_adamw_option(i, &help)); i++) {
     if (!strcmp(name, "steps")) continue; /* --steps: the run's length, above */
-    int k = snprintf(opt, sizeof opt, "--%s %s", name, !strcmp(name, "warmup") ? "N" : "X");
-    for (int c = 2; c < k; c++) opt[c] = opt[c] == '_' ? '-' : opt[c];
+    adamw_flag(name, flag, sizeof flag);
+    snprintf(opt, sizeof opt, "%s %s", flag, !strcmp(name, "warmup") ? "N" : "X");
     na += (size_t)snprintf(adamw + na, sizeof adamw - na, "  %-18s %s\n", opt, help);
   }
   const ntp_exec_backend *b;
@@ -245,8 +251,7 @@ static int adamw_option(train_opts *o, int argc, char **argv, int *i, bool *miss
   const char *name, *v;
   char opt[64], why[256], msg[512];
   for (size_t k = 0; (name = ntp_adamw_option(k, NULL)); k++) {
-    snprintf(opt, sizeof opt, "--%s", name);
-    for (char *c = opt + 2; *c; c++) *c = *c == '_' ? '-' : *c;
+    adamw_flag(name, opt, sizeof opt);
     if (!(v = cli_option_value(argc, argv, i, opt, missing))) continue;
     *taken = true;
     if (ntp_adamw_set(&o->adamw, name, v, why, sizeof why) != 0) {
@@ -520,10 +525,7 @@ static void print_header(train_run *r) {
   else if (e)
     printf("backend %s: %d rank%s (each rank's forward, backward and AdamW on its slices, the gradients summed over "
            "their holders)\n", e->ops->label(e->be), w > 0 ? w : 1, w > 1 ? "s" : "");
-  char line[4096];
-  const char *verbose = getenv("NTP_VERBOSE");
-  ntp_exec_describe(e, line, sizeof line);
-  if (line[0] && verbose && *verbose && strcmp(verbose, "0") != 0) printf("%s\n", line);
+  cli_verbose_exec(e);
   const ntp_adamw *aw = &o->adamw;
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw->lr,
          (long long)aw->warmup, aw->lr * aw->min_lr_frac, aw->beta1, aw->beta2, aw->eps, aw->weight_decay, aw->clip);
