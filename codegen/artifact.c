@@ -86,7 +86,7 @@ void artifact_sharding_line(const sh_program *p, size_t l, char *line, size_t ca
   if (layer_is_sharded(&m->layers[l])) {
     k += snprintf(line + k, cap - (size_t)k, ", groups (");
     for (int g = 0; g < pl->ngroups && (size_t)k + 32 < cap; g++)
-      k += snprintf(line + k, cap - (size_t)k, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);
+      k += snprintf(line + k, cap - (size_t)k, "%s%d", g ? ", " : "", sh_group_size(pl, g));
     k += snprintf(line + k, cap - (size_t)k, ")%s", pl->seq_parallel ? ", sequence parallel" : "");
   }
   if ((size_t)k < cap) snprintf(line + k, cap - (size_t)k, "\n");

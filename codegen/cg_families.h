@@ -44,6 +44,8 @@ void cg_write_ce_mean(gen *g, int32_t step);
 void cg_write_ce_stats_grad(gen *g, int32_t step);
 void cg_write_ce_rows_grad(gen *g, int32_t step);
 void cg_write_ce_mean_grad(gen *g, int32_t step);
+void cg_write_ce_count(gen *g, int32_t step);
+void cg_write_ce_seed(gen *g, int32_t step);
 
 /* cg_grad.c: the transposes of the forward's data movement */
 void cg_write_sum_to(gen *g, int32_t step);      /* of a broadcast */

@@ -145,6 +145,8 @@ static const cg_writer writers[IR_OP_COUNT] = {
     [IR_CE_STATS_GRAD] = cg_write_ce_stats_grad,
     [IR_CE_ROWS_GRAD] = cg_write_ce_rows_grad,
     [IR_CE_MEAN_GRAD] = cg_write_ce_mean_grad,
+    [IR_CE_COUNT] = cg_write_ce_count,
+    [IR_CE_SEED] = cg_write_ce_seed,
 };
 
 static void gen_free(gen *g) {

@@ -191,6 +191,33 @@ void cg_write_ce_rows_grad(gen *g, int32_t s) {
          y, G, y);
 }
 
+void cg_write_ce_count(gen *g, int32_t s) {
+  const sh_step *st = &g->p->steps[s];
+  int32_t tg = st->op.args[0], y = st->op.result;
+  ntp_shape ts = cg_tshape(g, tg);
+  long long rows = 1, ign = st->op.attr.ce.ignore;
+  for (int d = 0; d < ts.ndim; d++) rows *= ts.dim[d];
+  cg_kernel_head(g, s, 1, 32, 0);
+  cg_decl(g, tg);
+  cg_decl(g, y);
+  cg_out(g->m, "  if (threadIdx.x != 0) return;\n  float n = 0.0f;\n");
+  cg_out(g->m, "  for (i64 r = 0; r < %lldll; r++) n += T%d[r] != %lldll ? 1.0f : 0.0f;\n", rows, tg, ign);
+  cg_out(g->m, "  T%d[0] = 0.0f;\n  T%d[1] = n;\n}\n", y, y);
+}
+
+/* As ce_mean_grad's kernel with a gradient of 1 (the same float). */
+void cg_write_ce_seed(gen *g, int32_t s) {
+  const sh_step *st = &g->p->steps[s];
+  int32_t C = st->op.args[0], y = st->op.result;
+  long long nc = cg_tshape(g, C).dim[0];
+  cg_kernel_head(g, s, 1, 32, 0);
+  cg_decl(g, C);
+  cg_decl(g, y);
+  cg_out(g->m, "  if (threadIdx.x != 0) return;\n  float n = 0.0f;\n");
+  cg_out(g->m, "  for (int i = 0; i < %lld; i++) n += T%d[2 * i + 1];\n", nc, C);
+  cg_out(g->m, "  T%d[0] = n > 0.0f ? 1.0f / n : 0.0f;\n  T%d[1] = 0.0f;\n}\n", y, y);
+}
+
 void cg_write_ce_mean_grad(gen *g, int32_t s) {
   const sh_step *st = &g->p->steps[s];
   int32_t P = st->op.args[0], dl = st->op.args[1], y = st->op.result;

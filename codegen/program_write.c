@@ -72,7 +72,9 @@ static void attrs(program_image *b, const ir_op *o) {
     break;
   case IR_SCATTER_ADD: i64(b, a->gather.lo); i64(b, a->gather.hi); break;
   case IR_PAD: i32(b, a->slice.axis); i64(b, a->slice.start); i64(b, a->slice.len); break;
-  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: case IR_CE_ROWS: case IR_CE_ROWS_GRAD: i64(b, a->ce.ignore); break;
+  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: case IR_CE_ROWS: case IR_CE_ROWS_GRAD: case IR_CE_COUNT:
+    i64(b, a->ce.ignore);
+    break;
   case IR_CE_STATS: case IR_CE_STATS_GRAD: i64(b, a->ce.ignore); i64(b, a->ce.lo); break;
   case IR_ACT_GRAD: i32(b, a->grad.of); break;
   default: break; /* elementwise, softmax, reshape: none */

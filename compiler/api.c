@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ir.h"
 #include "sema.h"
@@ -22,6 +23,7 @@ struct ntpc_session {
   int32_t ranks;              /* resolved by the place pass */
   sh_placement *placements;   /* [module->n_layers] */
   sh_program *sharded;
+  sh_pipe_options pipe;       /* micro-batches and the schedule (ntpc_set_pipeline) */
   bool want_cuda;             /* run the codegen pass */
   bool want_grad;             /* run the gradient pass (training) */
   cg_module *cuda;            /* [ranks] */
@@ -96,6 +98,29 @@ ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment) {
 }
 
 void ntpc_set_world(ntpc_session *s, int32_t world) { s->world = world; }
+
+ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule, const char *schedule_csv) {
+  static const struct {
+    const char *name;
+    sh_schedule_kind kind;
+  } kinds[] = {{"1f1b", SH_SCHED_1F1B}, {"gpipe", SH_SCHED_GPIPE}, {"interleaved", SH_SCHED_INTERLEAVED},
+               {"zb-h1", SH_SCHED_ZBH1}, {"zbh1", SH_SCHED_ZBH1}};
+  if (micro_batches < 1 || micro_batches > NTP_MAX_MICRO_BATCHES) {
+    snprintf(s->last_error, sizeof s->last_error, "--micro-batches must be in 1..%d, got %d", NTP_MAX_MICRO_BATCHES,
+             micro_batches);
+    return NTPC_ERR_USAGE;
+  }
+  s->pipe.micro_batches = micro_batches;
+  s->pipe.schedule_csv = schedule_csv;
+  s->pipe.schedule = SH_SCHED_DEFAULT;
+  if (!schedule) return NTPC_OK;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcasecmp(schedule, kinds[i].name) == 0) {
+      s->pipe.schedule = kinds[i].kind;
+      return NTPC_OK;
+    }
+  return usage_error(s, "--schedule: no schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, or a .csv table)", schedule);
+}
 void ntpc_set_error_limit(ntpc_session *s, size_t n) { s->diags.error_limit = n; }
 const struct sh_program *ntpc_sharded(const ntpc_session *s) { return s->sharded; }
 
@@ -300,7 +325,7 @@ static ntpc_status run_autoplan(ntpc_session *s) {
 
 static ntpc_status run_shard(ntpc_session *s) {
   if (!sharding(s)) return NTPC_OK;
-  s->sharded = shard_lower(s->module, s->ranks, s->placements, &s->diags);
+  s->sharded = shard_lower(s->module, s->ranks, s->placements, &s->pipe, &s->diags);
   if (!s->sharded) return s->diags.errors ? NTPC_ERR_INPUT : out_of_memory(s);
   return NTPC_OK;
 }
@@ -369,7 +394,7 @@ static void dump_place(ntpc_session *s, FILE *out) {
   for (size_t l = 0; l < s->module->n_layers; l++) {
     const sh_placement *pl = &s->placements[l];
     fprintf(out, "%s: groups (", s->module->layers[l].name);
-    for (int g = 0; g < pl->ngroups; g++) fprintf(out, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);
+    for (int g = 0; g < pl->ngroups; g++) fprintf(out, "%s%d", g ? ", " : "", sh_group_size(pl, g));
     fputs(") batch (", out);
     for (int g = 0; g < pl->ngroups; g++) fprintf(out, "%s%lld", g ? ", " : "", (long long)pl->share[g]);
     fprintf(out, ")%s%s%s\n", pl->seq_parallel ? ", sequence parallel" : "", pl->recompute ? ", recompute" : "",

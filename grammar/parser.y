@@ -113,7 +113,8 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %token KW_MESH "'mesh'" KW_INPUT "'input'" KW_PARAM "'param'" KW_OUTPUT "'output'"
 %token KW_REPEAT "'repeat'" KW_AS "'as'" KW_WORLD "'world'" KW_TP "'tp'" KW_AUTO "'auto'"
 %token KW_DIAGONAL "'diagonal'" KW_SEQPAR "'sequence_parallel'" KW_RECOMPUTE "'recompute'" KW_BATCH "'batch'"
-%token AT_TP "'@tp'" ARROW "'->'"
+%token KW_STAGE "'stage'" KW_STAGES "'stages'" KW_PIPELINE "'pipeline'" KW_RANKS "'ranks'"
+%token AT_TP "'@tp'" ARROW "'->'" DOTDOT "'..'"
 %token <str> IDENT "name" PATH "dotted name"
 %token <ival> INT "integer"
 %token <fval> FLOAT "number"
@@ -128,7 +129,9 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %nterm <ident> idents
 %nterm <tdim> tdims tdim
 %nterm <type> type layout layout_opt
-%nterm <pstmt> pstmts pstmt options option
+%nterm <pstmt> pstmts pstmt options option stage stages
+%nterm <str> stage_last
+%nterm <expr> pipe_share
 %nterm <str> pattern
 %nterm <ival> diag_opt
 
@@ -318,7 +321,41 @@ pstmt:
       $$->tp = NEW(ast_tp); $$->tp->loc = @3;
       if ($3) $$->tp->degrees = $3; else $$->tp->is_auto = true;
     }
+  | stage                         { $$ = $1; }
+  | KW_STAGES expr ';'            { $$ = NEW(ast_pstmt); $$->kind = PST_STAGES; $$->loc = @$; $$->world = $2; }
+  | KW_PIPELINE pipe_share '{' stages '}' {
+      $$ = NEW(ast_pstmt); $$->kind = PST_PIPELINE; $$->loc = @1; $$->world = $2; $$->body = $4;
+    }
   | error ';'                     { $$ = NULL; yyerrok; }
+  ;
+
+/* stage -> 'stage' first [ '..' last ] 'ranks' lo [ '..' hi ] ';' */
+stage:
+    KW_STAGE pattern stage_last KW_RANKS expr ';' {
+      $$ = NEW(ast_pstmt); $$->kind = PST_STAGE; $$->loc = @$; $$->pattern = $2; $$->pattern_loc = @2;
+      $$->last = $3 ? $3 : $2; $$->last_loc = $3 ? @3 : @2; $$->rank_lo = $$->rank_hi = $5; $$->ranks_loc = @5;
+    }
+  | KW_STAGE pattern stage_last KW_RANKS expr DOTDOT expr ';' {
+      $$ = NEW(ast_pstmt); $$->kind = PST_STAGE; $$->loc = @$; $$->pattern = $2; $$->pattern_loc = @2;
+      $$->last = $3 ? $3 : $2; $$->last_loc = $3 ? @3 : @2; $$->rank_lo = $5; $$->rank_hi = $7;
+      $$->ranks_loc = @5; $$->ranks_loc.last_line = @7.last_line; $$->ranks_loc.last_column = @7.last_column;
+    }
+  ;
+
+stage_last:
+    %empty                        { $$ = NULL; }
+  | DOTDOT pattern                { $$ = $2; }
+  ;
+
+stages:
+    %empty                        { $$ = NULL; }
+  | stages stage                  { $$ = $1; APPEND(ast_pstmt, $$, $2); }
+  | stages error ';'              { $$ = $1; yyerrok; }
+  ;
+
+pipe_share:
+    %empty                        { $$ = NULL; }
+  | KW_BATCH expr                 { $$ = $2; }
   ;
 
 pattern:

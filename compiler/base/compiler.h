@@ -196,7 +196,7 @@ struct ast_stmt {
   bool is_output;
 };
 
-typedef enum { PST_WORLD, PST_RULE } ast_pstmt_kind;
+typedef enum { PST_WORLD, PST_RULE, PST_STAGE, PST_PIPELINE, PST_STAGES } ast_pstmt_kind;
 typedef struct ast_pstmt {
   ast_pstmt_kind kind;
   ntp_loc loc;
@@ -209,6 +209,14 @@ typedef struct ast_pstmt {
   bool recompute; /* training: the layer's forward runs again in its backward */
   ast_expr *batch; /* list */
   ntp_loc batch_loc;
+  /* PST_STAGE: layers first..last (names or dotted prefixes) on ranks rank_lo..rank_hi */
+  const char *last;
+  ntp_loc last_loc;
+  ast_expr *rank_lo, *rank_hi;
+  ntp_loc ranks_loc;
+  /* PST_PIPELINE: its stages (body) and batch share (world: NULL = its rank count);
+     PST_STAGES: world holds the stage count */
+  struct ast_pstmt *body;
 } ast_pstmt;
 
 typedef struct ast_model {

@@ -18,7 +18,11 @@ ir_module *ir_module_new(void) {
 
 void ir_module_free(ir_module *m) {
   if (!m) return;
-  for (size_t i = 0; i < m->n_plans; i++) free(m->plans[i].rules);
+  for (size_t i = 0; i < m->n_plans; i++) {
+    free(m->plans[i].rules);
+    for (size_t p = 0; p < m->plans[i].npipes; p++) free(m->plans[i].pipes[p].stages);
+    free(m->plans[i].pipes);
+  }
   free(m->dims);
   free(m->meshes);
   free(m->values);

@@ -22,6 +22,7 @@
 #include "ntp_types.h"
 
 #define NTP_MAX_GROUPS 64
+#define NTP_MAX_PIPES 16 /* pipeline replicas in a plan (data parallel over pipelines) */
 #define NTP_MAX_MESH_DIMS 4
 
 /* Limits on what a source may ask for, checked by sema with a diagnostic, so that no size the
@@ -118,11 +119,32 @@ typedef struct ir_rule {
   ntp_loc loc;
 } ir_rule;
 
+/* A pipeline stage as a plan writes it: the layers from `first` to `last` (each a layer name or
+ * a dotted prefix of names, as blk.6 for blk.6.attn and blk.6.mlp) on ranks [rank_lo, rank_hi]. */
+typedef struct ir_stage {
+  const char *first, *last;
+  ntp_loc first_loc, last_loc, ranks_loc, loc;
+  int64_t rank_lo, rank_hi;
+} ir_stage;
+
+/* A pipeline: a replica of the whole model cut into stages, with its share of the batch rows
+ * (0: in proportion to its ranks). */
+typedef struct ir_pipeline {
+  ir_stage *stages;
+  size_t nstages;
+  int64_t share;
+  ntp_loc loc;
+} ir_pipeline;
+
 typedef struct ir_plan {
   const char *name, *model, *file;
   int64_t world; /* 0 = not given */
   ir_rule *rules;
   size_t nrules;
+  ir_pipeline *pipes; /* none: no stages */
+  size_t npipes;
+  int64_t even_stages; /* 'stages N;': N stages of (nearly) equal layer counts and ranks; 0 = not given */
+  ntp_loc even_loc;
   ntp_loc loc;
 } ir_plan;
 

@@ -55,7 +55,7 @@ void ir_print_attrs(const ir_op *op, FILE *out) {
     if (op->attr.rope.pos0) fprintf(out, " pos0=%lld", (long long)op->attr.rope.pos0);
     if (op->attr.rope.inverse) fputs(" inverse", out);
     break;
-  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: case IR_CE_ROWS: case IR_CE_ROWS_GRAD:
+  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: case IR_CE_ROWS: case IR_CE_ROWS_GRAD: case IR_CE_COUNT:
     fprintf(out, "  ignore=%lld", (long long)op->attr.ce.ignore);
     break;
   case IR_CE_STATS: case IR_CE_STATS_GRAD:

@@ -299,6 +299,16 @@ static bool infer_ce_mean_grad(const shape_query *q) {
   return result(q, q->a->shape, NTP_FP32);
 }
 
+static bool infer_ce_count(const shape_query *q) {
+  if (q->a->dtype != NTP_I32) return ir_fail(q->err, q->cap, "'%s' needs i32 targets", name(q));
+  return result(q, (ntp_shape){2, {1, 2}}, NTP_FP32);
+}
+
+static bool infer_ce_seed(const shape_query *q) {
+  if (!parts(q)) return ir_fail(q->err, q->cap, "'%s' needs counts [n, 2]", name(q));
+  return result(q, (ntp_shape){2, {1, 2}}, NTP_FP32);
+}
+
 /* ---- gradients --------------------------------------------------------------------------- */
 
 /* (x or y, dy) -> dx: two float operands of one shape and dtype */
@@ -377,6 +387,8 @@ static bool infer_cross_entropy_grad(const shape_query *q) {
 #define RULE_CE_STATS_GRAD infer_ce_stats_grad
 #define RULE_CE_ROWS_GRAD infer_ce_rows_grad
 #define RULE_CE_MEAN_GRAD infer_ce_mean_grad
+#define RULE_CE_COUNT infer_ce_count
+#define RULE_CE_SEED infer_ce_seed
 
 static shape_rule *const rules[IR_OP_COUNT] = {
 #define X(e, s, n) [IR_##e] = RULE_##e,

@@ -38,18 +38,16 @@ int32_t pl_add_state(plan_place **st, int32_t *n, int32_t *cap, const plan_place
 static plan_place place_of(const sh_placement *f) {
   plan_place p = {.ngroups = f->ngroups, .sp = f->seq_parallel, .rc = f->recompute};
   for (int g = 0; g < f->ngroups; g++) {
-    p.size[g] = f->group_start[g + 1] - f->group_start[g];
+    p.size[g] = sh_group_size(f, g);
     p.share[g] = f->shares_given ? f->share[g] : 0;
   }
   return p;
 }
 static void placement_of(const plan_place *pp, sh_placement *pl) {
-  pl->ngroups = pp->ngroups;
-  pl->group_start[0] = 0;
-  for (int g = 0; g < pp->ngroups; g++) {
-    pl->group_start[g + 1] = pl->group_start[g] + pp->size[g];
-    pl->share[g] = pp->share[0] ? pp->share[g] : pp->size[g];
-  }
+  int64_t sizes[NTP_MAX_GROUPS];
+  for (int g = 0; g < pp->ngroups; g++) sizes[g] = pp->size[g];
+  sh_placement_set_groups(pl, sizes, pp->ngroups);
+  for (int g = 0; g < pp->ngroups; g++) pl->share[g] = pp->share[0] ? pp->share[g] : pp->size[g];
   pl->shares_given = pp->share[0] != 0;
   pl->seq_parallel = pp->sp;
   pl->recompute = pp->rc;
@@ -71,7 +69,7 @@ bool pl_add_recompute_states(plan_place **st, int32_t *n, int32_t *cap) {
 
 void plan_solution_placements(const plan_model *pm, const plan_solution *s, sh_placement *out) {
   for (size_t l = 0; l < pm->m->n_layers; l++)
-    out[l] = (sh_placement){.ngroups = 1, .group_start = {0, s->world}, .share = {s->world}, .rule = -1,
+    out[l] = (sh_placement){.ngroups = 1, .group_start = {0, s->world}, .group_end = {s->world}, .share = {s->world}, .rule = -1,
                             .tp_file = pm->m->file, .tp_loc = pm->m->layers[l].loc};
   for (int32_t i = 0; i < pm->n; i++) placement_of(&s->layers[i].place, &out[pm->L[i].ir]);
 }

@@ -34,36 +34,79 @@ static size_t where(lower *L, int32_t v, rank_box *out) {
 
 size_t shard_homes(lower *L, int32_t v, rank_box *out) { return L->nhome[v] ? where(L, v, out) : 0; }
 
-void lw_follow(lower *L, const ir_op *op) {
+/* Pieces [i] of `n` with micro-batch mb (all of them when the program is not pipelined), as
+ * the op's result: every piece's operands first (one batch of transfers), then the computes. */
+static void follow_pieces(lower *L, const ir_op *op, const rank_box *rb, const int32_t *mbs, size_t n, int32_t mb,
+                          int32_t (*argv)[NTP_MAX_ARGS], ntp_box *resv) {
   int32_t r = op->result;
   ntp_shape rs = vshape(L, r);
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < n; i++) {
+      if (mbs[i] != mb) continue;
+      ntp_box box = rb[i].box;
+      bool dup = false; /* rb may list a piece twice when a redistribution made copies */
+      for (size_t j = 0; j < i; j++) dup |= rb[j].rank == rb[i].rank && box_eq(&rb[j].box, &box);
+      if (dup) continue;
+      int32_t rank = rb[i].rank, *args = argv[i];
+      if (pass == 1) {
+        int32_t t = lw_compute(L, rank, op->code, args, op->nargs, op, r, resv[i], vdtype(L, r), L->m->values[r].name);
+        shard_add_home(L, r, t);
+        continue;
+      }
+      ntp_box res = geom_result_piece(op->code, box, rs);
+      for (int j = 0; j < op->nargs; j++)
+        args[j] = shard_ensure(L, op->args[j], rank, geom_operand_need(op->code, j, res, vshape(L, op->args[j])));
+      resv[i] = res;
+    }
+}
+
+void lw_follow(lower *L, const ir_op *op) {
+  int32_t r = op->result;
   int32_t a = geom_followed_operand(L->m, op);
+  int32_t v = a >= 0 ? a : r;
   rank_box *rb = malloc((size_t)(L->W * 4 + 4) * sizeof *rb);
-  size_t n = where(L, a >= 0 ? a : r, rb);
-  /* two passes: every piece's operands first (one batch of transfers), then the computes */
+  size_t n = where(L, v, rb);
   int32_t(*argv)[NTP_MAX_ARGS] = malloc((n + 1) * sizeof *argv);
   ntp_box *resv = malloc((n + 1) * sizeof *resv);
-  for (int pass = 0; pass < 2; pass++)
-  for (size_t i = 0; i < n; i++) {
-    ntp_box box = rb[i].box;
-    bool dup = false; /* rb may list a piece twice when a redistribution made copies */
-    for (size_t j = 0; j < i; j++) dup |= rb[j].rank == rb[i].rank && box_eq(&rb[j].box, &box);
-    if (dup) continue;
-    int32_t rank = rb[i].rank, *args = argv[i];
-    if (pass == 1) {
-      int32_t t = lw_compute(L, rank, op->code, args, op->nargs, op, r, resv[i], vdtype(L, r), L->m->values[r].name);
-      shard_add_home(L, r, t);
-      continue;
-    }
-    ntp_box res = geom_result_piece(op->code, box, rs);
-    for (int j = 0; j < op->nargs; j++)
-      args[j] = shard_ensure(L, op->args[j], rank, geom_operand_need(op->code, j, res, vshape(L, op->args[j])));
-    resv[i] = res;
+  int32_t *mbs = malloc((n + 1) * sizeof *mbs);
+  int32_t top = -1;
+  for (size_t i = 0; i < n; i++) { /* a pipelined program follows each micro-batch's pieces apart */
+    mbs[i] = L->M && L->nhome[v] ? L->p->tensors[L->home[v][i]].mb : -1;
+    top = mbs[i] > top ? mbs[i] : top;
   }
+  int32_t saved = L->mb;
+  for (int32_t mb = top; mb >= -1; mb--) { /* the last first, as layers are lowered */
+    if (L->M) L->mb = mb;
+    follow_pieces(L, op, rb, mbs, n, mb, argv, resv);
+    if (L->M && top >= 0) lw_flush(L);
+  }
+  L->mb = saved;
   if (a >= 0 && L->use_layouts) L->lay[r] = L->lay[a];
+  free(mbs);
   free(argv);
   free(resv);
   free(rb);
+}
+
+/* ---- pipelined programs ---- */
+
+int32_t shard_micro_batches(const lower *L) { return L->M; }
+int32_t shard_current_mb(const lower *L) { return L->mb; }
+void shard_set_mb(lower *L, int32_t mb) { L->mb = mb; }
+void shard_set_phase(lower *L, sh_phase ph) { L->phase = ph; }
+void shard_set_at_layer(lower *L, int32_t l) { L->at_layer = l; }
+int32_t shard_home_mb(const lower *L, int32_t v, size_t i) {
+  return i < L->nhome[v] ? L->p->tensors[L->home[v][i]].mb : -1;
+}
+void shard_add_seed(lower *L, int32_t part, int32_t grad) {
+  VEC_PUSH(L->seed_part, L->nseeds, L->cseeds, part);
+  L->nseeds--;
+  VEC_PUSH(L->seed_grad, L->nseeds, L->cseeds2, grad);
+}
+size_t shard_seeds(const lower *L, const int32_t **parts, const int32_t **grads) {
+  *parts = L->seed_part;
+  *grads = L->seed_grad;
+  return L->nseeds;
 }
 
 /* ---- entry --------------------------------------------------------------------------- */
@@ -83,7 +126,7 @@ static bool lowering_init(lower *L, sh_program *p, const ir_module *m, int32_t w
   p->pieces = calloc(nv, sizeof *p->pieces);
   p->npieces = calloc(nv, sizeof *p->npieces);
   p->cap_pieces = calloc(nv, sizeof *p->cap_pieces);
-  *L = (lower){.p = p, .m = m, .diags = diags, .W = p->world, .layer = -1, .mesh = -1};
+  *L = (lower){.p = p, .m = m, .diags = diags, .W = p->world, .layer = -1, .mesh = -1, .mb = -1, .at_layer = -1};
   L->home = calloc(nv, sizeof *L->home);
   L->nhome = calloc(nv, sizeof *L->nhome);
   L->chome = calloc(nv, sizeof *L->chome);
@@ -99,6 +142,8 @@ static void lowering_free(lower *L) {
   free(L->chome);
   free(L->lay);
   free(L->pend);
+  free(L->seed_part);
+  free(L->seed_grad);
 }
 
 /* The forward ops in order: a sharded layer whole, else the op by its rule. */
@@ -109,6 +154,7 @@ static void lower_forward(lower *L) {
     const ir_op *op = &m->ops[i];
     L->layer = op->layer;
     L->loc = op->loc;
+    if (op->layer >= 0) L->at_layer = op->layer;
     if (op->layer >= 0 && layer_is_sharded(&m->layers[op->layer])) {
       lw_lower_layer(L, op->layer);
       i = (size_t)(m->layers[op->layer].first_op + m->layers[op->layer].nops);
@@ -154,16 +200,30 @@ static void keep_outputs(lower *L) {
   }
 }
 
-sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *placements, diag_sink *diags) {
+sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *placements, const sh_pipe_options *opt,
+                        diag_sink *diags) {
   sh_program *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   lower L;
   if (!lowering_init(&L, p, m, world, placements, diags)) return NULL;
+  sh_pipe_options none = {0};
+  if (!opt) opt = &none;
+  if (!shard_resolve_pipes(m, world, &p->pipes, diags)) {
+    lowering_free(&L);
+    sh_program_free(p);
+    return NULL;
+  }
+  /* pipelined: stages or micro-batches. Its steps carry their micro-batch and phase, and the
+   * schedule pass orders them (shard_schedule.c); other programs are as they always were. */
+  p->micro_batches = opt->micro_batches > 1 ? opt->micro_batches : 1;
+  p->pipelined = p->pipes.npipes || p->micro_batches > 1;
+  L.M = p->pipelined ? p->micro_batches : 0;
   lower_forward(&L);
   lower_output_layouts(&L);
   lw_flush(&L);
   if (m->n_forward_ops && !L.failed && !diags->errors && !shard_backward(&L, diags)) L.failed = true;
   keep_outputs(&L);
+  if (p->pipelined && !L.failed && !diags->errors && !shard_schedule(p, opt, diags)) L.failed = true;
   lowering_free(&L);
   if (L.failed || diags->errors) {
     sh_program_free(p);
@@ -184,6 +244,8 @@ void sh_program_free(sh_program *p) {
   free(p->steps);
   free(p->mem);
   free(p->notes);
+  sh_pipes_free(&p->pipes);
+  sh_schedule_free(&p->sched);
   arena_free(&p->pool);
   free(p);
 }

@@ -50,7 +50,15 @@ void split_units(int64_t n, int64_t unit, int64_t parts, int64_t i, int64_t *lo,
 /* ---- placement of a layer: ranks partitioned into TP groups, batch rows split ---- */
 typedef struct sh_placement {
   int32_t ngroups;
-  int32_t group_start[NTP_MAX_GROUPS + 1]; /* group g = ranks [start[g], start[g+1]) */
+  int32_t group_start[NTP_MAX_GROUPS + 1]; /* group g = ranks [group_start[g], group_end[g]) */
+  int32_t group_end[NTP_MAX_GROUPS];       /* contiguous placements: group_end[g] = group_start[g + 1] */
+  /* pipelines (a plan's stages): group g belongs to pipeline group_pipe[g]; the batch rows are
+   * split over the pipelines by pipe_share first, then over each pipeline's groups. npipes 0:
+   * no stages (one pipeline of the whole world) */
+  int32_t npipes;
+  int32_t group_pipe[NTP_MAX_GROUPS];
+  int64_t pipe_share[NTP_MAX_PIPES];
+  int32_t chunk[NTP_MAX_PIPES];            /* the layer's stage (chunk) in each pipeline */
   int64_t share[NTP_MAX_GROUPS];           /* batch shares of the groups (default: their sizes) */
   bool shares_given;                       /* by a plan's 'batch (...)' */
   int64_t row_start[NTP_MAX_GROUPS + 1];   /* set by the sharder: group g takes batch rows [row_start[g], row_start[g+1]) */
@@ -61,6 +69,59 @@ typedef struct sh_placement {
   const char *tp_file;                     /* where its degree was written (messages) */
   ntp_loc tp_loc;
 } sh_placement;
+
+/* What a step is part of, for the pipeline schedule: a micro-batch's forward (F), its backward
+ * to the activations (B), its weight gradients (W); steps of no micro-batch run when their
+ * operands are ready. */
+typedef enum { SH_PHASE_F, SH_PHASE_B, SH_PHASE_W } sh_phase;
+
+/* ---- pipelines: a plan's stages, resolved (shard_stages.c) ---- */
+/* How a pipelined program's micro-batches are ordered on each rank (shard_schedule.c). */
+typedef enum { SH_SCHED_DEFAULT, SH_SCHED_GPIPE, SH_SCHED_1F1B, SH_SCHED_INTERLEAVED, SH_SCHED_ZBH1 } sh_schedule_kind;
+typedef struct sh_pipe_options {
+  int32_t micro_batches;       /* 0 or 1: the batch whole */
+  sh_schedule_kind schedule;   /* default: 1F1B, interleaved 1F1B when a rank holds several chunks */
+  const char *schedule_csv;    /* a schedule table from a file (overrides `schedule`) */
+} sh_pipe_options;
+#define NTP_MAX_STAGES 256
+typedef struct sh_stage {
+  int32_t first_layer, last_layer; /* global layers [first, last] */
+  int32_t rank_lo, rank_hi;        /* ranks [lo, hi) */
+  int32_t set;                     /* the rank set (physical stage) that runs it: chunk c runs on set c % nsets */
+} sh_stage;
+typedef struct sh_pipeline {
+  int32_t nstages; /* chunks, in layer order */
+  int32_t nsets;   /* physical stages: distinct rank sets */
+  int32_t v;       /* chunks per rank set (interleaved: v > 1) */
+  int64_t share;   /* batch share (default: its rank count) */
+  sh_stage *stages;
+} sh_pipeline;
+typedef struct sh_pipes {
+  int32_t npipes; /* 0: no stages (the whole world is one pipeline of one stage) */
+  sh_pipeline pipe[NTP_MAX_PIPES];
+  int32_t *pipe_of_rank; /* [world], -1 for none */
+  int32_t *set_of_rank;  /* [world] */
+} sh_pipes;
+/* The active plan's pipelines for `world` ranks (none when it has no stages); false if reported. */
+bool shard_resolve_pipes(const ir_module *m, int32_t world, sh_pipes *out, diag_sink *diags);
+void sh_pipes_free(sh_pipes *p);
+/* The stage (chunk) of pipeline pp holding layer l; -1 when none. */
+int32_t sh_pipe_chunk(const sh_pipeline *pp, int32_t l);
+
+/* A schedule: for every rank set (physical stage) of every pipeline, its actions in order. */
+typedef struct sh_action {
+  sh_phase phase; /* F, B (with W when the table has no W of it), W */
+  int32_t mb, chunk;
+} sh_action;
+typedef struct sh_schedule {
+  const char *name;     /* "1F1B", "GPipe", ...; the file of a CSV table */
+  int32_t nrows;        /* one per rank set of every pipeline */
+  int32_t *row_pipe, *row_set;
+  sh_action **acts;     /* [nrows][nacts[row]] */
+  int32_t *nacts;
+  bool split_w;         /* B and W are separate actions */
+} sh_schedule;
+void sh_schedule_free(sh_schedule *s);
 
 typedef struct sh_tensor {
   int32_t rank;
@@ -73,6 +134,7 @@ typedef struct sh_tensor {
   ntp_box init_box;
   int32_t def, last_use; /* steps */
   int64_t offset;        /* byte offset: in the rank's arena, or in its parameter block if persistent */
+  int32_t mb;            /* the micro-batch whose rows it holds; -1: none (parameters, inputs, sums over all) */
 } sh_tensor;
 
 /* The collectives (SH_COMMS, sh_comm_kind): runtime/core/ntp_types.h */
@@ -87,6 +149,10 @@ typedef struct sh_xfer {
 typedef struct sh_step {
   sh_step_kind kind;
   int32_t layer; /* global layer, -1 = model level */
+  int32_t mb;    /* micro-batch, -1: none (pipelined programs only; else always -1) */
+  sh_phase phase;
+  int32_t at_layer; /* the layer it belongs to in layer order (the last one begun when its forward
+                       was lowered; -1 before the first): which chunk of a rank runs it */
   ntp_loc loc;
   /* compute: op.code and op.attr as in the global IR; op.args / op.result are tensor ids */
   int32_t rank;
@@ -126,8 +192,17 @@ typedef struct sh_program {
   int32_t **pieces;
   size_t *npieces, *cap_pieces;
   IR_TABLE(char *, notes); /* decisions worth reporting: matmul rules chosen */
+  /* pipelines (a plan's stages), micro-batches and the schedule that ordered the steps */
+  sh_pipes pipes;
+  int32_t micro_batches; /* 1: the batch whole */
+  bool pipelined;        /* stages or micro-batches: the steps are in the schedule's order */
+  sh_schedule sched;
   arena pool;
 } sh_program;
+
+static inline int32_t sh_group_size(const sh_placement *pl, int g) { return pl->group_end[g] - pl->group_start[g]; }
+/* Groups of the given sizes over consecutive ranks from 0. */
+void sh_placement_set_groups(sh_placement *pl, const int64_t *sizes, int32_t n);
 
 /* The sharding passes (api.c runs them as rows of its pipeline):
  * shard_plan.c: the world (--world, the active plan's) and every layer's placement from inline
@@ -138,10 +213,18 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
 bool sh_verify_placements(const ir_module *m, int32_t world, const sh_placement *placements, char *err, size_t cap);
 /* shard.c: lowering with the given placements (copied; none may be is_auto when world > 1).
  * NULL on error (diagnostics reported). The memory plan is a pass of its own (sh_plan_memory). */
-sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *placements, diag_sink *diags);
+sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *placements, const sh_pipe_options *opt,
+                        diag_sink *diags);
 void sh_program_free(sh_program *p);
 /* the sharded program's verifier: shape rules on local shapes, transfers inside tensors */
 bool sh_verify(const sh_program *p, char *err, size_t cap);
+/* shard_schedule.c: the schedule table (generated, or read from opt->schedule_csv), checked,
+ * and the steps put in its order on every rank; false if reported. */
+bool shard_schedule(sh_program *p, const sh_pipe_options *opt, diag_sink *diags);
+/* shard_order.c: the steps put in the schedule's order (p->sched) on every rank, weight-gradient
+ * steps told from the rest (W), def and last use renewed; a deadlock reported. */
+bool shard_order(sh_program *p, diag_sink *diags);
+void sh_print_schedule(const sh_program *p, FILE *out); /* ntpc report --schedule */
 /* memplan.c */
 void sh_plan_memory(sh_program *p);
 /* false + message if two tensors live at once overlap in a rank's arena */

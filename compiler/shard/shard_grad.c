@@ -55,11 +55,12 @@ static int32_t b_emit(void *ctx, ir_opcode code, const int32_t *args, int32_t na
 
 static int32_t cloned(const bwd *B, int32_t t) { return (size_t)t < B->nt && B->remap[t] >= 0 ? B->remap[t] : t; }
 
-/* Layer l's forward steps up to `last` once more, in order, on clones of the tensors they make. */
-static void recompute_layer(bwd *B, int32_t l, size_t last) {
+/* Layer l's forward steps (of micro-batch mb) up to `last` once more, in order, on clones of
+ * the tensors they make. */
+static void recompute_layer(bwd *B, int32_t l, int32_t mb, size_t last) {
   for (size_t s = 0; s <= last; s++) {
     sh_step st = B->p->steps[s]; /* a copy: the step table grows */
-    if (st.layer != l) continue;
+    if (st.layer != l || st.mb != mb) continue;
     if (st.kind == SH_COMPUTE) {
       if (st.op.code == IR_PARAM || st.op.code == IR_INPUT) continue; /* persistent slices stay */
       int32_t args[NTP_MAX_ARGS];
@@ -105,6 +106,10 @@ static int32_t in_coords_of(bwd *B, int32_t t, int32_t g) {
   return shard_backward_compute(B->L, T(B, g)->rank, IR_RESHAPE, &g, 1, NULL, box, T(B, g)->dtype, B->layer, B->loc);
 }
 
+static bool is_param_slice(const bwd *B, const sh_tensor *t) {
+  return t->persistent && t->init_value >= 0 && B->m->ops[B->m->values[t->init_value].def].code == IR_PARAM;
+}
+
 static void b_add(void *ctx, int32_t t, int32_t g) {
   bwd *B = ctx;
   g = in_coords_of(B, t, g);
@@ -114,7 +119,12 @@ static void b_add(void *ctx, int32_t t, int32_t g) {
   }
   int32_t args[2] = {B->grad[t], g};
   ntp_box box = T(B, t)->box;
+  /* a weight's gradient summed over micro-batches (and layers sharing it): of no micro-batch, so
+   * the schedule runs it once both parts are there, whatever their order */
+  int32_t mb = shard_current_mb(B->L);
+  if (is_param_slice(B, T(B, t))) shard_set_mb(B->L, -1);
   B->grad[t] = shard_backward_compute(B->L, T(B, t)->rank, IR_ADD, args, 2, NULL, box, T(B, t)->dtype, B->layer, B->loc);
+  shard_set_mb(B->L, mb);
 }
 
 /* The adjoint of a comm step: each transfer's destination gradient goes back to its source,
@@ -155,9 +165,6 @@ static void comm_backward(bwd *B, const sh_step *st_in, size_t si) {
   free(srcs);
 }
 
-static bool is_param_slice(const bwd *B, const sh_tensor *t) {
-  return t->persistent && t->init_value >= 0 && B->m->ops[B->m->values[t->init_value].def].code == IR_PARAM;
-}
 
 /* The bytes an all-reduce among each cell's holders moves (ring: 2(n-1)/n of the cell sent and
  * received by each of its n holders), added per rank: what the sync costs as a collective
@@ -257,7 +264,7 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
   B.grad = malloc((B.nt + 1) * sizeof *B.grad);
   B.needs = calloc(B.nt + 1, 1);
   B.remap = malloc((B.nt + 1) * sizeof *B.remap);
-  B.recomputed = calloc(m->n_layers + 1, sizeof *B.recomputed);
+  B.recomputed = calloc((m->n_layers + 1) * (size_t)(shard_micro_batches(L) + 1), sizeof *B.recomputed);
   if (!B.grad || !B.needs || !B.remap || !B.recomputed) ntp_out_of_memory();
   for (size_t t = 0; t < B.nt; t++) {
     B.grad[t] = -1;
@@ -276,18 +283,31 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
   }
   int32_t lt = p->pieces[m->outputs[lo].value][0];
   bool ok = true;
-  if (B.needs[lt]) {
+  const int32_t *seed_part, *seed_grad;
+  size_t nseeds = shard_seeds(L, &seed_part, &seed_grad);
+  int32_t M = shard_micro_batches(L); /* pipelined: the steps made are tagged B of their micro-batch */
+  shard_set_phase(L, SH_PHASE_B);
+  bool any = false;
+  for (size_t k = 0; k < nseeds; k++) /* micro-batches: the loss's gradient on each row block's part */
+    if (B.needs[seed_part[k]]) B.grad[seed_part[k]] = seed_grad[k], any = true;
+  if (!nseeds && B.needs[lt]) {
     ntp_op_attr one = {.cst.value = 1.0};
     B.loc = m->ops[m->values[m->outputs[lo].value].def].loc;
     B.grad[lt] = shard_backward_compute(L, p->tensors[lt].rank, IR_CONST, NULL, 0, &one, p->tensors[lt].box,
                                         p->tensors[lt].dtype, -1, B.loc);
+    any = true;
+  }
+  if (any) {
     grad_emitter E = {&B, b_emit, b_shape, b_dtype, b_needs, b_add};
     for (size_t s = nsteps; s-- > 0 && ok;) {
       const sh_step *st = &p->steps[s];
-      int32_t l = st->layer;
-      if (l >= 0 && p->placements[l].recompute && !B.recomputed[l]) { /* its last forward step: run it again */
-        B.recomputed[l] = true;
-        recompute_layer(&B, l, s);
+      int32_t l = st->layer, mb = st->mb;
+      if (M) shard_set_mb(L, mb);
+      shard_set_at_layer(L, st->at_layer);
+      size_t key = l >= 0 ? (size_t)l * (size_t)(M + 1) + (size_t)(mb + 1) : 0;
+      if (l >= 0 && p->placements[l].recompute && !B.recomputed[key]) { /* its last forward step: run it again */
+        B.recomputed[key] = true;
+        recompute_layer(&B, l, mb, s);
         st = &p->steps[s];
       }
       if (st->kind == SH_COMM) {
@@ -304,6 +324,7 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
     }
   }
   /* every parameter's slices summed over everyone who holds them: one reduction step */
+  if (M) shard_set_mb(L, -1);
   sh_xfer *xf = NULL;
   size_t n = 0, cap = 0;
   int64_t *ring = calloc((size_t)p->world + 1, sizeof *ring);

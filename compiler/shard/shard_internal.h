@@ -22,6 +22,20 @@ void shard_backward_comm(shard_lowering *L, sh_comm_kind kind, sh_xfer *xf, size
 /* Tensor t holds a piece of global value v (an output the runtime assembles). */
 void shard_backward_piece(shard_lowering *L, int32_t v, int32_t t);
 
+/* ---- pipelined programs: micro-batches (shard.c) ---- */
+/* The number of micro-batches of a pipelined program, else 0; the one being lowered (-1: none). */
+int32_t shard_micro_batches(const shard_lowering *L);
+int32_t shard_current_mb(const shard_lowering *L);
+void shard_set_mb(shard_lowering *L, int32_t mb);
+void shard_set_phase(shard_lowering *L, sh_phase ph);
+void shard_set_at_layer(shard_lowering *L, int32_t l);
+/* The micro-batch of value v's i-th home piece (as shard_homes lists them). */
+int32_t shard_home_mb(const shard_lowering *L, int32_t v, size_t i);
+/* The loss's gradient on tensor `part` is tensor `grad` (a micro-batched loss: shard_loss.c);
+ * the backward seeds there instead of at the loss. */
+void shard_add_seed(shard_lowering *L, int32_t part, int32_t grad);
+size_t shard_seeds(const shard_lowering *L, const int32_t **parts, const int32_t **grads);
+
 /* ---- the vocabulary-parallel loss (shard_loss.c) and what it uses of the lowering ---- */
 /* cross_entropy `op` without gathering its logits, when they are spread over ranks; false
  * (nothing emitted) when their pieces do not tile the vocabulary, or one rank holds them all. */

@@ -69,6 +69,28 @@ void shard_group_reduce(lower *L, const shard_group *g, const int32_t *parts, co
   for (int i = 0; i < g->t; i++) shard_add_home(L, value, outs[i]);
 }
 
+/* Group g's batch rows [row_lo[g], row_hi[g]) in micro-batch k of M: the rows split
+ * over the pipelines by their shares, each pipeline's cut into M, then over its groups. */
+static void layer_rows(const sh_placement *pl, int64_t rows, int32_t M, int32_t k, int64_t *row_lo, int64_t *row_hi) {
+  int32_t np = pl->npipes ? pl->npipes : 1;
+  int64_t pipe_rows[NTP_MAX_PIPES + 1], one = 1;
+  shard_split_rows(rows, pl->npipes ? pl->pipe_share : &one, np, pipe_rows);
+  int g0 = 0;
+  for (int32_t p = 0; p < np; p++) {
+    int g1 = g0;
+    while (g1 < pl->ngroups && (!pl->npipes || pl->group_pipe[g1] == p)) g1++;
+    int64_t lo, hi;
+    split_range(pipe_rows[p + 1] - pipe_rows[p], M, k, &lo, &hi);
+    int64_t part[NTP_MAX_GROUPS + 1];
+    if (g1 > g0) shard_split_rows(hi - lo, &pl->share[g0], g1 - g0, part);
+    for (int g = g0; g < g1; g++) {
+      row_lo[g] = pipe_rows[p] + lo + part[g - g0];
+      row_hi[g] = pipe_rows[p] + lo + part[g - g0 + 1];
+    }
+    g0 = g1;
+  }
+}
+
 /* ---- one layer ----------------------------------------------------------------------------- */
 
 /* A layer's group size must leave every rank at least one unit of work. */
@@ -93,30 +115,43 @@ void lw_lower_layer(lower *L, int32_t l) {
   layer_dims d;
   layer_describe(L->m, ly, &d);
   ntp_shape xs = vshape(L, x);
-  /* batch rows over the groups; a vector input has none (one group takes it, the others idle) */
-  shard_split_rows(xs.ndim >= 2 ? xs.dim[0] : 1, pl->share, pl->ngroups, pl->row_start);
-  L->why = arena_printf(&L->p->pool, "%s: input redistribution", ly->name);
-  /* every group's input first, so the redistribution is one collective per set of ranks */
-  for (int g = 0; g < pl->ngroups; g++) {
-    shard_group gc = {.b0 = pl->row_start[g], .b1 = pl->row_start[g + 1], .whole = xs.ndim < 2};
-    if (gc.b1 > gc.b0)
-      for (int32_t r = pl->group_start[g]; r < pl->group_start[g + 1]; r++) shard_ensure(L, x, r, shard_rows_box(L, x, &gc));
-  }
-  for (int g = 0; g < pl->ngroups; g++) {
-    shard_group gc = {ly, pl, g, pl->group_start[g], pl->group_start[g + 1] - pl->group_start[g], pl->row_start[g],
-                      pl->row_start[g + 1], xs.ndim < 2, x, core, &d};
-    if (gc.b1 == gc.b0) continue; /* a group without batch rows idles in this layer */
-    if (!check_degree(L, ly, &d, gc.t)) return;
-    if (pl->seq_parallel && gc.t > 1 && (xs.ndim < 2 || xs.dim[1] < gc.t)) {
-      diag_emit(L->diags, NTPC_ERROR, L->m->file, ly->loc,
-                "layer '%s': sequence parallelism over %d ranks needs at least %d sequence positions", ly->name, gc.t,
-                gc.t);
-      L->failed = true;
-      return;
+  /* batch rows over the pipelines and their groups; a vector input has none (one group takes
+   * it, the others idle). Micro-batches (pipelined programs) cut each pipeline's rows into M,
+   * lowered from the last to the first, so that the backward, which runs the steps in reverse,
+   * sums every weight's gradient in micro-batch order, as the schedules run them. */
+  int64_t rows = xs.ndim >= 2 ? xs.dim[0] : 1;
+  int32_t M = L->M > 1 && xs.ndim >= 2 ? L->M : 1;
+  for (int32_t k = M; k-- > 0 && !L->failed;) {
+    if (L->M) L->mb = k;
+    int64_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
+    layer_rows(pl, rows, M, k, lo, hi);
+    L->why = arena_printf(&L->p->pool, "%s: input redistribution", ly->name);
+    /* every group's input first, so the redistribution is one collective per set of ranks */
+    for (int g = 0; g < pl->ngroups; g++) {
+      shard_group gc = {.b0 = lo[g], .b1 = hi[g], .whole = xs.ndim < 2};
+      if (gc.b1 > gc.b0)
+        for (int32_t r = pl->group_start[g]; r < pl->group_end[g]; r++) shard_ensure(L, x, r, shard_rows_box(L, x, &gc));
     }
-    kind->shard(L, &gc);
-    if (L->failed) return;
+    for (int g = 0; g < pl->ngroups; g++) {
+      shard_group gc = {ly, pl, g, pl->group_start[g], sh_group_size(pl, g), lo[g], hi[g], xs.ndim < 2, x, core, &d};
+      if (gc.b1 == gc.b0) continue; /* a group without batch rows idles in this layer */
+      if (!check_degree(L, ly, &d, gc.t)) return;
+      if (pl->seq_parallel && gc.t > 1 && (xs.ndim < 2 || xs.dim[1] < gc.t)) {
+        diag_emit(L->diags, NTPC_ERROR, L->m->file, ly->loc,
+                  "layer '%s': sequence parallelism over %d ranks needs at least %d sequence positions", ly->name, gc.t,
+                  gc.t);
+        L->failed = true;
+        return;
+      }
+      kind->shard(L, &gc);
+      if (L->failed) return;
+    }
+    if (M > 1) lw_flush(L); /* no collective mixes two micro-batches */
   }
+  if (L->M) L->mb = -1;
+  int64_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS]; /* what reports show: the whole batch's rows */
+  layer_rows(pl, rows, 1, 0, lo, hi);
+  for (int g = 0; g < pl->ngroups; g++) pl->row_start[g] = lo[g], pl->row_start[g + 1] = hi[g];
   /* the rest of the layer (bias adds, position embeddings) follows the core's pieces */
   L->why = arena_printf(&L->p->pool, "%s: redistribution", ly->name);
   for (int32_t i = end + 1; i < ly->first_op + ly->nops; i++) {

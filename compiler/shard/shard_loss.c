@@ -26,7 +26,53 @@ typedef struct loss_block {
   ntp_box rows;     /* the logits' box without its last dim */
   int32_t *pieces;  /* indexes into the home list, in vocabulary order */
   int t;
+  int32_t mb;       /* its micro-batch (pipelined programs), else -1 */
 } loss_block;
+
+/* Micro-batches: the loss's gradient on each row block's part is 1 / (rows counted in the
+ * whole batch), which the targets alone give. Each block's first rank counts its rows; the
+ * counts are gathered to every such rank and each makes the seed of its parts (shard_grad.c
+ * starts the backward there): no micro-batch's backward waits for another's forward. */
+static void seed_parts(shard_lowering *L, const ir_op *op, const loss_block *bl, size_t nb, const rank_box *rb,
+                       const int32_t *parts) {
+  sh_program *p = shard_lowering_program(L);
+  int32_t tg = op->args[1];
+  int32_t *cnt = malloc((nb + 1) * sizeof *cnt), *ranks = malloc((nb + 1) * sizeof *ranks);
+  sh_xfer *xf = malloc((nb * nb + 1) * sizeof *xf);
+  if (!cnt || !ranks || !xf) ntp_out_of_memory();
+  size_t nr = 0, nx = 0;
+  for (size_t j = 0; j < nb; j++) {
+    int32_t first = rb[bl[j].pieces[0]].rank;
+    int32_t t = shard_ensure(L, tg, first, bl[j].rows);
+    ntp_box cb = {2, {(int64_t)j, 0}, {(int64_t)j + 1, 2}};
+    cnt[j] = shard_temp_box(L, first, IR_CE_COUNT, &t, 1, op, cb, NTP_FP32);
+    size_t k = 0;
+    while (k < nr && ranks[k] != first) k++;
+    if (k == nr) ranks[nr++] = first;
+  }
+  ntp_box all = {2, {0, 0}, {(int64_t)nb, 2}};
+  int32_t *C = malloc((nr + 1) * sizeof *C), *seed = malloc((nr + 1) * sizeof *seed);
+  if (!C || !seed) ntp_out_of_memory();
+  for (size_t k = 0; k < nr; k++) {
+    C[k] = shard_new_temp(L, ranks[k], all, NTP_FP32);
+    for (size_t j = 0; j < nb; j++) xf[nx++] = (sh_xfer){.src = cnt[j], .dst = C[k], .box = p->tensors[cnt[j]].box};
+  }
+  shard_backward_comm(L, COMM_SEND_RECV, xf, nx, "loss: every row block's count of target rows, to every block");
+  ntp_box one = {2, {0, 0}, {1, 2}};
+  for (size_t k = 0; k < nr; k++) seed[k] = shard_temp_box(L, ranks[k], IR_CE_SEED, &C[k], 1, NULL, one, NTP_FP32);
+  for (size_t j = 0; j < nb; j++) {
+    size_t k = 0;
+    while (ranks[k] != rb[bl[j].pieces[0]].rank) k++;
+    /* the seed in the part's own coordinates (the part's box is row j of the gathered parts) */
+    int32_t g = shard_temp_box(L, ranks[k], IR_RESHAPE, &seed[k], 1, NULL, p->tensors[parts[j]].box, NTP_FP32);
+    shard_add_seed(L, parts[j], g);
+  }
+  free(cnt);
+  free(ranks);
+  free(xf);
+  free(C);
+  free(seed);
+}
 
 static ntp_box row_box(const ntp_box *b) {
   ntp_box r = *b;
@@ -80,12 +126,13 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
     int32_t *c = malloc((size_t)t * sizeof *c);
     if (!c) ntp_out_of_memory();
     memcpy(c, chain, (size_t)t * sizeof *c);
-    bl[nb++] = (loss_block){.rows = rows, .pieces = c, .t = t};
+    bl[nb++] = (loss_block){.rows = rows, .pieces = c, .t = t, .mb = shard_home_mb(L, lg, (size_t)chain[0])};
     covered += box_volume(&rows);
     split |= t > 1;
   }
   /* one block of one piece: the logits are whole on one rank, and `follow` computes the loss there */
-  bool ok = covered == total && (split || nb > 1);
+  bool micro = shard_micro_batches(L) > 0; /* pipelined: always by blocks, each in its micro-batch */
+  bool ok = covered == total && (split || nb > 1 || micro);
   if (ok) {
     sh_program *p = shard_lowering_program(L);
     int32_t home = rb[bl[0].pieces[0]].rank;
@@ -96,6 +143,7 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
       const loss_block *b = &bl[j];
       int64_t R = box_volume(&b->rows);
       int32_t first = rb[b->pieces[0]].rank;
+      if (micro) shard_set_mb(L, b->mb);
       ntp_box gbox = {2, {0, 0}, {R, 4 * (int64_t)b->t}};
       int32_t G = shard_new_temp(L, first, gbox, NTP_FP32);
       for (int k = 0; k < b->t; k++) {
@@ -112,6 +160,10 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
       int32_t args[2] = {G, shard_ensure(L, tg, first, b->rows)};
       ntp_box pbox = {2, {(int64_t)j, 0}, {(int64_t)j + 1, 2}};
       parts[j] = shard_temp_box(L, first, IR_CE_ROWS, args, 2, op, pbox, NTP_FP32);
+    }
+    if (micro) { /* the seeds, and the total (no micro-batch's: it waits for all) */
+      shard_set_mb(L, -1);
+      seed_parts(L, op, bl, nb, rb, parts);
     }
     ntp_box all = {2, {0, 0}, {(int64_t)nb, 2}};
     int32_t P = shard_new_temp(L, home, all, NTP_FP32);

@@ -27,6 +27,13 @@ struct shard_lowering {
   bool use_layouts;
   int32_t mesh; /* the mesh layouts live on */
   bool failed;
+  /* pipelined programs (stages or micro-batches): M micro-batches (else 0), the one being
+   * lowered (-1: none), the phase of the steps being made */
+  int32_t M, mb;
+  sh_phase phase;
+  int32_t at_layer;
+  int32_t *seed_part, *seed_grad; /* the loss's gradient per row block's part (micro-batched) */
+  size_t nseeds, cseeds, cseeds2;
 };
 typedef struct shard_lowering lower;
 

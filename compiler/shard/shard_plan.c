@@ -9,6 +9,15 @@ typedef struct placement_ctx {
   diag_sink *diags;
 } placement_ctx;
 
+/* Was something reported at this place already? (one report per annotation or rule) */
+static bool reported(const placement_ctx *c, const char *file, ntp_loc loc) {
+  for (size_t i = 0; i < c->diags->len; i++) {
+    const ntpc_diag *d = &c->diags->items[i];
+    if (d->line == loc.first_line && d->col == loc.first_column && d->file == file) return true;
+  }
+  return false;
+}
+
 /* One report per annotation or rule, however many (repeated) layers it covers. */
 static void place_report(placement_ctx *c, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt,
                          long long a, long long b) {
@@ -21,6 +30,61 @@ static void place_report(placement_ctx *c, ntpc_severity sev, const char *file, 
 
 static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
   place_report(c, NTPC_ERROR, file, loc, fmt, a, b);
+}
+
+/* The groups of a TP spec over n ranks (the world, or a stage's ranks: `stage` names them for
+ * messages). Returns how many; on an error reported, one group of all n. */
+static int span_groups(placement_ctx *c, ir_tp tp, int32_t n, const char *file, const char *stage, int64_t *groups,
+                       bool *is_auto) {
+  int ng = 0;
+  char span[128];
+  if (stage) snprintf(span, sizeof span, "%s, %d ranks", stage, n);
+  else snprintf(span, sizeof span, "%d ranks", n);
+  if (tp.kind == TP_AUTO) {
+    *is_auto = n > 1; /* the planner's (with one rank there is nothing to choose) */
+    groups[ng++] = n;
+  } else if (tp.kind == TP_NONE || (tp.kind == TP_DEGREES && tp.n == 1)) {
+    int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
+    if (t > n) {
+      if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, stage ? "TP degree %lld is larger than the %s" : "TP degree %lld is larger than the world (%s)",
+                (long long)t, stage ? span : span);
+      t = n;
+    } else if (n % t) {
+      if (!stage || !reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
+                stage ? "TP degree %lld does not divide the %s; give unequal groups, as in tp (%lld, %lld)"
+                      : "TP degree %lld does not divide the world (%s); give unequal groups, as in tp (%lld, %lld)",
+                (long long)t, span, (long long)t, (long long)(n - t));
+      t = 1;
+    }
+    for (int64_t g = 0; g < n / t && ng < NTP_MAX_GROUPS; g++) groups[ng++] = t;
+    if (n / t > NTP_MAX_GROUPS) place_error(c, file, tp.loc, "%lld groups: at most %lld are supported", (long long)(n / t), NTP_MAX_GROUPS);
+  } else {
+    int64_t sum = 0;
+    for (int i = 0; i < tp.n; i++) sum += groups[ng++] = tp.groups[i];
+    if (sum != n) {
+      if (stage) {
+        if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, "groups sum to %lld ranks, but the %s", (long long)sum, span);
+      } else place_error(c, file, tp.loc, "groups sum to %lld ranks, but the world has %lld", sum, n);
+      ng = 0;
+      groups[ng++] = n;
+    }
+  }
+  return ng;
+}
+
+/* Batch shares of groups [g0, g0 + k): explicit, or in proportion to group size (equal work per GPU). */
+static void place_shares(placement_ctx *c, sh_placement *pl, const ir_rule *rule, const char *file, int g0, int k) {
+  for (int g = g0; g < g0 + k; g++) pl->share[g] = sh_group_size(pl, g);
+  if (rule && rule->nbatch && pl->is_auto) /* the planner chooses a 'tp auto' layer's shares with its groups */
+    place_report(c, NTPC_WARNING, file, rule->loc, "batch shares are ignored with 'tp auto': the planner chooses them", 0, 0);
+  if (rule && rule->nbatch && !pl->is_auto) {
+    if (rule->nbatch != k) {
+      place_error(c, file, rule->loc, "batch split has %lld shares but the layer has %lld groups", (long long)rule->nbatch, k);
+    } else {
+      for (int g = 0; g < k; g++) pl->share[g0 + g] = rule->batch[g];
+      pl->shares_given = true;
+    }
+  }
 }
 
 bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_placement *out, diag_sink *diags) {
@@ -36,6 +100,8 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
     W = (int32_t)plan->world;
   }
   *world = W;
+  sh_pipes pipes;
+  if (!shard_resolve_pipes(m, W, &pipes, c->diags)) return false;
 
   for (size_t l = 0; l < m->n_layers; l++) {
     const ir_layer *ly = &m->layers[l];
@@ -63,70 +129,84 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
     /* With one rank every layer runs whole; inline annotations are defaults for larger worlds. */
     if (W == 1 && !rule) tp = (ir_tp){.kind = TP_NONE};
 
-    int64_t groups[NTP_MAX_GROUPS];
-    int ng = 0;
     pl->tp_file = file;
     pl->tp_loc = tp.loc.first_line ? tp.loc : rule ? rule->loc : ly->loc;
-    if (tp.kind == TP_AUTO) {
-      pl->is_auto = W > 1; /* the planner's (with one rank there is nothing to choose) */
-      groups[ng++] = W;
-    } else if (tp.kind == TP_NONE || (tp.kind == TP_DEGREES && tp.n == 1)) {
-      int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
-      if (t > W) {
-        place_error(c, file, tp.loc, "TP degree %lld is larger than the world (%lld ranks)", t, W);
-        t = W;
-      } else if (W % t) {
-        diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
-                  "TP degree %lld does not divide the world (%d ranks); give unequal groups, as in tp (%lld, %lld)",
-                  (long long)t, W, (long long)t, (long long)(W - t));
-        t = 1;
-      }
-      for (int64_t g = 0; g < W / t && ng < NTP_MAX_GROUPS; g++) groups[ng++] = t;
-      if (W / t > NTP_MAX_GROUPS) {
-        place_error(c, file, tp.loc, "%lld groups: at most %lld are supported", (long long)(W / t), NTP_MAX_GROUPS);
-      }
-    } else {
-      int64_t sum = 0;
-      for (int i = 0; i < tp.n; i++) sum += groups[ng++] = tp.groups[i];
-      if (sum != W) {
-        place_error(c, file, tp.loc, "groups sum to %lld ranks, but the world has %lld", sum, W);
-        ng = 0;
-        groups[ng++] = W;
-      }
+    if (tp.kind == TP_AUTO && pipes.npipes) {
+      place_error(c, file, pl->tp_loc, "'tp auto' with pipeline stages: the planner does not place stages yet; give a degree",
+                  0, 0);
+      tp = (ir_tp){.kind = TP_NONE};
     }
-    pl->ngroups = ng;
-    pl->group_start[0] = 0;
-    for (int g = 0; g < ng; g++) pl->group_start[g + 1] = pl->group_start[g] + (int32_t)groups[g];
-    /* batch shares: explicit, or proportional to group size (equal work per GPU) */
-    for (int g = 0; g < ng; g++) pl->share[g] = groups[g];
-    if (rule && rule->nbatch && pl->is_auto) /* the planner chooses a 'tp auto' layer's shares with its groups */
-      place_report(c, NTPC_WARNING, file, rule->loc, "batch shares are ignored with 'tp auto': the planner chooses them",
-                   0, 0);
-    if (rule && rule->nbatch && !pl->is_auto) {
-      if (rule->nbatch != ng) {
-        place_error(c, file, rule->loc, "batch split has %lld shares but the layer has %lld groups",
-                    (long long)rule->nbatch, ng);
-      } else {
-        for (int g = 0; g < ng; g++) pl->share[g] = rule->batch[g];
-        pl->shares_given = true;
+    if (!pipes.npipes) {
+      int64_t groups[NTP_MAX_GROUPS];
+      int ng = span_groups(c, tp, W, file, NULL, groups, &pl->is_auto);
+      sh_placement_set_groups(pl, groups, ng);
+      place_shares(c, pl, rule, file, 0, ng);
+      continue;
+    }
+    pl->npipes = pipes.npipes;
+    int ng = 0;
+    for (int32_t pi = 0; pi < pipes.npipes; pi++) {
+      const sh_pipeline *pp = &pipes.pipe[pi];
+      int32_t ch = sh_pipe_chunk(pp, (int32_t)l);
+      const sh_stage *st = &pp->stages[ch];
+      int32_t n = st->rank_hi - st->rank_lo;
+      char where[96];
+      snprintf(where, sizeof where, "stage %d of pipeline %d (ranks %d..%d)", ch, pi, st->rank_lo, st->rank_hi - 1);
+      int64_t groups[NTP_MAX_GROUPS];
+      bool dummy;
+      int k = span_groups(c, tp, n, file, where, groups, &dummy);
+      if (ng + k > NTP_MAX_GROUPS) {
+        place_error(c, file, pl->tp_loc, "%lld groups: at most %lld are supported", ng + k, NTP_MAX_GROUPS);
+        break;
       }
+      int32_t at = st->rank_lo;
+      for (int g = 0; g < k; g++) {
+        pl->group_start[ng + g] = at;
+        pl->group_end[ng + g] = at += (int32_t)groups[g];
+        pl->group_pipe[ng + g] = pi;
+      }
+      pl->chunk[pi] = ch;
+      pl->pipe_share[pi] = pp->share;
+      pl->ngroups = ng + k;
+      place_shares(c, pl, rule, file, ng, k);
+      ng += k;
     }
   }
+  sh_pipes_free(&pipes);
   return c->diags->errors == errors;
+}
+
+void sh_placement_set_groups(sh_placement *pl, const int64_t *sizes, int32_t n) {
+  pl->ngroups = n;
+  pl->group_start[0] = 0;
+  for (int g = 0; g < n; g++) {
+    pl->group_start[g + 1] = pl->group_start[g] + (int32_t)sizes[g];
+    pl->group_end[g] = pl->group_start[g + 1];
+    pl->group_pipe[g] = 0;
+  }
 }
 
 bool sh_verify_placements(const ir_module *m, int32_t world, const sh_placement *pls, char *err, size_t cap) {
   for (size_t l = 0; l < m->n_layers; l++) {
     const sh_placement *pl = &pls[l];
     const char *name = m->layers[l].name;
-    if (pl->ngroups < 1 || pl->ngroups > NTP_MAX_GROUPS || pl->group_start[0] != 0 ||
-        pl->group_start[pl->ngroups] != world)
-      return ir_fail(err, cap, "layer '%s': its %d groups do not cover the %d ranks", name, pl->ngroups, world);
+    if (pl->ngroups < 1 || pl->ngroups > NTP_MAX_GROUPS)
+      return ir_fail(err, cap, "layer '%s': %d groups", name, pl->ngroups);
+    int64_t covered = 0;
     for (int g = 0; g < pl->ngroups; g++) {
-      if (pl->group_start[g + 1] <= pl->group_start[g])
-        return ir_fail(err, cap, "layer '%s': group %d is empty", name, g);
+      if (pl->group_end[g] <= pl->group_start[g]) return ir_fail(err, cap, "layer '%s': group %d is empty", name, g);
+      if (pl->group_start[g] < 0 || pl->group_end[g] > world)
+        return ir_fail(err, cap, "layer '%s': group %d is outside the %d ranks", name, g, world);
+      for (int h = 0; h < g; h++)
+        if (pl->group_start[h] < pl->group_end[g] && pl->group_start[g] < pl->group_end[h])
+          return ir_fail(err, cap, "layer '%s': groups %d and %d share ranks", name, h, g);
       if (pl->share[g] < 0) return ir_fail(err, cap, "layer '%s': group %d has a negative batch share", name, g);
+      if (pl->npipes && (pl->group_pipe[g] < 0 || pl->group_pipe[g] >= pl->npipes))
+        return ir_fail(err, cap, "layer '%s': group %d is in no pipeline", name, g);
+      covered += sh_group_size(pl, g);
     }
+    if (!pl->npipes && covered != world)
+      return ir_fail(err, cap, "layer '%s': its %d groups do not cover the %d ranks", name, pl->ngroups, world);
   }
   return true;
 }

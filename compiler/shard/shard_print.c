@@ -29,7 +29,7 @@ static void print_placement(const sh_program *p, size_t l, FILE *out) {
   }
   fprintf(out, "placement %s: groups (", ly->name);
   for (int g = 0; g < pl->ngroups; g++)
-    fprintf(out, "%s%d", g ? ", " : "", pl->group_start[g + 1] - pl->group_start[g]);
+    fprintf(out, "%s%d", g ? ", " : "", sh_group_size(pl, g));
   fputs(") rows", out);
   for (int g = 0; g < pl->ngroups; g++)
     fprintf(out, " [%lld:%lld)", (long long)pl->row_start[g], (long long)pl->row_start[g + 1]);
@@ -224,13 +224,13 @@ static void print_grad_sync(const sh_program *p, FILE *out) {
     const sh_placement *pl = &p->placements[l];
     int32_t t = 0, r = INT32_MAX;
     for (int g = 0; g < pl->ngroups; g++) {
-      int32_t sz = pl->group_start[g + 1] - pl->group_start[g];
+      int32_t sz = sh_group_size(pl, g);
       t = sz > t ? sz : t;
       r = sz < r ? sz : r;
     }
     bool two = true;
     for (int g = 0; g < pl->ngroups; g++) {
-      int32_t sz = pl->group_start[g + 1] - pl->group_start[g];
+      int32_t sz = sh_group_size(pl, g);
       two &= sz == t || sz == r;
     }
     double P = 0, o = 0;
@@ -249,7 +249,7 @@ static void print_grad_sync(const sh_program *p, FILE *out) {
     ours += o;
     double G = pl->ngroups, a2a = 0;
     for (int g = 0; g < pl->ngroups; g++) {
-      int32_t sz = pl->group_start[g + 1] - pl->group_start[g];
+      int32_t sz = sh_group_size(pl, g);
       if (sz > r) a2a += P * (double)(sz - r) / (double)sz;
     }
     pre += a2a;

@@ -23,7 +23,7 @@ void lw_error(lower *L, const char *msg, const char *arg) {
 static int32_t new_tensor(lower *L, int32_t rank, int32_t global, ntp_box box, ntp_dtype dt, const char *name) {
   sh_program *p = L->p;
   sh_tensor t = {.rank = rank, .global = global, .box = box, .dtype = dt, .name = name, .init_value = -1,
-                 .def = -1, .last_use = -1};
+                 .def = -1, .last_use = -1, .mb = L->mb};
   VEC_PUSH(p->tensors, p->n_tensors, p->cap_tensors, t);
   return (int32_t)p->n_tensors - 1;
 }
@@ -55,6 +55,9 @@ static int32_t push_step(lower *L, sh_step st) {
   sh_program *p = L->p;
   st.layer = L->layer;
   st.loc = L->loc;
+  st.mb = L->mb;
+  st.phase = L->phase;
+  st.at_layer = L->at_layer;
   VEC_PUSH(p->steps, p->n_steps, p->cap_steps, st);
   return (int32_t)p->n_steps - 1;
 }
@@ -114,7 +117,10 @@ int32_t lw_materialize(lower *L, int32_t v, int32_t rank, ntp_box box) {
     sbox.hi[op->attr.slice.axis] += op->attr.slice.start;
     op = vdef(L, src);
   }
+  int32_t mb = L->mb;
+  L->mb = -1; /* read once, whatever micro-batch asks first */
   int32_t t = lw_compute(L, rank, op->code, NULL, 0, op, v, box, vdtype(L, v), L->m->values[src].name);
+  L->mb = mb;
   sh_tensor *ts = &L->p->tensors[t];
   ts->persistent = op->code != IR_CONST;
   ts->init_value = src;

@@ -95,7 +95,11 @@ const char *shape_str(const ntp_shape *s, char *buf, size_t cap);
   X(CE_MEAN, "ce_mean", 1)       /* ([blocks, 2]) -> fp32 []: the sums over the counts */              \
   X(CE_STATS_GRAD, "ce_stats_grad", 3) /* (logits, targets, dstats) -> dlogits */                      \
   X(CE_ROWS_GRAD, "ce_rows_grad", 3)   /* (stats, targets, dpart [1, 2]) -> dstats */                  \
-  X(CE_MEAN_GRAD, "ce_mean_grad", 2)   /* (parts, dloss []) -> dparts */
+  X(CE_MEAN_GRAD, "ce_mean_grad", 2)   /* (parts, dloss []) -> dparts */                             \
+  /* micro-batches (docs/pipeline.md): each row block's part gets the loss's gradient from the    \
+   * targets alone, so a micro-batch's backward need not wait for the others' forward */         \
+  X(CE_COUNT, "ce_count", 1)     /* (targets i32 [R]) -> fp32 [1, 2]: (0, rows counted) */            \
+  X(CE_SEED, "ce_seed", 1)       /* (counts [n, 2]) -> fp32 [1, 2]: (1 / rows counted in all, 0) */
 
 typedef enum {
 #define X(e, s, n) IR_##e,

@@ -185,6 +185,8 @@ void ntp_cpu_ce_stats_grad(const float *logits, const int32_t *targets, const fl
 void ntp_cpu_ce_rows_grad(const float *stats, const int32_t *targets, const float *dpart, float *dstats, int64_t rows,
                           int64_t t, int64_t ignore);
 void ntp_cpu_ce_mean_grad(const float *parts, float dloss, float *dparts, int64_t blocks);
+void ntp_cpu_ce_count(const int32_t *targets, float *out, int64_t rows, int64_t ignore);
+void ntp_cpu_ce_seed(const float *counts, float *out, int64_t n_counts);
 
 #ifdef __cplusplus
 }

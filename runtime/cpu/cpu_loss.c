@@ -95,6 +95,21 @@ void ntp_cpu_ce_rows_grad(const float *stats, const int32_t *targets, const floa
   }
 }
 
+void ntp_cpu_ce_count(const int32_t *targets, float *out, int64_t rows, int64_t ignore) {
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; r++) n += targets[r] != ignore;
+  out[0] = 0.0f;
+  out[1] = (float)n;
+}
+
+/* As ce_mean_grad's with a gradient of 1: the same float. */
+void ntp_cpu_ce_seed(const float *counts, float *out, int64_t n_counts) {
+  double n = 0;
+  for (int64_t j = 0; j < n_counts; j++) n += counts[2 * j + 1];
+  out[0] = n > 0 ? (float)(1.0 / n) : 0.0f;
+  out[1] = 0.0f;
+}
+
 void ntp_cpu_ce_mean_grad(const float *parts, float dloss, float *dparts, int64_t blocks) {
   double n = 0;
   for (int64_t j = 0; j < blocks; j++) n += parts[2 * j + 1];

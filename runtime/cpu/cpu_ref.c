@@ -349,6 +349,16 @@ static int op_ce_mean_grad(const op_call *c) {
   return 0;
 }
 
+static int op_ce_count(const op_call *c) {
+  ntp_cpu_ce_count(c->a->i, c->o->f, shape_numel(&c->a->shape), c->op->attr.ce.ignore);
+  return 0;
+}
+
+static int op_ce_seed(const op_call *c) {
+  ntp_cpu_ce_seed(c->a->f, c->o->f, c->a->shape.dim[0]);
+  return 0;
+}
+
 static int op_sum_to(const op_call *c) {
   ntp_cpu_sum_to(c->a->f, c->a->shape.dim, c->a->shape.ndim, c->o->f, c->o->shape.dim, c->o->shape.ndim);
   return 0;
@@ -450,6 +460,8 @@ static const op_kernel op_kernels[IR_OP_COUNT] = {
     [IR_CE_STATS] = op_ce_stats,
     [IR_CE_ROWS] = op_ce_rows,
     [IR_CE_MEAN] = op_ce_mean,
+    [IR_CE_COUNT] = op_ce_count,
+    [IR_CE_SEED] = op_ce_seed,
     [IR_CE_STATS_GRAD] = op_ce_stats_grad,
     [IR_CE_ROWS_GRAD] = op_ce_rows_grad,
     [IR_CE_MEAN_GRAD] = op_ce_mean_grad,

@@ -170,7 +170,9 @@ static void attrs(reader *r, ntp_op *o) {
   case IR_MATMUL: a->mm.trans_b = boolean(r); a->mm.trans_a = boolean(r); break;
   case IR_LAYERNORM: case IR_RMSNORM: case IR_LAYERNORM_GRAD: case IR_RMSNORM_GRAD: a->norm.eps = f32(r); break;
   case IR_ROPE: a->rope.theta = f32(r); a->rope.pos0 = i64(r); a->rope.inverse = boolean(r); break;
-  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: case IR_CE_ROWS: case IR_CE_ROWS_GRAD: a->ce.ignore = i64(r); break;
+  case IR_CROSS_ENTROPY: case IR_CROSS_ENTROPY_GRAD: case IR_CE_ROWS: case IR_CE_ROWS_GRAD: case IR_CE_COUNT:
+    a->ce.ignore = i64(r);
+    break;
   case IR_CE_STATS: case IR_CE_STATS_GRAD:
     a->ce.ignore = i64(r);
     a->ce.lo = i64(r);

@@ -47,6 +47,12 @@ static const char usage_text[] =
     "  --model NAME       the model to compile when the file holds several\n"
     "  --world W          shard for W ranks (default: the plan's world, else 1); run then\n"
     "                     simulates all ranks and compares with the unsharded run\n"
+    "  --micro-batches M  cut the batch into M micro-batches whose gradients accumulate (pipelining;\n"
+    "                     docs/pipeline.md); the step equals the whole batch's\n"
+    "  --schedule S       how micro-batches are ordered on each rank: gpipe, 1f1b (default),\n"
+    "                     interleaved (default when a rank holds several stages), zb-h1, or a\n"
+    "                     FILE.csv table (one line per rank set, cells as 0F1)\n"
+    "  --timeline FILE    (report) draw the schedule's timeline as an SVG\n"
     "  --gpu NAME|FILE    the device profile: 'tp auto' layers are planned for it (h100 default,\n"
     "                     h200, a100, b200, as 'ntpc plan --gpu'); a calibrated FILE also picks\n"
     "                     attention's CUDA kernel by its measured crossover ('ntpc calibrate')\n"
@@ -89,6 +95,9 @@ typedef struct options {
   int ninputs;
   const char *text;       /* --text STRING */
   const char *params_format; /* --params-format: the layout of --params and --save-params */
+  long micro_batches;        /* --micro-batches */
+  const char *schedule;      /* --schedule NAME or FILE.csv */
+  const char *timeline;      /* --timeline FILE.svg (report) */
 } options;
 
 static int usage_error(const char *fmt, const char *arg) { return cli_usage_error("ntpc", fmt, arg); }
@@ -299,6 +308,15 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       o->seed = strtoull(v, &end, 10);
       if (*end || !*v || *v == '-' || *v == '+' || *v == ' ') return usage_error("--seed needs a non-negative integer, got '%s'", v);
       if (errno == ERANGE) return usage_error("--seed must be below 2^64, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--micro-batches", &missing))) {
+      char *end;
+      o->micro_batches = strtol(v, &end, 10);
+      if (*end || !*v || o->micro_batches < 1 || o->micro_batches > NTP_MAX_MICRO_BATCHES)
+        return usage_error("--micro-batches needs a count from 1 to 4096, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--schedule", &missing))) {
+      o->schedule = v;
+    } else if ((v = cli_option_value(argc, argv, &i, "--timeline", &missing))) {
+      o->timeline = v;
     } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       char *end;
       o->world = strtol(v, &end, 10);
@@ -425,6 +443,16 @@ int main(int argc, char **argv) {
    * a backend that runs the codegen pass's kernels runs the sharded program */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
   else if (wants_shards || library || b->kernels || (o.plan && o.command)) ntpc_set_world(s, 0);
+  if (o.micro_batches > 1 || o.schedule) {
+    size_t n = o.schedule ? strlen(o.schedule) : 0;
+    bool csv = n > 4 && strcmp(o.schedule + n - 4, ".csv") == 0;
+    if (ntpc_set_pipeline(s, o.micro_batches > 1 ? (int32_t)o.micro_batches : 1, csv ? NULL : o.schedule,
+                          csv ? o.schedule : NULL) != NTPC_OK) {
+      fprintf(stderr, "ntpc: error: %s\n", ntpc_last_error(s));
+      rc = 2;
+      goto out;
+    }
+  }
   ntpc_want_cuda(s, library || b->kernels || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, cli_color(o.color));

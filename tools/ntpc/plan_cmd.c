@@ -168,7 +168,7 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
   }
   ntpc_session *cs = gs ? gs : s; /* the session whose module is compiled here */
   size_t seen = ntpc_diag_count(cs);
-  sh_program *p = shard_lower(gs ? ntpc_module(gs) : m, sol->world, pls, ntpc_diag_sink(cs));
+  sh_program *p = shard_lower(gs ? ntpc_module(gs) : m, sol->world, pls, NULL, ntpc_diag_sink(cs));
   free(pls);
   if (p) sh_plan_memory(p);
   if (!p || !sh_verify(p, err, sizeof err) || !sh_check_memory(p, err, sizeof err)) {

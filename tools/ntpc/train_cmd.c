@@ -43,6 +43,9 @@ static const char train_usage[] =
     "                     rank simulated; the same losses as unsharded, within fp32 rounding\n"
     "  --plan-name NAME   the plan to use (from --plan, or the model's own file)\n"
     "  --world W          ranks (default: the plan's world)\n"
+    "  --micro-batches M  cut each batch into M micro-batches whose gradients accumulate (pipelining,\n"
+    "                     docs/pipeline.md); every step equals the whole batch's\n"
+    "  --schedule S       gpipe, 1f1b (default), interleaved, zb-h1, or a FILE.csv table\n"
     "  --backend NAME     where the ranks run (default cpu):\n%s"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --rank R|env       cuda: this process runs rank R alone, on GPU R (env: RANK and LOCAL_RANK,\n"
@@ -86,6 +89,8 @@ typedef struct train_opts {
   ntp_adamw adamw; /* the optimizer's options and the run's length (adamw.steps) */
   const char *plan_file, *plan_name, *defines[256];
   int ndefines;
+  int32_t micro_batches;                 /* --micro-batches */
+  const char *schedule, *schedule_csv;   /* --schedule NAME or FILE.csv */
   long fail_step[64];    /* --fail-at: before step fail_step[i] (1-based), GPU fail_rank[i] fails */
   int32_t fail_rank[64];
   int nfail;
@@ -179,6 +184,23 @@ static int set_plan(train_opts *o, ntpc_session *s, const char *v) {
   return -1;
 }
 
+static int set_micro_batches(train_opts *o, ntpc_session *s, const char *v) {
+  double d;
+  (void)s;
+  if (!number(v, 1, &d) || d != floor(d) || d > NTP_MAX_MICRO_BATCHES)
+    return usage("--micro-batches %s: expected a count from 1 to 4096", v);
+  o->micro_batches = (int32_t)d;
+  return -1;
+}
+
+static int set_schedule(train_opts *o, ntpc_session *s, const char *v) {
+  (void)s;
+  size_t n = strlen(v);
+  if (n > 4 && strcmp(v + n - 4, ".csv") == 0) o->schedule_csv = v;
+  else o->schedule = v;
+  return -1;
+}
+
 static int set_world(train_opts *o, ntpc_session *s, const char *v) {
   double d;
   (void)s;
@@ -243,6 +265,7 @@ static const valued_option valued[] = {
     PATH("--dump", dump), PATH("--checkpoint", ckpt), PATH("--resume", resume),
     {"--rank", 0, set_rank}, {"--backend", 0, set_backend}, {"--plan-name", 0, set_plan_name},
     {"--plan", 0, set_plan}, {"--fail-at", 0, set_fail_at}, {"--world", 0, set_world},
+    {"--micro-batches", 0, set_micro_batches}, {"--schedule", 0, set_schedule},
     {"--params-format", 0, set_params_format}, {"--color", 0, set_color},
     {"--checkpoint-every", 0, set_checkpoint_every}, {"--init-std", 0, set_init_std}, {"--seed", 0, set_seed}};
 
@@ -501,7 +524,7 @@ static int open_run(train_run *r, ntpc_session *s, char *err, size_t cap) {
   r->given[r->bi.tokens] = &r->ht;
   r->given[r->bi.targets] = &r->hg;
   r->fr = (failover_run){.src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines,
-                                 o->backend->kernels},
+                                 o->backend->kernels, o->micro_batches, o->schedule, o->schedule_csv},
                          .ckpt = o->ckpt, .phys_rank = o->rank, .seed = o->seed};
   return 0;
 }
@@ -693,6 +716,12 @@ int ntpc_train_command(int argc, char **argv) {
   if (o.sharded || o.backend->kernels) ntpc_set_world(s, o.world);
   ntpc_want_cuda(s, o.backend->kernels);
   ntpc_want_grad(s, true);
+  if ((o.micro_batches > 1 || o.schedule || o.schedule_csv) &&
+      ntpc_set_pipeline(s, o.micro_batches > 1 ? o.micro_batches : 1, o.schedule, o.schedule_csv) != NTPC_OK) {
+    fprintf(stderr, "ntpc train: error: %s\n", ntpc_last_error(s));
+    ntpc_session_free(s);
+    return 2;
+  }
   ntpc_status st = ntpc_compile_file(s, o.file);
   ntpc_print_diags(s, stderr, cli_color(o.color));
   if (st != NTPC_OK) {
