@@ -33,6 +33,7 @@ static size_t where(lower *L, int32_t v, rank_box *out) {
 }
 
 size_t shard_homes(lower *L, int32_t v, rank_box *out) { return L->nhome[v] ? where(L, v, out) : 0; }
+size_t shard_home_count(const lower *L, int32_t v) { return L->nhome[v]; }
 
 /* Pieces [i] of `n` with micro-batch mb (all of them when the program is not pipelined), as
  * the op's result: every piece's operands first (one batch of transfers), then the computes. */
@@ -64,7 +65,7 @@ void lw_follow(lower *L, const ir_op *op) {
   int32_t r = op->result;
   int32_t a = geom_followed_operand(L->m, op);
   int32_t v = a >= 0 ? a : r;
-  rank_box *rb = malloc((size_t)(L->W * 4 + 4) * sizeof *rb);
+  rank_box *rb = malloc((L->nhome[v] + (size_t)L->W * 4 + 4) * sizeof *rb);
   size_t n = where(L, v, rb);
   int32_t(*argv)[NTP_MAX_ARGS] = malloc((n + 1) * sizeof *argv);
   ntp_box *resv = malloc((n + 1) * sizeof *resv);

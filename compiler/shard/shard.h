@@ -224,6 +224,8 @@ bool shard_schedule(sh_program *p, const sh_pipe_options *opt, diag_sink *diags)
 /* shard_order.c: the steps put in the schedule's order (p->sched) on every rank, weight-gradient
  * steps told from the rest (W), def and last use renewed; a deadlock reported. */
 bool shard_order(sh_program *p, diag_sink *diags);
+/* Rank r's chunk for a step of layer `at` (0 without stages). */
+int32_t sh_rank_chunk(const sh_program *p, int32_t r, int32_t at);
 void sh_print_schedule(const sh_program *p, FILE *out); /* ntpc report --schedule */
 /* memplan.c */
 void sh_plan_memory(sh_program *p);

@@ -55,6 +55,16 @@ static int32_t b_emit(void *ctx, ir_opcode code, const int32_t *args, int32_t na
 
 static int32_t cloned(const bwd *B, int32_t t) { return (size_t)t < B->nt && B->remap[t] >= 0 ? B->remap[t] : t; }
 
+/* Does a transfer step move data between two chunks (pipeline stages)? */
+static bool crosses_chunks(const sh_program *p, const sh_step *st) {
+  if (!p->pipes.npipes) return false;
+  for (size_t x = 0; x < st->nxfers; x++)
+    if (sh_rank_chunk(p, p->tensors[st->xfers[x].src].rank, st->at_layer) !=
+        sh_rank_chunk(p, p->tensors[st->xfers[x].dst].rank, st->at_layer))
+      return true;
+  return false;
+}
+
 /* Layer l's forward steps (of micro-batch mb) up to `last` once more, in order, on clones of
  * the tensors they make. */
 static void recompute_layer(bwd *B, int32_t l, int32_t mb, size_t last) {
@@ -72,6 +82,7 @@ static void recompute_layer(bwd *B, int32_t l, int32_t mb, size_t last) {
       B->remap[st.op.result] = c;
       continue;
     }
+    if (crosses_chunks(B->p, &st)) continue; /* a stage's input is kept, not fetched again from the stage before */
     sh_xfer *xf = malloc((st.nxfers + 1) * sizeof *xf);
     if (!xf) ntp_out_of_memory();
     const sh_xfer *orig = B->p->steps[s].xfers;

@@ -40,8 +40,9 @@ size_t shard_seeds(const shard_lowering *L, const int32_t **parts, const int32_t
 /* cross_entropy `op` without gathering its logits, when they are spread over ranks; false
  * (nothing emitted) when their pieces do not tile the vocabulary, or one rank holds them all. */
 bool shard_lower_loss(shard_lowering *L, const ir_op *op);
-/* Where value v's pieces are (rank, box): out has room for 4 W + 4. */
+/* Where value v's pieces are (rank, box): out has room for shard_home_count + 4 W + 4. */
 size_t shard_homes(shard_lowering *L, int32_t v, rank_box *out);
+size_t shard_home_count(const shard_lowering *L, int32_t v);
 /* An empty temporary with box `box` (a transfer's destination), and op `code` into one. */
 int32_t shard_new_temp(shard_lowering *L, int32_t rank, ntp_box box, ntp_dtype dt);
 int32_t shard_temp_box(shard_lowering *L, int32_t rank, ir_opcode code, const int32_t *args, int nargs,

@@ -105,7 +105,7 @@ bool shard_lower_loss(shard_lowering *L, const ir_op *op) {
   int64_t V = nd ? ls.dim[nd - 1] : 0, total = 1;
   for (int d = 0; d + 1 < nd; d++) total *= ls.dim[d];
   if (nd < 2 || V < 2) return false;
-  size_t cap = 4 * (size_t)shard_lowering_program(L)->world + 4;
+  size_t cap = shard_home_count(L, lg) + 4 * (size_t)shard_lowering_program(L)->world + 4;
   rank_box *rb = malloc(cap * sizeof *rb);
   loss_block *bl = calloc(cap, sizeof *bl);
   int32_t *chain = malloc(cap * sizeof *chain);

@@ -21,7 +21,7 @@
 
 /* Rank r's chunk for a step of layer `at`: the last of its chunks that starts no later than the
  * chunk holding `at` (a sender's chunk comes before the receiver's, in both directions). */
-static int32_t rank_chunk(const sh_program *p, int32_t r, int32_t at) {
+int32_t sh_rank_chunk(const sh_program *p, int32_t r, int32_t at) {
   if (!p->pipes.npipes) return 0;
   const sh_pipeline *pp = &p->pipes.pipe[p->pipes.pipe_of_rank[r]];
   int32_t set = p->pipes.set_of_rank[r], c_at = at >= 0 ? sh_pipe_chunk(pp, at) : 0, best = set;
@@ -89,6 +89,7 @@ typedef struct merge {
   int32_t *free_readers, *free_start; /* per tensor: the free steps reading it (CSR) */
   int32_t *ready, nready;
   int32_t *posted, *senders; /* per step: send-only ranks that have posted their part, and how many there are */
+  size_t nposts;             /* sends posted so far (progress, as a step run is) */
 } merge;
 
 static bool step_ready(const merge *g, int32_t s) {
@@ -132,7 +133,7 @@ static int32_t head_of(merge *g, int32_t r) {
   while (g->head[r] < g->end[r]) {
     const qentry *e = &g->q[g->head[r]];
     if (!g->done[e->step] && !(e->send_only && sends_ready(g, e->step, r))) break;
-    if (!g->done[e->step]) g->posted[e->step]++;
+    if (!g->done[e->step]) g->posted[e->step]++, g->nposts++;
     g->head[r]++;
   }
   return g->head[r] < g->end[r] ? g->q[g->head[r]].step : -1;
@@ -191,12 +192,17 @@ static void report_deadlock(merge *g, diag_sink *diags) {
               st->kind == SH_COMM ? sh_comm_name(st->comm) : ir_op_name(st->op.code), st->mb, st->phase, st->at_layer,
               st->why ? st->why : "", w, w >= 0 ? (p->steps[w].kind == SH_COMM ? sh_comm_name(p->steps[w].comm) : ir_op_name(p->steps[w].op.code)) : "-",
               w >= 0 ? p->steps[w].mb : -9, w >= 0 ? (int)p->steps[w].phase : -9, w >= 0 ? (p->steps[w].kind == SH_COMM ? p->steps[w].ranks[0] : p->steps[w].rank) : -1);
+      if (st->kind == SH_COMM) {
+        fprintf(stderr, "  posted %d of %d senders;", g->posted[s], g->senders[s]);
+        for (int k = 0; k < st->nranks; k++) fprintf(stderr, " r%d%s", st->ranks[k], receives(p, st, st->ranks[k]) ? "(recv)" : "");
+        fputc('\n', stderr);
+      }
     }
   for (int32_t r = 0; r < p->world; r++) {
     int32_t s = head_of(g, r);
     if (s < 0) continue;
     const sh_step *st = &p->steps[s];
-    int32_t ch = rank_chunk(p, r, st->at_layer);
+    int32_t ch = sh_rank_chunk(p, r, st->at_layer);
     char what[200];
     if (!step_ready(g, s)) {
       int32_t w = unready_writer(g, s);
@@ -205,7 +211,7 @@ static void report_deadlock(merge *g, diag_sink *diags) {
         const sh_step *ws = &p->steps[w];
         int32_t wr = ws->kind == SH_COMM ? ws->ranks[0] : ws->rank;
         snprintf(what, sizeof what, "an operand made by rank %d's action '%d%s%d' (%s%s%s), not run yet", wr,
-                 rank_chunk(p, wr, ws->at_layer), ws->mb < 0 ? "-" : letter(ws->phase), ws->mb,
+                 sh_rank_chunk(p, wr, ws->at_layer), ws->mb < 0 ? "-" : letter(ws->phase), ws->mb,
                  ws->kind == SH_COMM ? sh_comm_name(ws->comm) : ir_op_name(ws->op.code), ws->why ? ": " : "",
                  ws->why ? ws->why : "");
       }
@@ -214,10 +220,12 @@ static void report_deadlock(merge *g, diag_sink *diags) {
       for (int k = 0; k < st->nranks && other < 0; k++)
         if (head_of(g, st->ranks[k]) != s && (receives(p, st, st->ranks[k]) || !sends_ready(g, s, st->ranks[k])))
           other = st->ranks[k];
+      for (int k = 0; k < st->nranks && other < 0; k++) /* a sender that has not reached it */
+        if (head_of(g, st->ranks[k]) != s) other = st->ranks[k];
       int32_t os = other >= 0 ? head_of(g, other) : -1;
       if (os >= 0)
         snprintf(what, sizeof what, "rank %d, which waits at its action '%d%s%d' (%s)", other,
-                 rank_chunk(p, other, p->steps[os].at_layer), letter(p->steps[os].phase), p->steps[os].mb,
+                 sh_rank_chunk(p, other, p->steps[os].at_layer), letter(p->steps[os].phase), p->steps[os].mb,
                  p->steps[os].kind == SH_COMM ? sh_comm_name(p->steps[os].comm) : ir_op_name(p->steps[os].op.code));
       else
         snprintf(what, sizeof what, "rank %d, which has finished", other);
@@ -257,7 +265,7 @@ static bool build_queues(merge *g, diag_sink *diags) {
     for (int k = 0; k < n; k++) {
       int32_t r = st->kind == SH_COMM ? st->ranks[k] : st->rank, row = row_of_rank(p, r);
       sh_phase ph = st->phase == SH_PHASE_W && !s->split_w ? SH_PHASE_B : st->phase;
-      int32_t ch = rank_chunk(p, r, st->at_layer);
+      int32_t ch = sh_rank_chunk(p, r, st->at_layer);
       int32_t at = row < 0 ? -1 : pos[(size_t)row * (size_t)nkeys + (size_t)((ph * M + st->mb) * C + ch)];
       if (at < 0) {
         diag_emit(diags, NTPC_ERROR, s->name ? s->name : "<schedule>", NTP_NOLOC,
@@ -370,6 +378,7 @@ bool shard_order(sh_program *p, diag_sink *diags) {
   bool ok = build_queues(&g, diags);
   if (ok) build_free(&g);
   while (ok && (size_t)g.n < ns) {
+    size_t posts = g.nposts;
     bool progress = false;
     while (g.nready) emit(&g, g.ready[--g.nready]), progress = true;
     for (int32_t r = 0; r < p->world; r++)
@@ -378,7 +387,7 @@ bool shard_order(sh_program *p, diag_sink *diags) {
         progress = true;
         while (g.nready) emit(&g, g.ready[--g.nready]);
       }
-    if (!progress) {
+    if (!progress && g.nposts == posts) {
       report_deadlock(&g, diags);
       ok = false;
     }

@@ -7,6 +7,10 @@
  * gradient pass; the sharded loss and every gradient (the sharded backward) against the
  * reference's, then 3 AdamW steps on each side: losses and parameters within 1e-5.
  *
+ * --pipeline: training cases with pipeline stages (1 to 4 rank sets, uneven layer splits,
+ * interleaved chunks, one or two replicas staged differently), non-uniform TP inside each stage,
+ * 1 to 8 micro-batches and every schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1), recompute, SP.
+ *
  * Case i uses seed S + i. A failing case prints its seed, its model and plan, and the
  * command that re-runs it alone. Half the cases are transformer stacks (random degrees,
  * unequal groups, uneven splits, sequence parallelism, batch shares, worlds 1..8); the
@@ -28,6 +32,9 @@
 #include "train_compare.h"
 
 static bool train_mode; /* --train */
+static bool pipe_mode;  /* --pipeline */
+static int case_mb;           /* the case's micro-batches (pipeline mode) */
+static const char *case_sched; /* and its schedule */
 
 typedef struct text {
   char buf[16384];
@@ -149,6 +156,119 @@ static int gen_transformer(rng *r, text *t) {
   return W;
 }
 
+/* ---- pipelines ------------------------------------------------------------------------- */
+
+/* A TP spec valid on every stage size in sizes[0..n): groups for one size, else a common divisor. */
+static void put_stage_tp(text *t, rng *r, const int *sizes, int n, int S) {
+  bool same = true, sp;
+  for (int i = 1; i < n; i++) same &= sizes[i] == sizes[0];
+  if (same) {
+    put_tp(t, r, sizes[0], 8, S, &sp);
+    return;
+  }
+  int g = sizes[0];
+  for (int i = 1; i < n; i++)
+    for (int b = sizes[i]; b;) {
+      int m = g % b;
+      g = b;
+      b = m;
+    }
+  int d = 1;
+  for (int k = 1; k <= g; k++)
+    if (g % k == 0 && chance(r, 50)) d = k;
+  put(t, "tp %d", d);
+  if (chance(r, 20)) put(t, ", recompute");
+}
+
+static int gen_pipeline(rng *r, text *t) {
+  int H = 4 * uni(r, 1, 2), KV = chance(r, 50) ? H : H / 2, HD = 2 * uni(r, 1, 2), D = H * HD;
+  int F = uni(r, 8, 24), V = uni(r, 8, 32), B = uni(r, 2, 10), S = uni(r, 2, 6), L = uni(r, 1, 3);
+  bool rope = chance(r, 50), rms = chance(r, 50), tied = chance(r, 50), lin = chance(r, 30);
+  const char *acts[] = {"gelu", "swiglu", "relu"}, *act = acts[uni(r, 0, 2)];
+  const char *names[32];
+  char buf[32][24];
+  int nl = 0;
+  snprintf(buf[nl], 24, "embed"), names[nl] = buf[nl], nl++;
+  for (int b = 0; b < L; b++) {
+    const char *parts[] = {"n1", "attn", "n2", "ffn", "lin"};
+    for (int k = 0; k < (lin ? 5 : 4); k++) snprintf(buf[nl], 24, "blk.%d.%s", b, parts[k]), names[nl] = buf[nl], nl++;
+  }
+  snprintf(buf[nl], 24, "nf"), names[nl] = buf[nl], nl++;
+  snprintf(buf[nl], 24, "head"), names[nl] = buf[nl], nl++;
+  put(t, "model m {\n  dim B = %d, S = %d, D = %d, F = %d, V = %d;\n  dtype fp32;\n", B, S, D, F, V);
+  put(t, "  input tokens : i32[B, S];\n  input targets : i32[B, S];\n");
+  put(t, "  x = embed: embedding(tokens, vocab = V, dim = D);\n  repeat %d as blk {\n", L);
+  put(t, "    h = n1: %s(x);\n    x = x + attn: attention(h, heads = %d, kv_heads = %d%s, causal);\n",
+      rms ? "rmsnorm" : "layernorm", H, KV, rope ? ", rope = 10000" : "");
+  put(t, "    h = n2: %s(x);\n    x = x + ffn: mlp(h, hidden = F, act = %s);\n", rms ? "rmsnorm" : "layernorm", act);
+  if (lin) put(t, "    x = lin: linear(x, out = D, bias = true);\n");
+  put(t, "  }\n  x = nf: %s(x);\n", rms ? "rmsnorm" : "layernorm");
+  put(t, "  logits = head: linear(x, out = V%s);\n", tied ? ", tied = embed" : "");
+  put(t, "  output loss = cross_entropy(logits, targets);\n}\n");
+
+  /* pipelines: P rank sets of 1..3 ranks, v chunks each (interleaved when 2), layers split unevenly */
+  int npipes = chance(r, 25) ? 2 : 1, P = uni(r, 1, 4), v = P > 1 && nl >= 2 * P && chance(r, 30) ? 2 : 1;
+  int W = 0, stage_of[2][32], size_of[2][8], set_lo[2][8];
+  for (int q = 0; q < npipes; q++) {
+    int nst = P * v, cut[33];
+    /* nst - 1 distinct cut points in 1..nl-1 */
+    for (int c = 0; c < nst - 1; c++) {
+      int x;
+      bool dup;
+      do {
+        x = uni(r, 1, nl - 1);
+        dup = false;
+        for (int k = 0; k < c; k++) dup |= cut[k] == x;
+      } while (dup);
+      cut[c] = x;
+    }
+    for (int a = 0; a < nst - 1; a++) /* sorted */
+      for (int b = a + 1; b < nst - 1; b++)
+        if (cut[b] < cut[a]) { int x = cut[a]; cut[a] = cut[b]; cut[b] = x; }
+    for (int i = 0; i < P; i++) size_of[q][i] = uni(r, 1, 3), set_lo[q][i] = W, W += size_of[q][i];
+    int at = 0;
+    for (int c = 0; c < nst; c++) {
+      int end = c < nst - 1 ? cut[c] : nl;
+      for (int l = at; l < end; l++) stage_of[q][l] = c % P;
+      at = end;
+    }
+  }
+  put(t, "plan p for m {\n  world %d;\n", W);
+  for (int q = 0; q < npipes; q++) {
+    if (npipes > 1) put(t, "  pipeline {\n");
+    int c = 0;
+    for (int l = 0; l < nl;) {
+      int e = l; /* this chunk: layers l..e */
+      while (e + 1 < nl && stage_of[q][e + 1] == stage_of[q][l]) e++;
+      int i = stage_of[q][l];
+      put(t, "  stage %s .. %s ranks %d..%d;\n", names[l], names[e], set_lo[q][i], set_lo[q][i] + size_of[q][i] - 1);
+      l = e + 1;
+      c++;
+    }
+    if (npipes > 1) put(t, "  }\n");
+  }
+  for (int l = 0; l < nl; l++) {
+    if (strstr(names[l], ".n") || !strcmp(names[l], "nf") || !chance(r, 80)) continue;
+    int sizes[2];
+    for (int q = 0; q < npipes; q++) sizes[q] = size_of[q][stage_of[q][l]];
+    put(t, "  %s ", names[l]);
+    put_stage_tp(t, r, sizes, npipes, S);
+    put(t, ";\n");
+  }
+  put(t, "}\n");
+  /* micro-batches and a schedule that suits the chunks */
+  case_mb = uni(r, 1, 8);
+  if (v > 1) {
+    if (chance(r, 70)) case_mb = P * uni(r, 1, 8 / P < 1 ? 1 : 8 / P), case_sched = "interleaved";
+    else case_sched = "gpipe";
+  } else {
+    const char *k[] = {"gpipe", "1f1b", "zb-h1"};
+    case_sched = k[uni(r, 0, 2)];
+  }
+  put(t, "// --micro-batches %d --schedule %s\n", case_mb, case_sched);
+  return W;
+}
+
 /* ---- explicit layouts ----------------------------------------------------------------- */
 
 static const char *axis_spec(rng *r, int R, int C, uint8_t *used, int size) {
@@ -220,6 +340,7 @@ static outcome run_case(const char *source, int W) {
   ntpc_select_plan(s, "p");
   ntpc_set_world(s, W);
   ntpc_want_grad(s, train_mode);
+  if (pipe_mode) ntpc_set_pipeline(s, case_mb, case_sched, NULL);
   if (ntpc_compile_string(s, "case.ntp", source) != NTPC_OK) {
     size_t n = 0;
     for (size_t i = 0; i < ntpc_diag_count(s) && n < sizeof oc.why - 1; i++) {
@@ -287,21 +408,22 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--verbose")) verbose = true;
     else if (!strcmp(argv[i], "--train")) train_mode = true;
+    else if (!strcmp(argv[i], "--pipeline")) train_mode = pipe_mode = true;
     else {
-      fprintf(stderr, "usage: test_equiv [--cases N] [--seed S] [--verbose] [--train]\n");
+      fprintf(stderr, "usage: test_equiv [--cases N] [--seed S] [--verbose] [--train | --pipeline]\n");
       return 2;
     }
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  long passed = 0, failed = 0, worlds[9] = {0}, layouts = 0;
+  long passed = 0, failed = 0, worlds[33] = {0}, layouts = 0;
   double worst32 = 0;
   for (long c = 0; c < cases; c++) {
     uint64_t cs = seed + (uint64_t)c;
     rng r = {cs * 0x2545f4914f6cdd1dull + 1};
     text t = {.n = 0};
     bool lay = cs % 2 == 1 && !train_mode;
-    int W = lay ? gen_layouts(&r, &t) : gen_transformer(&r, &t);
+    int W = pipe_mode ? gen_pipeline(&r, &t) : lay ? gen_layouts(&r, &t) : gen_transformer(&r, &t);
     outcome oc = run_case(t.buf, W);
     worlds[W]++;
     layouts += lay;
@@ -313,7 +435,7 @@ int main(int argc, char **argv) {
       failed++;
       printf("FAIL case seed %" PRIu64 " (world %d): %s\n--- model and plan ---\n%s--- re-run alone: test_equiv "
              "--seed %" PRIu64 " --cases 1 --verbose%s\n",
-             cs, W, oc.why, t.buf, cs, train_mode ? " --train" : "");
+             cs, W, oc.why, t.buf, cs, pipe_mode ? " --pipeline" : train_mode ? " --train" : "");
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -322,7 +444,8 @@ int main(int argc, char **argv) {
          ", %.2f s\n",
          train_mode ? " of training (loss, gradients, 3 AdamW steps)" : "", cases, cases - layouts, layouts, seed, seed + (uint64_t)cases - 1, secs);
   printf("worlds:");
-  for (int w = 1; w <= 8; w++) printf(" %d:%ld", w, worlds[w]);
+  for (int w = 1; w <= 32; w++)
+    if (worlds[w] || w <= 8) printf(" %d:%ld", w, worlds[w]);
   printf("\nworst fp32 max relative error among passing cases: %.3g\n", worst32);
   printf("%ld passed, %ld failed\n", passed, failed);
   return failed ? 1 : 0;
