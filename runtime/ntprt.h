@@ -67,6 +67,9 @@ int ntp_sim_run(const ntp_program *p, uint64_t seed, ntp_cpu_result *res, char *
 /* The same with state kept between forwards: parameters set or loaded once. */
 typedef struct ntp_sim ntp_sim;
 int ntp_sim_new(const ntp_program *p, ntp_sim **out, char *err, size_t errlen);
+/* Time every step of the next runs alone (steps one at a time, not ranks in parallel), into
+ * seconds[n_steps] (NULL: stop): what the pipeline's timeline is drawn from (bench_bubble). */
+void ntp_sim_time_steps(ntp_sim *st, double *seconds);
 /* Gives every rank its slices of global input or parameter `value` from a global tensor. */
 int ntp_sim_set(ntp_sim *s, int32_t value, const ntp_host_tensor *global, char *err, size_t errlen);
 /* Every rank reads only its parameter slices from a safetensors file. */

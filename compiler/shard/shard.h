@@ -135,6 +135,7 @@ typedef struct sh_tensor {
   int32_t def, last_use; /* steps */
   int64_t offset;        /* byte offset: in the rank's arena, or in its parameter block if persistent */
   int32_t mb;            /* the micro-batch whose rows it holds; -1: none (parameters, inputs, sums over all) */
+  bool act_grad;         /* the gradient of a forward activation: what pipelines call B, not W */
 } sh_tensor;
 
 /* The collectives (SH_COMMS, sh_comm_kind): runtime/core/ntp_types.h */
@@ -224,9 +225,27 @@ bool shard_schedule(sh_program *p, const sh_pipe_options *opt, diag_sink *diags)
 /* shard_order.c: the steps put in the schedule's order (p->sched) on every rank, weight-gradient
  * steps told from the rest (W), def and last use renewed; a deadlock reported. */
 bool shard_order(sh_program *p, diag_sink *diags);
+/* Backward steps on no path to an activation's gradient become W (the weight gradients). */
+void sh_mark_weight_steps(sh_program *p);
 /* Rank r's chunk for a step of layer `at` (0 without stages). */
 int32_t sh_rank_chunk(const sh_program *p, int32_t r, int32_t at);
-void sh_print_schedule(const sh_program *p, FILE *out); /* ntpc report --schedule */
+void sh_print_schedule(const sh_program *p, FILE *out); /* the table, a line per rank set */
+void sh_print_pipeline(const sh_program *p, FILE *out); /* ntpc report: the table, memory, bubbles */
+/* The textbook bubble of the schedule for pipeline `pipe` (NaN for a table read from a file). */
+double sh_schedule_formula(const sh_program *p, int32_t pipe);
+/* shard_timeline.c: when each rank runs each step, given every step's cost (seconds, flops or
+ * units), and the bubble: (makespan - busy) / busy per rank. Steps of no micro-batch cost nothing. */
+typedef struct sh_timeline {
+  double *start, *end; /* per step */
+  double *busy;        /* per rank */
+  double makespan;
+} sh_timeline;
+bool sh_timeline_run(const sh_program *p, const double *cost, sh_timeline *t);
+void sh_timeline_free(sh_timeline *t);
+double sh_timeline_bubble(const sh_program *p, const sh_timeline *t, int32_t rank);
+double sh_step_flops(const sh_program *p, size_t s);          /* the step's floating-point operations */
+void sh_unit_costs(const sh_program *p, double *cost);        /* one unit per action (a B with its W: two) */
+void sh_timeline_svg(const sh_program *p, const sh_timeline *t, const char *title, FILE *out);
 /* memplan.c */
 void sh_plan_memory(sh_program *p);
 /* false + message if two tensors live at once overlap in a rank's arena */

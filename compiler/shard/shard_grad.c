@@ -124,6 +124,7 @@ static bool is_param_slice(const bwd *B, const sh_tensor *t) {
 static void b_add(void *ctx, int32_t t, int32_t g) {
   bwd *B = ctx;
   g = in_coords_of(B, t, g);
+  if (!is_param_slice(B, T(B, t))) T(B, g)->act_grad = true;
   if (B->grad[t] < 0) {
     B->grad[t] = g;
     return;
@@ -136,6 +137,7 @@ static void b_add(void *ctx, int32_t t, int32_t g) {
   if (is_param_slice(B, T(B, t))) shard_set_mb(B->L, -1);
   B->grad[t] = shard_backward_compute(B->L, T(B, t)->rank, IR_ADD, args, 2, NULL, box, T(B, t)->dtype, B->layer, B->loc);
   shard_set_mb(B->L, mb);
+  if (!is_param_slice(B, T(B, t))) T(B, B->grad[t])->act_grad = true;
 }
 
 /* The adjoint of a comm step: each transfer's destination gradient goes back to its source,

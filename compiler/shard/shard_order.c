@@ -44,23 +44,27 @@ static int32_t row_of_rank(const sh_program *p, int32_t r) {
   return -1;
 }
 
-/* Weight-gradient steps: backward computes whose results no activation gradient needs (only
- * other such steps, the sums over micro-batches and the sync read them): the W of ZB-H1. */
-static void mark_weight_steps(sh_program *p) {
+/* Weight-gradient steps: backward computes on no path to an activation's gradient (the dW of
+ * a layer, the embedding table's scatter): the W of ZB-H1. Everything on such a path is B. */
+void sh_mark_weight_steps(sh_program *p) {
   size_t nt = p->n_tensors;
   bool *feeds_b = calloc(nt + 1, 1);
   if (!feeds_b) ntp_out_of_memory();
+  for (size_t t = 0; t < nt; t++) feeds_b[t] = p->tensors[t].act_grad;
   for (size_t s = p->n_steps; s-- > 0;) {
     sh_step *st = &p->steps[s];
+    if (st->phase == SH_PHASE_F || st->mb < 0) continue;
     if (st->kind == SH_COMM) {
-      if (st->mb >= 0 && st->phase != SH_PHASE_F)
-        for (size_t x = 0; x < st->nxfers; x++) feeds_b[st->xfers[x].src] = true;
+      bool b = false;
+      for (size_t x = 0; x < st->nxfers; x++) b |= feeds_b[st->xfers[x].dst];
+      for (size_t x = 0; b && x < st->nxfers; x++) feeds_b[st->xfers[x].src] = true;
       continue;
     }
-    if (st->phase == SH_PHASE_F) continue;
-    if (st->mb >= 0 && !feeds_b[st->op.result]) st->phase = SH_PHASE_W;
-    if (st->mb >= 0 && st->phase == SH_PHASE_B)
-      for (int a = 0; a < st->op.nargs; a++) feeds_b[st->op.args[a]] = true;
+    if (!feeds_b[st->op.result]) {
+      st->phase = SH_PHASE_W;
+      continue;
+    }
+    for (int a = 0; a < st->op.nargs; a++) feeds_b[st->op.args[a]] = true;
   }
   free(feeds_b);
 }
@@ -358,7 +362,6 @@ static void apply_order(sh_program *p, const int32_t *order) {
 }
 
 bool shard_order(sh_program *p, diag_sink *diags) {
-  mark_weight_steps(p);
   merge g = {.p = p};
   size_t nt = p->n_tensors, ns = p->n_steps;
   g.pending = calloc(nt + 1, sizeof *g.pending);

@@ -37,8 +37,8 @@ static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const c
 static int span_groups(placement_ctx *c, ir_tp tp, int32_t n, const char *file, const char *stage, int64_t *groups,
                        bool *is_auto) {
   int ng = 0;
-  char span[128];
-  if (stage) snprintf(span, sizeof span, "%s, %d ranks", stage, n);
+  char span[160];
+  if (stage) snprintf(span, sizeof span, "the %d rank%s of %s", n, n == 1 ? "" : "s", stage);
   else snprintf(span, sizeof span, "%d ranks", n);
   if (tp.kind == TP_AUTO) {
     *is_auto = n > 1; /* the planner's (with one rank there is nothing to choose) */
@@ -46,12 +46,12 @@ static int span_groups(placement_ctx *c, ir_tp tp, int32_t n, const char *file, 
   } else if (tp.kind == TP_NONE || (tp.kind == TP_DEGREES && tp.n == 1)) {
     int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
     if (t > n) {
-      if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, stage ? "TP degree %lld is larger than the %s" : "TP degree %lld is larger than the world (%s)",
-                (long long)t, stage ? span : span);
+      if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, stage ? "TP degree %lld is larger than %s" : "TP degree %lld is larger than the world (%s)",
+                (long long)t, span);
       t = n;
     } else if (n % t) {
       if (!stage || !reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
-                stage ? "TP degree %lld does not divide the %s; give unequal groups, as in tp (%lld, %lld)"
+                stage ? "TP degree %lld does not divide %s; give unequal groups, as in tp (%lld, %lld)"
                       : "TP degree %lld does not divide the world (%s); give unequal groups, as in tp (%lld, %lld)",
                 (long long)t, span, (long long)t, (long long)(n - t));
       t = 1;
@@ -63,7 +63,7 @@ static int span_groups(placement_ctx *c, ir_tp tp, int32_t n, const char *file, 
     for (int i = 0; i < tp.n; i++) sum += groups[ng++] = tp.groups[i];
     if (sum != n) {
       if (stage) {
-        if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, "groups sum to %lld ranks, but the %s", (long long)sum, span);
+        if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, "groups sum to %lld ranks, not %s", (long long)sum, span);
       } else place_error(c, file, tp.loc, "groups sum to %lld ranks, but the world has %lld", sum, n);
       ng = 0;
       groups[ng++] = n;
@@ -151,7 +151,9 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
       const sh_stage *st = &pp->stages[ch];
       int32_t n = st->rank_hi - st->rank_lo;
       char where[96];
-      snprintf(where, sizeof where, "stage %d of pipeline %d (ranks %d..%d)", ch, pi, st->rank_lo, st->rank_hi - 1);
+      if (pipes.npipes > 1)
+        snprintf(where, sizeof where, "stage %d of pipeline %d (ranks %d..%d)", ch, pi, st->rank_lo, st->rank_hi - 1);
+      else snprintf(where, sizeof where, "stage %d (ranks %d..%d)", ch, st->rank_lo, st->rank_hi - 1);
       int64_t groups[NTP_MAX_GROUPS];
       bool dummy;
       int k = span_groups(c, tp, n, file, where, groups, &dummy);

@@ -124,6 +124,11 @@ void sh_print_rank(const sh_program *p, int32_t rank, FILE *out) {
       layer = st->layer;
       fprintf(out, "%s:\n", layer_name(p, layer));
     }
+    if (p->pipelined) { /* the schedule's action the step is part of: chunk, F/B/W, micro-batch */
+      if (st->mb < 0) fputs("  [   ]", out);
+      else fprintf(out, "  [%d%s%d]", sh_rank_chunk(p, rank, st->at_layer),
+                   st->phase == SH_PHASE_F ? "F" : st->phase == SH_PHASE_B || !p->sched.split_w ? "B" : "W", st->mb);
+    }
     if (st->kind == SH_COMPUTE) {
       const sh_tensor *t = &p->tensors[st->op.result];
       fputs("  ", out);
@@ -404,6 +409,7 @@ void sh_print_report(const sh_program *p, FILE *out) {
     if (m->n_forward_ops) print_recompute(p, out);
     for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
     if (m->n_forward_ops) print_grad_sync(p, out);
+    if (p->pipelined) sh_print_pipeline(p, out);
   }
   free(lt.start);
   free(lt.order);

@@ -8,6 +8,7 @@
  * finds what only the program's dependencies can show: a deadlock across ranks). */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,19 +50,81 @@ static void gpipe(row_builder *b, int32_t P, int32_t v, int32_t i, int32_t M) {
     for (int32_t k = 0; k < M; k++) push(b, SH_PHASE_B, k, i + c * P);
 }
 
-/* 1F1B: P - 1 - i forwards to fill the pipeline, then one forward and one backward in turn.
- * ZB-H1 (split_w): the same, each B's W deferred while fewer than P - 1 - i wait, so that the
- * cool-down's waits for the next stage's B are filled with Ws instead of idling. */
-static void one_f_one_b(row_builder *b, int32_t P, int32_t i, int32_t M, bool split_w) {
-  int32_t warm = P - 1 - i < M ? P - 1 - i : M, nextf = 0, nextw = 0;
+/* 1F1B: P - 1 - i forwards to fill the pipeline, then one forward and one backward in turn. */
+static void one_f_one_b(row_builder *b, int32_t P, int32_t i, int32_t M) {
+  int32_t warm = P - 1 - i < M ? P - 1 - i : M, nextf = 0;
   for (; nextf < warm; nextf++) push(b, SH_PHASE_F, nextf, i);
   for (int32_t k = 0; k < M; k++) {
     if (nextf < M) push(b, SH_PHASE_F, nextf++, i);
-    else if (split_w && nextw < k) push(b, SH_PHASE_W, nextw++, i); /* cool-down: a W where the B waits */
     push(b, SH_PHASE_B, k, i);
-    if (split_w && k + 1 - nextw > P - 1 - i) push(b, SH_PHASE_W, nextw++, i);
   }
-  while (split_w && nextw < M) push(b, SH_PHASE_W, nextw++, i);
+}
+
+/* ZB-H1 (zero bubble, the backward split into B and W): every stage's row at once, by running
+ * the pipeline with each action's cost (cost[i * 3 + phase]: the stage's F, B and W, from the
+ * flops of its steps) and letting each stage take, whenever it is free, a B that is ready (it
+ * frees the stage before), else a forward (at most P - i micro-batches between forward and B, as
+ * 1F1B keeps, and at most P + 1 whose W is still to come), else a W: the Ws fill the waits. With
+ * equal costs this is the paper's bubble, (p - 1)(F + B - W). */
+static void zbh1(row_builder *rows, int32_t P, int32_t M, const double *cost) {
+  int32_t *f = calloc((size_t)P, sizeof *f), *bk = calloc((size_t)P, sizeof *bk), *w = calloc((size_t)P, sizeof *w);
+  double *fend = malloc((size_t)P * (size_t)M * sizeof *fend), *bend = malloc((size_t)P * (size_t)M * sizeof *bend);
+  double *free_at = calloc((size_t)P, sizeof *free_at);
+  if (!f || !bk || !w || !fend || !bend || !free_at) ntp_out_of_memory();
+  for (int64_t k = 0; k < (int64_t)P * M; k++) fend[k] = bend[k] = INFINITY;
+  for (;;) {
+    /* the stage that can start something soonest, and what */
+    int32_t best = -1;
+    sh_phase bph = SH_PHASE_F;
+    double bt = INFINITY;
+    for (int32_t i = 0; i < P; i++) {
+      if (w[i] == M) continue;
+      int32_t k = bk[i], kf = f[i];
+      double tb = k < M && f[i] > k ? fmax(free_at[i], i == P - 1 ? 0 : bend[(i + 1) * M + k]) : INFINITY;
+      double tf = kf < M && f[i] - bk[i] < P - i && f[i] - w[i] < P + 1
+                      ? fmax(free_at[i], i == 0 ? 0 : fend[(i - 1) * M + kf]) : INFINITY;
+      double tw = w[i] < bk[i] ? free_at[i] : INFINITY;
+      /* at the moment the stage is free: B if ready, else F if ready, else W; else the earliest */
+      double t;
+      sh_phase ph;
+      if (tb <= free_at[i]) t = tb, ph = SH_PHASE_B;
+      else if (tf <= free_at[i]) t = tf, ph = SH_PHASE_F;
+      else if (tw <= free_at[i]) t = tw, ph = SH_PHASE_W;
+      else if (tb <= tf) t = tb, ph = SH_PHASE_B;
+      else t = tf, ph = SH_PHASE_F;
+      if (t < bt) bt = t, best = i, bph = ph;
+    }
+    if (best < 0 || isinf(bt)) break;
+    int32_t i = best;
+    double end = bt + cost[i * 3 + bph];
+    free_at[i] = end;
+    if (bph == SH_PHASE_B) push(&rows[i], SH_PHASE_B, bk[i], i), bend[i * M + bk[i]] = end, bk[i]++;
+    else if (bph == SH_PHASE_F) push(&rows[i], SH_PHASE_F, f[i], i), fend[i * M + f[i]] = end, f[i]++;
+    else push(&rows[i], SH_PHASE_W, w[i]++, i);
+  }
+  free(f);
+  free(bk);
+  free(w);
+  free(fend);
+  free(bend);
+  free(free_at);
+}
+
+/* Each rank set's cost of an F, a B and a W of one micro-batch: the flops of its ranks' steps
+ * of each phase, averaged over its ranks and micro-batches (an action with none counts 1). */
+static void action_costs(const sh_program *p, int32_t q, int32_t P, double *cost) {
+  int32_t M = p->micro_batches;
+  for (int32_t k = 0; k < 3 * P; k++) cost[k] = 0;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind == SH_COMM || st->mb < 0) continue;
+    int32_t set = p->pipes.npipes ? p->pipes.set_of_rank[st->rank] : 0;
+    if (p->pipes.npipes && p->pipes.pipe_of_rank[st->rank] != q) continue;
+    int32_t n = p->pipes.npipes ? p->pipes.pipe[q].stages[set].rank_hi - p->pipes.pipe[q].stages[set].rank_lo : p->world;
+    cost[set * 3 + st->phase] += sh_step_flops(p, s) / ((double)n * M);
+  }
+  for (int32_t k = 0; k < 3 * P; k++)
+    if (cost[k] <= 0) cost[k] = 1;
 }
 
 /* Interleaved 1F1B (Megatron): forward k of M v runs micro-batch (k / Pv) P + k mod P on the
@@ -137,11 +200,23 @@ static bool generate(sh_program *p, const sh_pipe_options *opt, diag_sink *diags
                 P);
       return false;
     }
+    s->split_w |= k == SH_SCHED_ZBH1;
+    if (k == SH_SCHED_ZBH1) { /* the pipeline's rows together, made with its first */
+      if (i) continue;
+      row_builder *rows = calloc((size_t)P, sizeof *rows);
+      double *cost = malloc(3 * (size_t)P * sizeof *cost);
+      if (!rows || !cost) ntp_out_of_memory();
+      action_costs(p, q, P, cost);
+      zbh1(rows, P, M, cost);
+      free(cost);
+      for (int32_t j = 0; j < P; j++) s->acts[r + j] = rows[j].a, s->nacts[r + j] = rows[j].n;
+      free(rows);
+      continue;
+    }
     row_builder b = {0};
     if (k == SH_SCHED_GPIPE) gpipe(&b, P, v, i, M);
     else if (k == SH_SCHED_INTERLEAVED) interleaved(&b, P, v, i, M);
-    else one_f_one_b(&b, P, i, M, k == SH_SCHED_ZBH1);
-    s->split_w |= k == SH_SCHED_ZBH1;
+    else one_f_one_b(&b, P, i, M);
     s->acts[r] = b.a;
     s->nacts[r] = b.n;
   }
@@ -267,9 +342,59 @@ static bool check_table(const sh_program *p, const char *file, diag_sink *diags)
 }
 
 bool shard_schedule(sh_program *p, const sh_pipe_options *opt, diag_sink *diags) {
+  sh_mark_weight_steps(p); /* the W steps first: ZB-H1's table weighs them */
   bool ok = opt->schedule_csv ? read_csv(p, opt->schedule_csv, diags) : generate(p, opt, diags);
   ok = ok && check_table(p, opt->schedule_csv ? opt->schedule_csv : "<command line>", diags);
   return ok && shard_order(p, diags);
+}
+
+double sh_schedule_formula(const sh_program *p, int32_t pipe) {
+  int32_t P, v, M = p->micro_batches;
+  pipe_shape(p, pipe, &P, &v);
+  const char *n = p->sched.name ? p->sched.name : "";
+  if (!strcmp(n, "ZB-H1")) return (double)(P - 1) / (3.0 * M);
+  if (!strcmp(n, "interleaved 1F1B")) return (double)(P - 1) / ((double)v * M);
+  if (!strcmp(n, "GPipe") || !strcmp(n, "1F1B")) return (double)(P - 1) / M;
+  return NAN; /* a table from a file: no formula */
+}
+
+static void print_bubbles(const sh_program *p, const double *cost, const char *what, FILE *out) {
+  sh_timeline t;
+  if (!sh_timeline_run(p, cost, &t)) return;
+  fprintf(out, "  bubble (%s):", what);
+  double sum = 0;
+  for (int32_t r = 0; r < p->world; r++) {
+    double b = sh_timeline_bubble(p, &t, r);
+    sum += b;
+    if (p->world <= 16) fprintf(out, " %.3f", b);
+  }
+  fprintf(out, "%s mean %.3f\n", p->world <= 16 ? ";" : "", sum / p->world);
+  sh_timeline_free(&t);
+}
+
+/* ntpc report: the schedule, each rank set's peak activation memory, the bubble. */
+void sh_print_pipeline(const sh_program *p, FILE *out) {
+  const sh_schedule *s = &p->sched;
+  sh_print_schedule(p, out);
+  fputs("  peak activation memory per rank set (the arena: the micro-batches the schedule keeps):", out);
+  for (int32_t r = 0; r < s->nrows; r++) {
+    int32_t lo = 0, hi = p->world;
+    if (p->pipes.npipes) lo = p->pipes.pipe[s->row_pipe[r]].stages[s->row_set[r]].rank_lo,
+                         hi = p->pipes.pipe[s->row_pipe[r]].stages[s->row_set[r]].rank_hi;
+    int64_t peak = 0;
+    for (int32_t k = lo; k < hi && p->mem; k++) peak = p->mem[k].arena_bytes > peak ? p->mem[k].arena_bytes : peak;
+    fprintf(out, "%s ranks %d..%d %.1f KiB", r ? "," : "", lo, hi - 1, (double)peak / 1024.0);
+  }
+  fputc('\n', out);
+  double *cost = malloc((p->n_steps + 1) * sizeof *cost);
+  if (!cost) return;
+  sh_unit_costs(p, cost);
+  print_bubbles(p, cost, "idle / busy per rank, one unit per action", out);
+  double f = sh_schedule_formula(p, 0);
+  if (!isnan(f)) fprintf(out, "  the formula for pipeline 0 (%s): %.3f\n", s->name, f);
+  for (size_t k = 0; k < p->n_steps; k++) cost[k] = sh_step_flops(p, k);
+  print_bubbles(p, cost, "idle / busy per rank, steps costed by their flops", out);
+  free(cost);
 }
 
 void sh_print_schedule(const sh_program *p, FILE *out) {

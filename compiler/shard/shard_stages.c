@@ -129,8 +129,15 @@ static bool resolve_pipe(const ir_module *m, const ir_plan *plan, const ir_pipel
     if (s->set < 0) s->set = pp->nsets++, ranks += s->rank_hi - s->rank_lo;
   }
   pp->v = pp->nstages / pp->nsets;
+  if (pp->nstages % pp->nsets) {
+    diag_emit(diags, NTPC_ERROR, f, ip->loc,
+              "%d stages on %d rank sets: interleaved stages need the same number of chunks on every set (%d is not a "
+              "multiple of %d)",
+              pp->nstages, pp->nsets, pp->nstages, pp->nsets);
+    return false;
+  }
   for (int32_t i = 0; i < pp->nstages; i++)
-    if (pp->nstages % pp->nsets || pp->stages[i].set != i % pp->nsets) {
+    if (pp->stages[i].set != i % pp->nsets) {
       diag_emit(diags, NTPC_ERROR, f, ip->stages[i].ranks_loc,
                 "interleaved stages go round robin: with %d rank sets and %d stages, stage %d should run on the ranks of "
                 "stage %d (every set holds the same number of chunks, in turn)",

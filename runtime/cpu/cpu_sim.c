@@ -175,7 +175,10 @@ struct ntp_sim {
   const ntp_program *p;
   rank_mem *rm;
   bool *filled; /* per tensor: a persistent slice already holds data (set or loaded) */
+  double *step_seconds; /* ntp_sim_time_steps: each step's time, measured alone */
 };
+
+void ntp_sim_time_steps(ntp_sim *st, double *seconds) { st->step_seconds = seconds; }
 
 void ntp_sim_free(ntp_sim *st) {
   if (!st) return;
@@ -400,10 +403,16 @@ int ntp_sim_forward(ntp_sim *st, uint64_t seed, ntp_cpu_result *res, char *err, 
     const ntp_step *step = &p->steps[s];
     ntp_progress_update(&prog, done, step->layer, layer_name(p, step->layer));
     size_t e = s + 1;
+    struct timespec a, b;
+    if (st->step_seconds) clock_gettime(CLOCK_MONOTONIC, &a);
     if (step->kind == SH_COMM) rc = run_comm(p, rm, step, err, cap);
     else {
-      while (e < p->n_steps && p->steps[e].kind != SH_COMM) e++;
+      while (!st->step_seconds && e < p->n_steps && p->steps[e].kind != SH_COMM) e++;
       rc = run_segment(st, s, e, seed, err, cap);
+    }
+    if (st->step_seconds) { /* one step at a time: what it costs alone */
+      clock_gettime(CLOCK_MONOTONIC, &b);
+      st->step_seconds[s] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     }
     for (; s < e; s++)
       if (!early_init(p, &p->steps[s])) done += step_cost(p, &p->steps[s]);
