@@ -1,4 +1,4 @@
-/* sema.c — names, dims, types, expressions, repeat unrolling and plans: AST -> global IR. */
+/* sema.c — names, dims, types, expressions and repeat unrolling: AST -> global IR (plans: sema_plans.c). */
 #include "layer_kind.h"
 #include "sema.h"
 
@@ -120,7 +120,7 @@ static bool eval_positive(sema *s, const ast_expr *e, const char *what, int64_t 
 
 /* A positive dim expression no larger than max (a world, a repeat count: sizes that later
  * passes multiply or loop over). */
-static bool eval_bounded(sema *s, const ast_expr *e, const char *what, int64_t max, int64_t *out) {
+bool sema_eval_bounded(sema *s, const ast_expr *e, const char *what, int64_t max, int64_t *out) {
   if (!eval_positive(s, e, what, out)) return false;
   if (*out > max) {
     sema_error(s, e->loc, "%s must be at most %lld, got %lld", what, (long long)max, (long long)*out);
@@ -130,7 +130,7 @@ static bool eval_bounded(sema *s, const ast_expr *e, const char *what, int64_t m
 }
 
 /* A dim expression in [lo, max] (a rank number may be 0). */
-static bool eval_bounded_from(sema *s, const ast_expr *e, const char *what, int64_t lo, int64_t max, int64_t *out) {
+bool sema_eval_bounded_from(sema *s, const ast_expr *e, const char *what, int64_t lo, int64_t max, int64_t *out) {
   if (!sema_eval_dim(s, e, out)) return false;
   if (*out < lo || *out > max) {
     sema_error(s, e->loc, "%s must be in %lld..%lld, got %lld", what, (long long)lo, (long long)max, (long long)*out);
@@ -526,7 +526,7 @@ static void lower_mesh(sema *s, const ast_stmt *st) {
     }
   int nd = 0, na = 0;
   for (const ast_expr *e = st->expr; e; e = e->next, nd++)
-    if (nd < NTP_MAX_MESH_DIMS && !eval_bounded(s, e, "a mesh dim", NTP_MAX_WORLD, &mesh.size[nd])) return;
+    if (nd < NTP_MAX_MESH_DIMS && !sema_eval_bounded(s, e, "a mesh dim", NTP_MAX_WORLD, &mesh.size[nd])) return;
   for (const ast_ident *a = st->axes; a; a = a->next, na++) {
     if (na < NTP_MAX_MESH_DIMS) mesh.axis[na] = a->name;
     for (int j = 0; j < na && j < NTP_MAX_MESH_DIMS; j++)
@@ -569,7 +569,7 @@ static void lower_assign(sema *s, const ast_stmt *st) {
 
 static void lower_repeat(sema *s, const ast_stmt *st) {
   int64_t n;
-  if (!eval_bounded(s, st->expr, "the repeat count", NTP_MAX_REPEAT, &n)) return;
+  if (!sema_eval_bounded(s, st->expr, "the repeat count", NTP_MAX_REPEAT, &n)) return;
   const char *outer = s->prefix;
   for (int64_t i = 0; i < n; i++) {
     size_t errors = s->diags->errors;
@@ -619,155 +619,6 @@ static void lower_stmts(sema *s, const ast_stmt *st, bool top) {
     case ST_REPEAT: lower_repeat(s, st); break;
     }
   }
-}
-
-/* ---- plans ------------------------------------------------------------------ */
-
-static bool lower_tp_list(sema *s, const ast_expr *list, ir_tp *tp, const char *what) {
-  tp->kind = TP_DEGREES;
-  tp->n = 0;
-  for (const ast_expr *e = list; e; e = e->next) {
-    int64_t d;
-    if (!eval_bounded(s, e, what, NTP_MAX_WORLD, &d)) return false;
-    if (tp->n == NTP_MAX_GROUPS) {
-      sema_error(s, e->loc, "at most %d groups", NTP_MAX_GROUPS);
-      return false;
-    }
-    tp->groups[tp->n++] = d;
-  }
-  return true;
-}
-
-bool sema_lower_tp(sema *s, const ast_tp *in, ir_tp *out) {
-  *out = (ir_tp){.loc = in->loc};
-  if (in->is_auto) {
-    out->kind = TP_AUTO;
-    return true;
-  }
-  return lower_tp_list(s, in->degrees, out, "a TP degree");
-}
-
-static int64_t tp_world(const ir_tp *tp) {
-  int64_t sum = 0; /* each group is at most NTP_MAX_WORLD: no overflow */
-  for (int i = 0; i < tp->n; i++) sum += tp->groups[i];
-  return sum;
-}
-
-/* A stage's layer names must each name a layer or be a dotted prefix of some (blk.6). */
-static void check_stage_name(sema *s, const char *name, ntp_loc loc) {
-  if (strchr(name, '*') || strchr(name, '{')) {
-    sema_error(s, loc, "a stage names its first and last layers ('%s' is a pattern)", name);
-    return;
-  }
-  size_t n = strlen(name);
-  for (size_t l = 0; l < s->m->n_layers; l++) {
-    const char *ln = s->m->layers[l].name;
-    if (strncmp(ln, name, n) == 0 && (ln[n] == 0 || ln[n] == '.')) return;
-  }
-  sema_error(s, loc, "no layer of model '%s' is named '%s' or starts with '%s.'", s->m->name, name, name);
-}
-
-static void lower_stage(sema *s, const ast_pstmt *st, ir_pipeline *pipe, size_t *cap) {
-  ir_stage g = {.first = st->pattern, .last = st->last, .first_loc = st->pattern_loc, .last_loc = st->last_loc,
-                .ranks_loc = st->ranks_loc, .loc = st->loc};
-  check_stage_name(s, g.first, g.first_loc);
-  if (g.last != g.first) check_stage_name(s, g.last, g.last_loc);
-  if (!eval_bounded_from(s, st->rank_lo, "a rank", 0, NTP_MAX_WORLD - 1, &g.rank_lo) ||
-      !eval_bounded_from(s, st->rank_hi, "a rank", 0, NTP_MAX_WORLD - 1, &g.rank_hi))
-    return;
-  if (g.rank_hi < g.rank_lo) {
-    sema_error(s, st->ranks_loc, "ranks %lld..%lld: the last rank comes before the first", (long long)g.rank_lo,
-               (long long)g.rank_hi);
-    return;
-  }
-  VEC_PUSH(pipe->stages, pipe->nstages, *cap, g);
-}
-
-static void lower_plan(sema *s, const ast_plan *p, bool active) {
-  const char *saved = s->file;
-  s->file = p->file;
-  ir_plan plan = {.name = p->name, .model = p->model, .file = p->file, .loc = p->loc};
-  size_t cap = 0, pcap = 0, scap = 0;
-  bool loose_pipe = false;
-  for (const ast_pstmt *st = p->stmts; st; st = st->next) {
-    if (st->kind == PST_WORLD) {
-      if (plan.world) sema_error(s, st->loc, "'world' is given twice in plan '%s'", p->name);
-      int64_t w;
-      if (eval_bounded(s, st->world, "the world size", NTP_MAX_WORLD, &w)) plan.world = w;
-      continue;
-    }
-    if (st->kind == PST_STAGES) {
-      if (plan.even_stages) sema_error(s, st->loc, "'stages' is given twice in plan '%s'", p->name);
-      int64_t n;
-      if (eval_bounded(s, st->world, "a stage count", NTP_MAX_WORLD, &n)) plan.even_stages = n, plan.even_loc = st->loc;
-      continue;
-    }
-    if (st->kind == PST_STAGE || st->kind == PST_PIPELINE) {
-      bool loose = st->kind == PST_STAGE; /* stages outside a pipeline block: the one pipeline */
-      if (loose && (!plan.npipes || !loose_pipe)) {
-        if (plan.npipes) {
-          sema_error(s, st->loc, "a stage outside a 'pipeline' block, beside pipeline blocks: put it in one");
-          continue;
-        }
-        loose_pipe = true;
-        VEC_PUSH(plan.pipes, plan.npipes, pcap, ((ir_pipeline){.loc = st->loc}));
-        scap = 0;
-      } else if (!loose) {
-        if (loose_pipe) {
-          sema_error(s, st->loc, "a 'pipeline' block beside stages outside one: put those in a block too");
-          continue;
-        }
-        if (plan.npipes == NTP_MAX_PIPES) {
-          sema_error(s, st->loc, "at most %d pipelines", NTP_MAX_PIPES);
-          continue;
-        }
-        ir_pipeline pipe = {.loc = st->loc};
-        if (st->world && !eval_bounded(s, st->world, "a batch share", NTP_MAX_WORLD, &pipe.share)) pipe.share = 0;
-        VEC_PUSH(plan.pipes, plan.npipes, pcap, pipe);
-        scap = 0;
-      }
-      ir_pipeline *pipe = &plan.pipes[plan.npipes - 1];
-      for (const ast_pstmt *g = loose ? st : st->body; g; g = loose ? NULL : g->next) lower_stage(s, g, pipe, &scap);
-      if (!loose && !pipe->nstages) sema_error(s, st->loc, "a pipeline without stages");
-      continue;
-    }
-    ir_rule r = {.pattern = st->pattern, .seq_parallel = st->seq_parallel, .recompute = st->recompute, .loc = st->loc};
-    if (!sema_lower_tp(s, st->tp, &r.tp)) continue;
-    if (st->batch) {
-      ir_tp b;
-      if (!lower_tp_list(s, st->batch, &b, "a batch share")) continue;
-      r.nbatch = b.n;
-      memcpy(r.batch, b.groups, sizeof b.groups);
-      if (r.tp.kind == TP_DEGREES && r.tp.n > 1 && r.nbatch != r.tp.n)
-        sema_error(s, st->batch_loc, "batch split has %d shares but the rule has %d groups", r.nbatch, r.tp.n);
-    }
-    bool matched = false;
-    for (size_t l = 0; l < s->m->n_layers && !matched; l++) matched = ir_glob_match(r.pattern, s->m->layers[l].name);
-    if (!matched) {
-      const char **cands = malloc((s->m->n_layers + 1) * sizeof *cands);
-      for (size_t l = 0; cands && l < s->m->n_layers; l++) cands[l] = s->m->layers[l].name;
-      const char *near = cands ? nearest_name(r.pattern, cands, s->m->n_layers) : NULL;
-      free(cands);
-      if (near) sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'; did you mean '%s'?", r.pattern,
-                           s->m->name, near);
-      else sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'", r.pattern, s->m->name);
-    }
-    VEC_PUSH(plan.rules, plan.nrules, cap, r);
-  }
-  /* degrees against the world, now that it is known */
-  for (size_t i = 0; i < plan.nrules && plan.world && !plan.npipes && !plan.even_stages; i++) { /* stages: at placement */
-    const ir_rule *r = &plan.rules[i];
-    if (r->tp.kind != TP_DEGREES) continue;
-    if (r->tp.n == 1 && r->tp.groups[0] > plan.world)
-      sema_error(s, r->tp.loc, "TP degree %lld is larger than the world (%lld ranks)", (long long)r->tp.groups[0],
-                 (long long)plan.world);
-    if (r->tp.n > 1 && tp_world(&r->tp) != plan.world)
-      sema_error(s, r->tp.loc, "groups sum to %lld ranks, but the world has %lld", (long long)tp_world(&r->tp),
-                 (long long)plan.world);
-  }
-  if (active) s->m->active_plan = (int32_t)s->m->n_plans;
-  VEC_PUSH(s->m->plans, s->m->n_plans, s->m->cap_plans, plan);
-  s->file = saved;
 }
 
 /* ---- sizes ------------------------------------------------------------------ */
@@ -844,7 +695,7 @@ ir_module *sema_run(arena *pool, diag_sink *diags, const ast_file *file, const a
       bool active = (active_plan_name && strcmp(p->name, active_plan_name) == 0) ||
                     (!active_plan_name && active_plan_file && strcmp(p->file, active_plan_file) == 0 && !any_active);
       any_active |= active;
-      lower_plan(&s, p, active);
+      sema_lower_plan(&s, p, active);
     }
     if (active_plan_name && !any_active)
       diag_emit(diags, NTPC_ERROR, "<command line>", NTP_NOLOC, "no plan named '%s' for model '%s'", active_plan_name,

@@ -49,6 +49,12 @@ int32_t sema_op(sema *s, ir_opcode code, const int32_t *args, int32_t nargs, ntp
 int32_t sema_param(sema *s, const char *name, ntp_shape shape, float center, float scale, ntp_loc loc);
 const char *sema_type_str(sema *s, int32_t value);
 bool sema_lower_tp(sema *s, const ast_tp *in, ir_tp *out);
+/* A positive dim expression at most max; one in [lo, max]. false if reported. */
+bool sema_eval_bounded(sema *s, const ast_expr *e, const char *what, int64_t max, int64_t *out);
+bool sema_eval_bounded_from(sema *s, const ast_expr *e, const char *what, int64_t lo, int64_t max, int64_t *out);
+
+/* sema_plans.c: a plan for the model, checked and appended to its plans (active: the one applied) */
+void sema_lower_plan(sema *s, const ast_plan *p, bool active);
 
 /* sema_layers.c: a layer call, checked against its kind (compiler/layers/) and lowered */
 tval sema_lower_layer(sema *s, const ast_expr *call);

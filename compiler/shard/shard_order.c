@@ -54,10 +54,11 @@ void sh_mark_weight_steps(sh_program *p) {
   for (size_t s = p->n_steps; s-- > 0;) {
     sh_step *st = &p->steps[s];
     if (st->phase == SH_PHASE_F || st->mb < 0) continue;
-    if (st->kind == SH_COMM) {
+    if (st->kind == SH_COMM) { /* a transfer only weight gradients need (a recomputed input of a dW) is W too */
       bool b = false;
       for (size_t x = 0; x < st->nxfers; x++) b |= feeds_b[st->xfers[x].dst];
       for (size_t x = 0; b && x < st->nxfers; x++) feeds_b[st->xfers[x].src] = true;
+      if (!b) st->phase = SH_PHASE_W;
       continue;
     }
     if (!feeds_b[st->op.result]) {

@@ -102,6 +102,50 @@ typedef struct options {
 
 static int usage_error(const char *fmt, const char *arg) { return cli_usage_error("ntpc", fmt, arg); }
 
+/* --micro-batches, --schedule, --timeline: -2 not one of them, -1 taken, else a usage error's status. */
+static int pipeline_option(int argc, char **argv, int *i, options *o, bool *missing) {
+  const char *v;
+  if ((v = cli_option_value(argc, argv, i, "--micro-batches", missing))) {
+    char *end;
+    o->micro_batches = strtol(v, &end, 10);
+    if (*end || !*v || o->micro_batches < 1 || o->micro_batches > NTP_MAX_MICRO_BATCHES)
+      return usage_error("--micro-batches needs a count from 1 to 4096, got '%s'", v);
+    return -1;
+  }
+  if ((v = cli_option_value(argc, argv, i, "--schedule", missing))) return o->schedule = v, -1;
+  if ((v = cli_option_value(argc, argv, i, "--timeline", missing))) return o->timeline = v, -1;
+  return -2;
+}
+
+/* --timeline FILE: the pipelined program's timeline, steps costed by their flops, as an SVG. */
+static int write_timeline(ntpc_session *s, const char *path) {
+  const sh_program *p = ntpc_sharded(s);
+  if (!p || !p->pipelined) return usage_error("--timeline needs a pipelined program: a plan with stages or --micro-batches%s", "");
+  double *cost = malloc((p->n_steps + 1) * sizeof *cost);
+  sh_timeline t;
+  if (!cost) return 2;
+  for (size_t k = 0; k < p->n_steps; k++) cost[k] = sh_step_flops(p, k);
+  if (!sh_timeline_run(p, cost, &t)) {
+    free(cost);
+    return 2;
+  }
+  char err[512], title[256];
+  snprintf(title, sizeof title, "%s: schedule %s, %d micro-batches (steps costed by their flops)", p->global->name,
+           p->sched.name, p->micro_batches);
+  ntp_outfile out;
+  int rc = 0;
+  if (ntp_outfile_open(&out, path, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc: error: %s\n", err);
+    rc = 2;
+  } else {
+    sh_timeline_svg(p, &t, title, out.f);
+    if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) fprintf(stderr, "ntpc: error: %s\n", err), rc = 2;
+  }
+  sh_timeline_free(&t);
+  free(cost);
+  return rc;
+}
+
 /* Writes via a temporary file renamed into place, so a failure leaves no partial output. */
 static int emit_to(ntpc_session *s, const char *kind, const char *path) {
   if (!path || strcmp(path, "-") == 0) {
@@ -270,7 +314,7 @@ done:
 
 /* The command line into *o and the session: -1 to go on, else the exit status (--help: 0). */
 static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1, rc; i < argc; i++) {
     const char *a = argv[i], *v;
     bool missing = false;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -308,15 +352,8 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       o->seed = strtoull(v, &end, 10);
       if (*end || !*v || *v == '-' || *v == '+' || *v == ' ') return usage_error("--seed needs a non-negative integer, got '%s'", v);
       if (errno == ERANGE) return usage_error("--seed must be below 2^64, got '%s'", v);
-    } else if ((v = cli_option_value(argc, argv, &i, "--micro-batches", &missing))) {
-      char *end;
-      o->micro_batches = strtol(v, &end, 10);
-      if (*end || !*v || o->micro_batches < 1 || o->micro_batches > NTP_MAX_MICRO_BATCHES)
-        return usage_error("--micro-batches needs a count from 1 to 4096, got '%s'", v);
-    } else if ((v = cli_option_value(argc, argv, &i, "--schedule", &missing))) {
-      o->schedule = v;
-    } else if ((v = cli_option_value(argc, argv, &i, "--timeline", &missing))) {
-      o->timeline = v;
+    } else if ((rc = pipeline_option(argc, argv, &i, o, &missing)) != -2) {
+      if (rc >= 0) return rc;
     } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       char *end;
       o->world = strtol(v, &end, 10);
@@ -471,6 +508,7 @@ int main(int argc, char **argv) {
     ntpc_print_model_summary(ntpc_module(s), stdout);
   } else if (strcmp(o.command, "report") == 0) {
     rc = emit_to(s, "report", o.out);
+    if (rc == 0 && o.timeline) rc = write_timeline(s, o.timeline);
   } else {
     rc = run(s, &o);
   }
