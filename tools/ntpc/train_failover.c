@@ -56,6 +56,13 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   ntpc_session *healthy = session(src, false, world, src->plan_file, src->plan_name, err, cap), *next = NULL;
   if (!healthy) return NULL;
   const ir_module *m = ntpc_module(healthy);
+  if (m->active_plan >= 0 && (m->plans[m->active_plan].npipes || m->plans[m->active_plan].even_stages)) {
+    /* the survivors' stages are the 3D planner's to choose (docs/pipeline.md#failures) */
+    snprintf(err, cap, "the plan has pipeline stages: re-planning stages for the survivors is not supported yet; "
+                       "restart from a checkpoint (--checkpoint, --resume) with a plan for the %d survivors",
+             world - nfailed);
+    goto done;
+  }
   if (!(pm = plan_model_new(m, ntpc_diag_sink(healthy)))) {
     snprintf(err, cap, "the planner cannot read the model");
     goto done;
