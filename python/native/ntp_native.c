@@ -124,7 +124,8 @@ EXPORT void ntp_py_free(ntp_py_unit *u) {
  * error) and, unless out of memory, the unit in *out — with its diagnostics even on errors. */
 EXPORT int ntp_py_compile(const char *path, const char *source, const char *name, const char *const *defines,
                           int ndefines, const char *plan_file, const char *plan_name, const char *model, int world,
-                          int train, int cuda, const char *gpu, ntp_py_unit **out) {
+                          int train, int cuda, const char *gpu, int micro_batches, const char *schedule,
+                          ntp_py_unit **out) {
   *out = NULL;
   last_error[0] = 0;
   ntp_py_unit *u = calloc(1, sizeof *u);
@@ -150,6 +151,15 @@ EXPORT int ntp_py_compile(const char *path, const char *source, const char *name
   ntpc_set_world(u->s, world > 0 ? world : 0); /* 0: the plan's world, else one rank */
   ntpc_want_grad(u->s, train != 0);
   ntpc_want_cuda(u->s, cuda != 0);
+  if (micro_batches > 1 || schedule) { /* a name, or a table (FILE.csv) */
+    size_t n = schedule ? strlen(schedule) : 0;
+    bool csv = n > 4 && strcmp(schedule + n - 4, ".csv") == 0;
+    if (ntpc_set_pipeline(u->s, micro_batches > 1 ? micro_batches : 1, csv ? NULL : schedule, csv ? schedule : NULL) !=
+        NTPC_OK) {
+      snprintf(last_error, sizeof last_error, "%s", ntpc_last_error(u->s));
+      return NTPC_ERR_USAGE;
+    }
+  }
   ntpc_status st = path ? ntpc_compile_file(u->s, path) : ntpc_compile_string(u->s, name ? name : "<string>", source);
   render_diags(u);
   if (st != NTPC_OK) {

@@ -71,7 +71,7 @@ class _Unit:
 
     def __init__(self, source: Union[str, PathLike], *, plan: Optional[PathLike], plan_name: Optional[str],
                  defines: Optional[Mapping[str, int]], model: Optional[str], world: Optional[int], train: bool,
-                 cuda: bool, gpu: Optional[str]):
+                 cuda: bool, gpu: Optional[str], micro_batches: int = 1, schedule: Optional[Union[str, PathLike]] = None):
         self.h = None  # set before anything can raise: __del__ frees it
         path, text = _path_or_source(source)
         defs = K.defines(defines)
@@ -79,7 +79,8 @@ class _Unit:
         h = C.c_void_p()
         enc = lambda s: None if s is None else os.fspath(s).encode()
         st = N.lib.ntp_py_compile(enc(path), enc(text), b"<string>", arr, len(defs), enc(plan), enc(plan_name),
-                                  enc(model), int(world or 0), int(train), int(cuda), enc(gpu), C.byref(h))
+                                  enc(model), int(world or 0), int(train), int(cuda), enc(gpu), int(micro_batches),
+                                  enc(schedule), C.byref(h))
         self.h = h
         if st != 0:
             diags = self.diagnostics()
@@ -263,7 +264,8 @@ def _format(format: str) -> bytes:
 def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, plan_name: Optional[str] = None,
             defines: Optional[Mapping[str, int]] = None, model: Optional[str] = None, world: Optional[int] = None,
             backend: str = "cpu", train: bool = False, seed: int = 0, loopback: bool = False, device: int = 0,
-            gpu: Optional[str] = None) -> Model:
+            gpu: Optional[str] = None, micro_batches: int = 1,
+            schedule: Optional[Union[str, PathLike]] = None) -> Model:
     """Compiles a model (a .ntp path, or its source text) and makes it runnable.
 
     plan: a plan file (its plan for the model becomes active; plan_name picks one); defines:
@@ -272,7 +274,11 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     training step (the loss's backward, the gradients' sync) for train_step; seed: the default
     initialisation of parameters not loaded; gpu: the device profile (a built-in name or a profile
     file) 'tp auto' layers are planned for, and whose measured attention crossover picks the CUDA
-    attention kernel (ntpc --gpu). Errors in the model raise NtpError with every diagnostic."""
+    attention kernel (ntpc --gpu); micro_batches: cut the batch into this many micro-batches whose
+    gradients accumulate (a plan's pipeline stages run them concurrently); schedule: how they are
+    ordered on each rank, "gpipe", "1f1b", "interleaved", "zb-h1" or a CSV table's path (ntpc
+    --micro-batches, --schedule; docs/pipeline.md). Errors in the model raise NtpError with every
+    diagnostic."""
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a backend's name, got {type(backend).__name__} {backend!r}")
     kernels = C.c_int(0)  # the runtime's table of backends says which names exist and what each runs
@@ -283,8 +289,11 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     seed = K.whole("seed", seed, 0, 2**64 - 1)
     device = K.whole("device", device, 0, 2**31 - 1)
     train, loopback = K.flag("train", train), K.flag("loopback", loopback)
+    micro_batches = K.whole("micro_batches", micro_batches, 1, 4096)  # ntpc --micro-batches
+    if schedule is not None and not isinstance(schedule, (str, os.PathLike)):
+        raise TypeError(f"schedule must be a schedule's name or a CSV file's path, got {type(schedule).__name__}")
     unit = _Unit(source, plan=plan, plan_name=plan_name, defines=defines, model=model, world=world, train=train,
-                 cuda=bool(kernels.value), gpu=gpu)
+                 cuda=bool(kernels.value), gpu=gpu, micro_batches=micro_batches, schedule=schedule)
     return Model(unit, backend=backend, seed=seed, loopback=loopback, device=device)
 
 

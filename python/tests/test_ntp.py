@@ -116,6 +116,26 @@ def test_train_steps_equal_ntpc_train(tmp_path):
     assert np.array_equal(m2.get_param("blk.0.attn.wq"), m.get_param("blk.0.attn.wq"))
 
 
+def test_pipeline_train_steps_equal_unsharded():
+    """A plan with stages and micro-batches (docs/pipeline.md) trains as the unsharded model does."""
+    plan = ROOT / "tests" / "plans" / "byte_gpt_pp2.ntp"
+    d = {"B": 4, "S": 16, "D": 64, "H": 8}
+    tok = np.random.default_rng(3).integers(0, 256, size=(3, 4, 17))
+    whole = ntp.compile(BYTE_GPT, defines=d, train=True)
+    want = [whole.train_step(tok[k, :, :16], tok[k, :, 1:], lr=1e-3) for k in range(3)]
+    for schedule in ("1f1b", "gpipe", "zb-h1"):
+        piped = ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, micro_batches=4, schedule=schedule)
+        assert piped.world == 4
+        got = [piped.train_step(tok[k, :, :16], tok[k, :, 1:], lr=1e-3) for k in range(3)]
+        assert np.allclose(got, want, rtol=1e-5), (schedule, got, want)
+    with pytest.raises(ntp.NtpError, match="multiple"):
+        ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, micro_batches=3, schedule="interleaved")
+    with pytest.raises(ValueError, match="no schedule"):
+        ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, micro_batches=2, schedule="pipedream")
+    with pytest.raises(ValueError, match="micro_batches"):
+        ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, micro_batches=0)
+
+
 def test_hugging_face_layout(tmp_path, tokens):
     rng = np.random.default_rng(5)
     D, V, L = 64, 250, 2
