@@ -53,7 +53,8 @@ static void plan_text(const bcase *c, char *out, size_t cap) {
     snprintf(last, sizeof last, s == n - 1 ? "head" : "blk.%d", b1);
     k += snprintf(out + k, cap - (size_t)k, "  stage %s .. %s ranks %d..%d;\n", first, last, lo[i], lo[i] + sz[i] - 1);
   }
-  if (c->tp_slow) k += snprintf(out + k, cap - (size_t)k, "  * tp 1;\n  blk.* tp %d;\n", per); /* 1 divides every stage */
+  if (c->tp_slow) /* stage 1 (blocks 2 and 3 with 4 stages) at tp 1 on its one rank, the others at tp_slow */
+    k += snprintf(out + k, cap - (size_t)k, "  * tp %d;\n  blk.{%d..%d}.* tp 1;\n", per, 8 / n, 16 / n - 1);
   snprintf(out + k, cap - (size_t)k, "}\n");
 }
 
