@@ -217,7 +217,7 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
   /* pipelined: stages or micro-batches. Its steps carry their micro-batch and phase, and the
    * schedule pass orders them (shard_schedule.c); other programs are as they always were. */
   p->micro_batches = opt->micro_batches > 1 ? opt->micro_batches : 1;
-  p->pipelined = p->pipes.npipes || p->micro_batches > 1;
+  p->pipelined = p->pipes.npipes || p->micro_batches > 1 || opt->schedule != SH_SCHED_DEFAULT || opt->schedule_csv;
   L.M = p->pipelined ? p->micro_batches : 0;
   lower_forward(&L);
   lower_output_layouts(&L);

@@ -479,7 +479,8 @@ int main(int argc, char **argv) {
   /* check, run and report shard when a plan or a world is given; --emit=ir shows the plan as data;
    * a backend that runs the codegen pass's kernels runs the sharded program */
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
-  else if (wants_shards || library || b->kernels || (o.plan && o.command)) ntpc_set_world(s, 0);
+  else if (wants_shards || library || b->kernels || (o.plan && o.command) || o.micro_batches > 1 || o.schedule)
+    ntpc_set_world(s, 0); /* micro-batches: a sharded program, if of one rank */
   if (o.micro_batches > 1 || o.schedule) {
     size_t n = o.schedule ? strlen(o.schedule) : 0;
     bool csv = n > 4 && strcmp(o.schedule + n - 4, ".csv") == 0;

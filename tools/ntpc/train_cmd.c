@@ -191,6 +191,7 @@ static int set_micro_batches(train_opts *o, ntpc_session *s, const char *v) {
   if (!number(v, 1, &d) || d != floor(d) || d > NTP_MAX_MICRO_BATCHES)
     return usage("--micro-batches %s: expected a count from 1 to 4096", v);
   o->micro_batches = (int32_t)d;
+  o->sharded = true; /* a sharded program (of one rank without a plan): its steps are the micro-batches' */
   return -1;
 }
 
@@ -199,6 +200,7 @@ static int set_schedule(train_opts *o, ntpc_session *s, const char *v) {
   size_t n = strlen(v);
   if (n > 4 && strcmp(v + n - 4, ".csv") == 0) o->schedule_csv = v;
   else o->schedule = v;
+  o->sharded = true;
   return -1;
 }
 
