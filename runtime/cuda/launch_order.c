@@ -131,9 +131,13 @@ static int rank_order(const ntp_program *p, const ntp_footprints *f, const int32
 
 int ntp_launch_order_build(const ntp_program *p, const ntp_footprints *f, int rank_lo, int rank_hi, bool reorder,
                            ntp_launch_order *o) {
-  size_t S = p->n_steps, R = (size_t)(rank_hi - rank_lo);
+  size_t S = p->n_steps, R = (size_t)(rank_hi - rank_lo), all = S;
   *o = (ntp_launch_order){0};
-  int32_t *units = malloc((S + 1) * sizeof *units), *sched_ = malloc((S + 1) * sizeof *sched_);
+  /* the ranks' schedules one after another: a collective is in each of its ranks' (a pipeline's
+   * micro-batches make many more of them than there are steps that read parameters) */
+  for (size_t s = 0; s < S; s++)
+    if (p->steps[s].kind == SH_COMM) all += (size_t)p->steps[s].nranks;
+  int32_t *units = malloc((S + 1) * sizeof *units), *sched_ = malloc((all + 1) * sizeof *sched_);
   size_t *begin = calloc(R + 1, sizeof *begin), *cur = calloc(R + 1, sizeof *cur);
   if (!(o->step = malloc((S + 1) * sizeof *o->step)) || !units || !sched_ || !begin || !cur) goto oom;
   if (!reorder) { /* step order */

@@ -4,7 +4,10 @@
  * and every gradient within 1e-5 of the unsharded reference's (fp32), then 3 AdamW steps on each
  * side with the same losses and parameters. Then what the schedule promises of memory (1F1B keeps
  * fewer micro-batches' activations than GPipe), a schedule from a CSV table, and the tables the
- * checker must refuse (a W before its B, an action twice, a missing one, a deadlock). */
+ * checker must refuse (a W before its B, an action twice, a missing one, a deadlock).
+ *
+ *   test_pipeline [--backend cuda]   cuda: the named cases' sharded side trains on the CUDA
+ *                                    backend (every rank on one GPU), run on the emulated GPU */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +97,8 @@ static const pcase cases[] = {
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
+static const ntp_exec_options *where; /* the sharded side's backend: NULL, the CPU simulation */
+
 static ntpc_session *compile(const char *model, const char *plan, bool sharded, int mb, const char *sched,
                              const char *csv) {
   ntpc_session *s = ntpc_session_new();
@@ -104,6 +109,7 @@ static ntpc_session *compile(const char *model, const char *plan, bool sharded, 
     ntpc_select_plan(s, "p");
     ntpc_set_world(s, 0);
     ntpc_set_pipeline(s, mb, sched, csv);
+    ntpc_want_cuda(s, where != NULL);
   }
   ntpc_status st = ntpc_compile_string(s, "pipeline.ntp", src);
   free(src);
@@ -128,7 +134,7 @@ static int equal_case(const char *name, const char *model, const char *plan, int
   char err[512];
   ntp_program *up = session_program(us, err, sizeof err), *sp = session_program(ss, err, sizeof err);
   ntp_cpu_result ref, got;
-  const char *where = "?";
+  const char *at = "?";
   int bad = 0;
   if (!up || !sp || ntp_cpu_run(&up->global, 3, 0, &ref, err, sizeof err) != 0) {
     printf("%-38s %s  FAIL\n", name, err);
@@ -139,14 +145,14 @@ static int equal_case(const char *name, const char *model, const char *plan, int
     bad = 1;
   } else {
     const sh_program *shp = ntpc_sharded(ss);
-    double e = worst_error(&got, &ref, &where), lw = 0, pw = 0;
+    double e = worst_error(&got, &ref, &at), lw = 0, pw = 0;
     size_t skipped = 0;
-    int rc = adamw_compare(up, sp, 3, &lw, &pw, &skipped, err, sizeof err);
+    int rc = adamw_compare_on(up, sp, where, 3, &lw, &pw, &skipped, err, sizeof err);
     bool ok = e <= 1e-5 && rc == 0 && lw <= 1e-5 && pw <= 1e-5;
-    printf("%-38s %2d ranks, %s x %d: loss %.6f, gradients within %.1e (%s), 3 AdamW steps: losses %.1e, "
+    printf("%-38s %2d ranks, %s x %d: loss %.6f, gradients within %.1e (%s), 3 AdamW steps%s: losses %.1e, "
            "parameters %.1e  %s\n",
-           name, sp->world, shp->sched.name, shp->micro_batches, ref.outputs[0].f[0], e, where, lw, pw,
-           ok ? "ok" : "FAIL");
+           name, sp->world, shp->sched.name, shp->micro_batches, ref.outputs[0].f[0], e, at, where ? " on cuda" : "", lw,
+           pw, ok ? "ok" : "FAIL");
     if (rc) printf("  trainer: %s\n", err);
     bad = !ok;
     ntp_cpu_result_free(&ref);
@@ -221,12 +227,20 @@ static void csv_tables(int *bad) {
   unlink(path);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  static const ntp_exec_options cuda = {.backend = "cuda", .loopback = true};
+  if (argc == 3 && !strcmp(argv[1], "--backend") && !strcmp(argv[2], "cuda")) where = &cuda;
+  else if (argc != 1) {
+    fprintf(stderr, "usage: test_pipeline [--backend cuda]\n");
+    return 2;
+  }
   int bad = 0;
   for (int c = 0; c < NCASES; c++)
     bad += equal_case(cases[c].name, cases[c].model, cases[c].plan, cases[c].mb, cases[c].schedule, NULL);
-  memory_of_schedules();
-  csv_tables(&bad);
+  if (!where) { /* what does not depend on the backend: once */
+    memory_of_schedules();
+    csv_tables(&bad);
+  }
   CHECK(bad == 0);
   return check_report("pipeline");
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "exec.h"
 #include "ntp_train.h"
 
 /* max over outputs of max|a - b| / max|b|, where a gradient that vanishes (the key bias's:
@@ -29,8 +30,8 @@ static double worst_error(const ntp_cpu_result *a, const ntp_cpu_result *b, cons
  * eps is 1e-4 here, so such an element's step is proportional to its gradient and the
  * comparison measures the updates, not the round-off. Parameters whose whole gradient vanishes
  * (the key bias: softmax does not see it) are not compared at all. 0, or -1 with err. */
-static int adamw_compare(const ntp_program *up, const ntp_program *sp, int steps, double *lworst, double *pworst,
-                         size_t *skipped, char *err, size_t cap) {
+static int adamw_compare_on(const ntp_program *up, const ntp_program *sp, const ntp_exec_options *where, int steps,
+                            double *lworst, double *pworst, size_t *skipped, char *err, size_t cap) {
   ntp_adamw aw;
   ntp_adamw_defaults(&aw);
   aw.steps = steps;
@@ -39,7 +40,7 @@ static int adamw_compare(const ntp_program *up, const ntp_program *sp, int steps
   int rc = -1;
   *lworst = *pworst = 0;
   *skipped = 0;
-  if (ntp_trainer_new(up, &aw, 3, NULL, NULL, &tu, err, cap) != 0 || ntp_trainer_new(sp, &aw, 3, NULL, NULL, &ts, err, cap) != 0)
+  if (ntp_trainer_new(up, &aw, 3, NULL, NULL, &tu, err, cap) != 0 || ntp_trainer_new(sp, &aw, 3, NULL, where, &ts, err, cap) != 0)
     goto done;
   for (int k = 0; k < steps; k++) {
     ntp_train_stats a, b;
@@ -72,6 +73,12 @@ done:
   ntp_trainer_free(tu);
   ntp_trainer_free(ts);
   return rc;
+}
+
+/* The same, the sharded side where `where` says (NULL: every rank simulated on the CPU). */
+static inline int adamw_compare(const ntp_program *up, const ntp_program *sp, int steps, double *lworst,
+                                double *pworst, size_t *skipped, char *err, size_t cap) {
+  return adamw_compare_on(up, sp, NULL, steps, lworst, pworst, skipped, err, cap);
 }
 
 #endif
