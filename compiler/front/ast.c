@@ -110,6 +110,24 @@ static void print_stmts(const ast_stmt *st, FILE *out, int depth) {
   }
 }
 
+/* A stage line, or a pipeline block with its stage lines (each ending its line). */
+static void print_stages(const ast_pstmt *st, FILE *out) {
+  if (st->kind == PST_PIPELINE) {
+    fputs("pipeline", out);
+    if (st->world) fputs(" batch ", out), print_expr_inline(st->world, out);
+    fputs(" {\n", out);
+    for (const ast_pstmt *g = st->body; g; g = g->next) indent(out, 2), print_stages(g, out);
+    indent(out, 1);
+    fputs("}\n", out);
+    return;
+  }
+  fprintf(out, "stage %s .. %s ranks ", st->pattern, st->last);
+  print_expr_inline(st->rank_lo, out);
+  fputs(" .. ", out);
+  print_expr_inline(st->rank_hi, out);
+  fputc('\n', out);
+}
+
 void ast_print(const ast_file *f, FILE *out) {
   for (const ast_model *m = f->models; m; m = m->next) {
     fprintf(out, "model %s  # %s:%d\n", m->name, m->file, m->loc.first_line);
@@ -119,9 +137,12 @@ void ast_print(const ast_file *f, FILE *out) {
     fprintf(out, "plan %s for %s  # %s:%d\n", p->name, p->model, p->file, p->loc.first_line);
     for (const ast_pstmt *st = p->stmts; st; st = st->next) {
       indent(out, 1);
-      if (st->kind == PST_WORLD) {
-        fputs("world ", out);
+      if (st->kind == PST_WORLD || st->kind == PST_STAGES) {
+        fputs(st->kind == PST_WORLD ? "world " : "stages ", out);
         print_expr_inline(st->world, out);
+      } else if (st->kind == PST_STAGE || st->kind == PST_PIPELINE) {
+        print_stages(st, out);
+        continue;
       } else {
         fprintf(out, "%s tp", st->pattern);
         if (st->tp->is_auto) fputs(" auto", out);

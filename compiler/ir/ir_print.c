@@ -137,6 +137,17 @@ void ir_print(const ir_module *m, FILE *out) {
     fprintf(out, "plan %s for %s%s", pl->name, pl->model, (int32_t)p == m->active_plan ? "  # active" : "");
     fputc('\n', out);
     if (pl->world) fprintf(out, "  world %lld\n", (long long)pl->world);
+    if (pl->even_stages) fprintf(out, "  stages %lld\n", (long long)pl->even_stages);
+    for (size_t q = 0; q < pl->npipes; q++) {
+      const ir_pipeline *pp = &pl->pipes[q];
+      fprintf(out, "  pipeline");
+      if (pp->share) fprintf(out, " batch %lld", (long long)pp->share);
+      fputs(" {\n", out);
+      for (size_t k = 0; k < pp->nstages; k++)
+        fprintf(out, "    stage %s .. %s ranks %lld..%lld\n", pp->stages[k].first, pp->stages[k].last,
+                (long long)pp->stages[k].rank_lo, (long long)pp->stages[k].rank_hi);
+      fputs("  }\n", out);
+    }
     for (size_t r = 0; r < pl->nrules; r++) {
       const ir_rule *rule = &pl->rules[r];
       fprintf(out, "  %s ", rule->pattern);

@@ -97,6 +97,15 @@ bool pl_pins(const plan_model *pm, const ir_module *m, int32_t W, const sh_place
     }
     fixed = own;
   }
+  for (size_t l = 0; l < m->n_layers; l++)
+    if (fixed[l].npipes) { /* a stage's groups are not the world's: pinning them would drop the stages */
+      const ir_plan *pl = &m->plans[m->active_plan];
+      diag_emit(diags, NTPC_ERROR, pl->file, pl->loc,
+                "plan '%s' has pipeline stages: the planner does not plan stages yet (docs/pipeline.md#not-yet)",
+                pl->name);
+      free(own);
+      return false;
+    }
   for (int32_t i = 0; i < n; i++) {
     const sh_placement *f = &fixed[plan_model_ir_layer(pm, i)];
     free_[i] = f->is_auto;
