@@ -7,7 +7,11 @@
  * within 10 % of the formula; an unequal case (one stage on fewer ranks, so slower) shows how far
  * a real plan is from it.
  *
- *   bench_bubble [--quick] [--svg DIR]     (--svg: one timeline per case) */
+ *   OMP_NUM_THREADS=1 bench_bubble [--quick] [--svg DIR]     (--svg: one timeline per case)
+ *
+ * One thread per kernel keeps each step's time steady (on 2 cores, threaded kernels' times vary
+ * by tens of per cent between runs); the steps are large enough (D = 256, S = 64) that the
+ * timer's and the caches' noise stays a few per cent. About 3 minutes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +29,7 @@ typedef struct bcase {
 
 static const char *model =
     "model b {\n"
-    "  dim B = 32, S = 32, D = 128, V = 64, L = 8;\n"
+    "  dim B = 32, S = 64, D = 256, V = 64, L = 8;\n"
     "  dtype fp32;\n"
     "  input tokens : i32[B, S];\n"
     "  input targets : i32[B, S];\n"
@@ -100,6 +104,33 @@ static int run_case(const bcase *c, const char *svg_dir) {
     for (size_t k = 0; rep >= 2 && k < sp->n_steps; k++) t1[k] = fmin(t1[k], t2[k]);
   }
   sh_unit_costs(sp, unit);
+  /* the same step of every micro-batch at its mean time: the stages' real costs, without the
+   * jitter between micro-batches that a 2-core machine adds (a step is the k-th of its action
+   * on its rank, the same op in every micro-batch) */
+  int32_t M = sp->micro_batches, C = 1, maxk = 0;
+  for (int32_t q = 0; q < sp->pipes.npipes; q++) C = sp->pipes.pipe[q].nstages > C ? sp->pipes.pipe[q].nstages : C;
+  size_t na = (size_t)sp->world * 3 * (size_t)C;
+  int32_t *seen = calloc(na * (size_t)M + 1, sizeof *seen), *kth = calloc(sp->n_steps + 1, sizeof *kth);
+  size_t *act = calloc(sp->n_steps + 1, sizeof *act);
+  double *avg = malloc((sp->n_steps + 1) * sizeof *avg);
+  for (size_t k = 0; k < sp->n_steps; k++) { /* step k is the kth[k]-th of its action on its rank */
+    const sh_step *st = &sp->steps[k];
+    if (st->kind == SH_COMM || st->mb < 0) continue;
+    act[k] = ((size_t)st->rank * 3 + (size_t)st->phase) * (size_t)C + (size_t)sh_rank_chunk(sp, st->rank, st->at_layer);
+    kth[k] = seen[act[k] * (size_t)M + (size_t)st->mb]++;
+    maxk = kth[k] + 1 > maxk ? kth[k] + 1 : maxk;
+  }
+  double *sum = calloc(na * (size_t)maxk + 1, sizeof *sum);
+  int32_t *cnt = calloc(na * (size_t)maxk + 1, sizeof *cnt);
+  for (size_t k = 0; k < sp->n_steps; k++)
+    if (sp->steps[k].kind == SH_COMPUTE && sp->steps[k].mb >= 0)
+      sum[act[k] * (size_t)maxk + (size_t)kth[k]] += t1[k], cnt[act[k] * (size_t)maxk + (size_t)kth[k]]++;
+  for (size_t k = 0; k < sp->n_steps; k++) {
+    size_t i = act[k] * (size_t)maxk + (size_t)kth[k];
+    avg[k] = sp->steps[k].kind == SH_COMPUTE && sp->steps[k].mb >= 0 ? sum[i] / cnt[i] : t1[k];
+  }
+  double ma = mean_bubble(sp, avg, NULL);
+  free(sum), free(kth), free(cnt), free(seen), free(act), free(avg);
   sh_timeline keep;
   double f = sh_schedule_formula(sp, 0), u = mean_bubble(sp, unit, NULL), mb = mean_bubble(sp, t1, &keep);
   /* ZB-H1's bubble with the measured F, B and W: (p - 1)(F + B - W) / (m (F + B + W)) */
@@ -109,8 +140,9 @@ static int run_case(const bcase *c, const char *svg_dir) {
   double fz = sp->sched.split_w ? (c->p - 1) * (ph[0] + ph[1] - ph[2]) / (c->m * (ph[0] + ph[1] + ph[2])) : f;
   double peak = 0;
   for (int32_t r = 0; r < sp->world; r++) peak = fmax(peak, (double)sp->mem[r].arena_bytes);
-  printf("%-17s %2d %2d %3d %-8s %8.3f %8.3f %9.3f %7.0f%%  %9.3f %7.0f%%  %8.1f\n", sp->sched.name, c->p, c->v, c->m,
-         c->tp_slow ? "unequal" : "equal", f, u, mb, 100 * (mb - f) / f, fz, 100 * (mb - fz) / fz, peak / 1048576.0);
+  printf("%-17s %2d %2d %3d %-8s %8.3f %8.3f %9.3f %9.3f %7.0f%%  %9.3f %7.0f%%  %8.1f\n", sp->sched.name, c->p, c->v,
+         c->m, c->tp_slow ? "unequal" : "equal", f, u, mb, ma, 100 * (ma - f) / f, fz, 100 * (ma - fz) / fz,
+         peak / 1048576.0);
   if (svg_dir) {
     char path[512], title[160];
     snprintf(path, sizeof path, "%s/%s_p%d_v%d_m%d%s.svg", svg_dir, c->schedule, c->p, c->v, c->m,
@@ -168,10 +200,11 @@ int main(int argc, char **argv) {
   const bcase *cs = quick ? small : full;
   size_t n = quick ? sizeof small / sizeof *small : sizeof full / sizeof *full;
   printf("the pipeline bubble: idle / busy per rank (mean over ranks), one training step on the CPU simulation,\n"
-         "every step timed alone; unit: the schedule with one unit per action (F = B = W); form.FBW: the formula\n"
+         "every step timed alone; unit: the schedule with one unit per action (F = B = W); mb-mean: each step at\n"
+         "its mean time over the micro-batches (the comparisons use it); form.FBW: the formula\n"
          "with the measured times of F, B and W (ZB-H1: (p-1)(F+B-W)/(m(F+B+W)); the others do not depend on them)\n\n");
-  printf("%-17s %2s %2s %3s %-8s %8s %8s %9s %8s  %9s %8s  %8s\n", "schedule", "p", "v", "m", "stages", "formula",
-         "unit", "measured", "vs form.", "form.FBW", "vs it", "peak MiB");
+  printf("%-17s %2s %2s %3s %-8s %8s %8s %9s %9s %8s  %9s %8s  %8s\n", "schedule", "p", "v", "m", "stages", "formula",
+         "unit", "measured", "mb-mean", "vs form.", "form.FBW", "vs it", "peak MiB");
   int rc = 0;
   for (size_t i = 0; i < n; i++) rc |= run_case(&cs[i], svg);
   return rc;
