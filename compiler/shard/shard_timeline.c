@@ -133,6 +133,11 @@ static const char *fill(sh_phase ph, int32_t mb) {
   return ph == SH_PHASE_F ? f[k] : ph == SH_PHASE_B ? b[k] : w[k];
 }
 
+/* A W step is drawn as part of its B when the schedule does not split them. */
+static sh_phase shown_phase(const sh_program *p, const sh_step *st) {
+  return st->phase == SH_PHASE_W && !p->sched.split_w ? SH_PHASE_B : st->phase;
+}
+
 void sh_timeline_svg(const sh_program *p, const sh_timeline *t, const char *title, FILE *out) {
   const double W = 1000, row = 24, left = 70, top = 40;
   double scale = t->makespan > 0 ? W / t->makespan : 1;
@@ -160,17 +165,20 @@ void sh_timeline_svg(const sh_program *p, const sh_timeline *t, const char *titl
       for (; e < p->n_steps; e++) {
         const sh_step *n = &p->steps[e];
         if (n->kind == SH_COMM || n->rank != r || t->end[e] <= t->start[e]) continue;
-        if (n->mb != st->mb || n->phase != st->phase) break;
+        if (n->mb != st->mb || shown_phase(p, n) != shown_phase(p, st)) break;
         x1 = fmax(x1, t->end[e]);
       }
       fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"#ffffff\" "
                    "stroke-width=\"0.5\"><title>rank %d: %s of micro-batch %d</title></rect>\n",
-              left + x0 * scale, y, fmax((x1 - x0) * scale, 0.5), row - 4, fill(st->phase, st->mb), r,
-              st->phase == SH_PHASE_F ? "forward" : st->phase == SH_PHASE_B ? "backward (B)" : "weight gradients (W)",
+              left + x0 * scale, y, fmax((x1 - x0) * scale, 0.5), row - 4, fill(shown_phase(p, st), st->mb), r,
+              shown_phase(p, st) == SH_PHASE_F ? "forward"
+              : shown_phase(p, st) == SH_PHASE_B ? (p->sched.split_w ? "backward (B)" : "backward")
+                                                 : "weight gradients (W)",
               st->mb);
       if ((x1 - x0) * scale > 14)
         fprintf(out, "<text x=\"%.2f\" y=\"%.1f\" fill=\"#ffffff\">%s%d</text>\n", left + x0 * scale + 2,
-                y + row / 2 + 2, st->phase == SH_PHASE_F ? "F" : st->phase == SH_PHASE_B ? "B" : "W", st->mb);
+                y + row / 2 + 2, shown_phase(p, st) == SH_PHASE_F ? "F" : shown_phase(p, st) == SH_PHASE_B ? "B" : "W",
+                st->mb);
       s = e;
     }
   }
