@@ -110,6 +110,14 @@ ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char
              micro_batches);
     return NTPC_ERR_USAGE;
   }
+  if (schedule_csv) { /* a table that cannot be read is the command line's error, as a missing --plan file */
+    FILE *f = fopen(schedule_csv, "r");
+    if (!f) {
+      snprintf(s->last_error, sizeof s->last_error, "cannot open '%s': %s", schedule_csv, strerror(errno));
+      return NTPC_ERR_USAGE;
+    }
+    fclose(f);
+  }
   s->pipe.micro_batches = micro_batches;
   s->pipe.schedule_csv = schedule_csv;
   s->pipe.schedule = SH_SCHED_DEFAULT;
