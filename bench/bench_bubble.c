@@ -66,7 +66,7 @@ static double mean_bubble(const sh_program *sp, const double *cost, sh_timeline 
   sh_timeline t;
   if (!sh_timeline_run(sp, cost, &t)) return NAN;
   double sum = 0;
-  for (int32_t r = 0; r < sp->world; r++) sum += sh_timeline_bubble(sp, &t, r);
+  for (int32_t r = 0; r < sp->world; r++) sum += sh_timeline_bubble(&t, r);
   if (keep) *keep = t;
   else sh_timeline_free(&t);
   return sum / sp->world;
@@ -80,7 +80,7 @@ static int run_case(const bcase *c, const char *svg_dir) {
   ntpc_select_plan(s, "p");
   ntpc_set_world(s, 0);
   ntpc_want_grad(s, true);
-  ntpc_set_pipeline(s, c->m, c->schedule, NULL);
+  ntpc_set_pipeline(s, c->m, c->schedule);
   if (ntpc_compile_string(s, "bubble.ntp", src) != NTPC_OK) {
     ntpc_print_diags(s, stderr, 0);
     ntpc_session_free(s);
@@ -107,8 +107,7 @@ static int run_case(const bcase *c, const char *svg_dir) {
   /* the same step of every micro-batch at its mean time: the stages' real costs, without the
    * jitter between micro-batches that a 2-core machine adds (a step is the k-th of its action
    * on its rank, the same op in every micro-batch) */
-  int32_t M = sp->micro_batches, C = 1, maxk = 0;
-  for (int32_t q = 0; q < sp->pipes.npipes; q++) C = sp->pipes.pipe[q].nstages > C ? sp->pipes.pipe[q].nstages : C;
+  int32_t M = sp->micro_batches, C = sh_max_chunks(sp), maxk = 0;
   size_t na = (size_t)sp->world * 3 * (size_t)C;
   int32_t *seen = calloc(na * (size_t)M + 1, sizeof *seen), *kth = calloc(sp->n_steps + 1, sizeof *kth);
   size_t *act = calloc(sp->n_steps + 1, sizeof *act);
@@ -152,23 +151,6 @@ static int run_case(const bcase *c, const char *svg_dir) {
     FILE *o = fopen(path, "w");
     if (o) sh_timeline_svg(sp, &keep, title, o), fclose(o);
   }
-  if (getenv("BUBBLE_TRACE"))
-    for (int32_t r = 0; r < sp->world; r++) {
-      printf("  rank %d:", r);
-      int32_t lm = -2;
-      sh_phase lp = SH_PHASE_F;
-      double a0 = 0, busy = 0;
-      for (size_t k = 0; k < sp->n_steps; k++) {
-        const sh_step *st = &sp->steps[k];
-        if (st->kind == SH_COMM || st->rank != r || st->mb < 0) continue;
-        if (st->mb != lm || st->phase != lp) {
-          if (lm >= 0) printf(" %s%d[%.1f+%.1f]", lp == SH_PHASE_F ? "F" : lp == SH_PHASE_B ? "B" : "W", lm, a0 * 1e3, busy * 1e3);
-          a0 = keep.start[k], busy = 0, lm = st->mb, lp = st->phase;
-        }
-        busy += t1[k];
-      }
-      printf(" %s%d[%.1f+%.1f]\n", lp == SH_PHASE_F ? "F" : lp == SH_PHASE_B ? "B" : "W", lm, a0 * 1e3, busy * 1e3);
-    }
   sh_timeline_free(&keep);
   free(t1);
   free(t2);

@@ -99,7 +99,7 @@ ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment) {
 
 void ntpc_set_world(ntpc_session *s, int32_t world) { s->world = world; }
 
-ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule, const char *schedule_csv) {
+ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule) {
   static const struct {
     const char *name;
     sh_schedule_kind kind;
@@ -110,6 +110,8 @@ ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char
              micro_batches);
     return NTPC_ERR_USAGE;
   }
+  size_t n = schedule ? strlen(schedule) : 0;
+  const char *schedule_csv = n > 4 && strcmp(schedule + n - 4, ".csv") == 0 ? schedule : NULL;
   if (schedule_csv) { /* a table that cannot be read is the command line's error, as a missing --plan file */
     FILE *f = fopen(schedule_csv, "r");
     if (!f) {
@@ -121,7 +123,7 @@ ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char
   s->pipe.micro_batches = micro_batches;
   s->pipe.schedule_csv = schedule_csv;
   s->pipe.schedule = SH_SCHED_DEFAULT;
-  if (!schedule) return NTPC_OK;
+  if (!schedule || schedule_csv) return NTPC_OK;
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcasecmp(schedule, kinds[i].name) == 0) {
       s->pipe.schedule = kinds[i].kind;

@@ -52,10 +52,11 @@ void ntpc_select_plan(ntpc_session *s, const char *plan_name);
  * 1); -1 (the default) does not shard (the IR still records the plans). */
 void ntpc_set_world(ntpc_session *s, int32_t world);
 /* Pipelining (docs/pipeline.md): the batch cut into micro_batches (1: whole) whose gradients
- * accumulate, ordered by a schedule named (gpipe, 1f1b, interleaved, zb-h1; NULL: the default)
- * or read from a CSV table (schedule_csv, NULL: none). NTPC_ERR_USAGE for a bad count or name. */
+ * accumulate, ordered by a schedule: a name (gpipe, 1f1b, interleaved, zb-h1; NULL: the default)
+ * or the path of a CSV table (FILE.csv). NTPC_ERR_USAGE for a bad count or name, or a table that
+ * cannot be opened. */
 #define NTP_MAX_MICRO_BATCHES 4096
-ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule, const char *schedule_csv);
+ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule);
 /* Stop after n errors (default 20, as with clang's -ferror-limit; 0: no limit). */
 void ntpc_set_error_limit(ntpc_session *s, size_t n);
 /* The largest source (model or plan file) accepted: larger ones are an input error. */

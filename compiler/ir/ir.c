@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 
 ir_module *ir_module_new(void) {
@@ -56,6 +57,16 @@ static bool range_at(const char *p, long *lo, long *hi, const char **after) {
 }
 
 /* '*' matches any run of characters, dots included; "{A..B}" matches a number from A to B. */
+int32_t ir_layer_by_prefix(const ir_module *m, const char *name, bool last) {
+  size_t n = strlen(name);
+  int32_t found = -1;
+  for (size_t l = 0; l < m->n_layers && (last || found < 0); l++) {
+    const char *ln = m->layers[l].name;
+    if (strncmp(ln, name, n) == 0 && (ln[n] == 0 || ln[n] == '.')) found = (int32_t)l;
+  }
+  return found;
+}
+
 bool ir_glob_match(const char *p, const char *s) {
   while (*p) {
     if (*p == '*') {

@@ -173,6 +173,9 @@ int32_t ir_emit(ir_module *m, ir_opcode code, const int32_t *args, int32_t nargs
 static inline ir_op *ir_def(const ir_module *m, int32_t value) { return &m->ops[m->values[value].def]; }
 /* Plan patterns: '*' matches any run of characters (dots included), "{A..B}" a number A..B. */
 bool ir_glob_match(const char *pattern, const char *name);
+/* The first (last: the last) layer named `name` or whose name starts with `name.` (a stage's
+ * blk.6 is blk.6.attn ... blk.6.mlp); -1 when none. */
+int32_t ir_layer_by_prefix(const ir_module *m, const char *name, bool last);
 /* How specific a pattern is: its literal characters; a range counts 1, '*' nothing. */
 int ir_pattern_specificity(const char *pattern);
 /* Formats a rule violation into err and returns false (for the checks below). */

@@ -43,12 +43,8 @@ static void check_stage_name(sema *s, const char *name, ntp_loc loc) {
     sema_error(s, loc, "a stage names its first and last layers ('%s' is a pattern)", name);
     return;
   }
-  size_t n = strlen(name);
-  for (size_t l = 0; l < s->m->n_layers; l++) {
-    const char *ln = s->m->layers[l].name;
-    if (strncmp(ln, name, n) == 0 && (ln[n] == 0 || ln[n] == '.')) return;
-  }
-  sema_error(s, loc, "no layer of model '%s' is named '%s' or starts with '%s.'", s->m->name, name, name);
+  if (ir_layer_by_prefix(s->m, name, false) < 0)
+    sema_error(s, loc, "no layer of model '%s' is named '%s' or starts with '%s.'", s->m->name, name, name);
 }
 
 static void lower_stage(sema *s, const ast_pstmt *st, ir_pipeline *pipe, size_t *cap) {

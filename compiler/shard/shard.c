@@ -100,13 +100,10 @@ int32_t shard_home_mb(const lower *L, int32_t v, size_t i) {
   return i < L->nhome[v] ? L->p->tensors[L->home[v][i]].mb : -1;
 }
 void shard_add_seed(lower *L, int32_t part, int32_t grad) {
-  VEC_PUSH(L->seed_part, L->nseeds, L->cseeds, part);
-  L->nseeds--;
-  VEC_PUSH(L->seed_grad, L->nseeds, L->cseeds2, grad);
+  VEC_PUSH(L->seeds, L->nseeds, L->cseeds, ((shard_seed){part, grad}));
 }
-size_t shard_seeds(const lower *L, const int32_t **parts, const int32_t **grads) {
-  *parts = L->seed_part;
-  *grads = L->seed_grad;
+size_t shard_seeds(const lower *L, const shard_seed **seeds) {
+  *seeds = L->seeds;
   return L->nseeds;
 }
 
@@ -143,8 +140,7 @@ static void lowering_free(lower *L) {
   free(L->chome);
   free(L->lay);
   free(L->pend);
-  free(L->seed_part);
-  free(L->seed_grad);
+  free(L->seeds);
 }
 
 /* The forward ops in order: a sharded layer whole, else the op by its rule. */

@@ -229,6 +229,12 @@ bool shard_order(sh_program *p, diag_sink *diags);
 void sh_mark_weight_steps(sh_program *p);
 /* Rank r's chunk for a step of layer `at` (0 without stages). */
 int32_t sh_rank_chunk(const sh_program *p, int32_t r, int32_t at);
+/* The most chunks of any pipeline (1 without stages). */
+int32_t sh_max_chunks(const sh_program *p);
+/* The action a step is part of on its schedule: a W is its B's when the table does not split them. */
+sh_phase sh_action_phase(const sh_program *p, const sh_step *st);
+/* "F", "B" or "W", as actions are written (0F1). */
+const char *sh_phase_letter(sh_phase ph);
 void sh_print_schedule(const sh_program *p, FILE *out); /* the table, a line per rank set */
 void sh_print_pipeline(const sh_program *p, FILE *out); /* ntpc report: the table, memory, bubbles */
 /* The textbook bubble of the schedule for pipeline `pipe` (NaN for a table read from a file). */
@@ -242,7 +248,7 @@ typedef struct sh_timeline {
 } sh_timeline;
 bool sh_timeline_run(const sh_program *p, const double *cost, sh_timeline *t);
 void sh_timeline_free(sh_timeline *t);
-double sh_timeline_bubble(const sh_program *p, const sh_timeline *t, int32_t rank);
+double sh_timeline_bubble(const sh_timeline *t, int32_t rank);
 double sh_step_flops(const sh_program *p, size_t s);          /* the step's floating-point operations */
 void sh_unit_costs(const sh_program *p, double *cost);        /* one unit per action (a B with its W: two) */
 void sh_timeline_svg(const sh_program *p, const sh_timeline *t, const char *title, FILE *out);

@@ -296,13 +296,13 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
   }
   int32_t lt = p->pieces[m->outputs[lo].value][0];
   bool ok = true;
-  const int32_t *seed_part, *seed_grad;
-  size_t nseeds = shard_seeds(L, &seed_part, &seed_grad);
+  const shard_seed *seeds;
+  size_t nseeds = shard_seeds(L, &seeds);
   int32_t M = shard_micro_batches(L); /* pipelined: the steps made are tagged B of their micro-batch */
   shard_set_phase(L, SH_PHASE_B);
   bool any = false;
   for (size_t k = 0; k < nseeds; k++) /* micro-batches: the loss's gradient on each row block's part */
-    if (B.needs[seed_part[k]]) B.grad[seed_part[k]] = seed_grad[k], any = true;
+    if (B.needs[seeds[k].part]) B.grad[seeds[k].part] = seeds[k].grad, any = true;
   if (!nseeds && B.needs[lt]) {
     ntp_op_attr one = {.cst.value = 1.0};
     B.loc = m->ops[m->values[m->outputs[lo].value].def].loc;

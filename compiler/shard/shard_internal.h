@@ -33,8 +33,11 @@ void shard_set_at_layer(shard_lowering *L, int32_t l);
 int32_t shard_home_mb(const shard_lowering *L, int32_t v, size_t i);
 /* The loss's gradient on tensor `part` is tensor `grad` (a micro-batched loss: shard_loss.c);
  * the backward seeds there instead of at the loss. */
+typedef struct shard_seed {
+  int32_t part, grad;
+} shard_seed;
 void shard_add_seed(shard_lowering *L, int32_t part, int32_t grad);
-size_t shard_seeds(const shard_lowering *L, const int32_t **parts, const int32_t **grads);
+size_t shard_seeds(const shard_lowering *L, const shard_seed **seeds);
 
 /* ---- the vocabulary-parallel loss (shard_loss.c) and what it uses of the lowering ---- */
 /* cross_entropy `op` without gathering its logits, when they are spread over ranks; false

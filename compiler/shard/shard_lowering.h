@@ -32,8 +32,8 @@ struct shard_lowering {
   int32_t M, mb;
   sh_phase phase;
   int32_t at_layer;
-  int32_t *seed_part, *seed_grad; /* the loss's gradient per row block's part (micro-batched) */
-  size_t nseeds, cseeds, cseeds2;
+  shard_seed *seeds; /* the loss's gradient per row block's part (micro-batched) */
+  size_t nseeds, cseeds;
 };
 typedef struct shard_lowering lower;
 

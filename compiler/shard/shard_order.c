@@ -30,11 +30,17 @@ int32_t sh_rank_chunk(const sh_program *p, int32_t r, int32_t at) {
   return best;
 }
 
-static int32_t max_chunks(const sh_program *p) {
+int32_t sh_max_chunks(const sh_program *p) {
   int32_t C = 1;
   for (int32_t q = 0; q < p->pipes.npipes; q++) C = p->pipes.pipe[q].nstages > C ? p->pipes.pipe[q].nstages : C;
   return C;
 }
+
+sh_phase sh_action_phase(const sh_program *p, const sh_step *st) {
+  return st->phase == SH_PHASE_W && !p->sched.split_w ? SH_PHASE_B : st->phase;
+}
+
+const char *sh_phase_letter(sh_phase ph) { return ph == SH_PHASE_F ? "F" : ph == SH_PHASE_B ? "B" : "W"; }
 
 static int32_t row_of_rank(const sh_program *p, int32_t r) {
   const sh_schedule *s = &p->sched;
@@ -161,8 +167,6 @@ static bool can_run(merge *g, int32_t s) {
   return true;
 }
 
-static const char *letter(sh_phase ph) { return ph == SH_PHASE_F ? "F" : ph == SH_PHASE_B ? "B" : "W"; }
-
 /* A step not yet run that writes an operand step s waits for; -1 when none. */
 static int32_t unready_writer(const merge *g, int32_t s) {
   const sh_program *p = g->p;
@@ -216,7 +220,7 @@ static void report_deadlock(merge *g, diag_sink *diags) {
         const sh_step *ws = &p->steps[w];
         int32_t wr = ws->kind == SH_COMM ? ws->ranks[0] : ws->rank;
         snprintf(what, sizeof what, "an operand made by rank %d's action '%d%s%d' (%s%s%s), not run yet", wr,
-                 sh_rank_chunk(p, wr, ws->at_layer), ws->mb < 0 ? "-" : letter(ws->phase), ws->mb,
+                 sh_rank_chunk(p, wr, ws->at_layer), ws->mb < 0 ? "-" : sh_phase_letter(ws->phase), ws->mb,
                  ws->kind == SH_COMM ? sh_comm_name(ws->comm) : ir_op_name(ws->op.code), ws->why ? ": " : "",
                  ws->why ? ws->why : "");
       }
@@ -230,14 +234,14 @@ static void report_deadlock(merge *g, diag_sink *diags) {
       int32_t os = other >= 0 ? head_of(g, other) : -1;
       if (os >= 0)
         snprintf(what, sizeof what, "rank %d, which waits at its action '%d%s%d' (%s)", other,
-                 sh_rank_chunk(p, other, p->steps[os].at_layer), letter(p->steps[os].phase), p->steps[os].mb,
+                 sh_rank_chunk(p, other, p->steps[os].at_layer), sh_phase_letter(p->steps[os].phase), p->steps[os].mb,
                  p->steps[os].kind == SH_COMM ? sh_comm_name(p->steps[os].comm) : ir_op_name(p->steps[os].op.code));
       else
         snprintf(what, sizeof what, "rank %d, which has finished", other);
     }
     diag_emit(diags, NTPC_ERROR, p->sched.name ? p->sched.name : "<schedule>", NTP_NOLOC,
               "the schedule deadlocks: rank %d cannot run its action '%d%s%d' (%s%s%s): it waits for %s", r, ch,
-              letter(st->phase), st->mb, st->kind == SH_COMM ? sh_comm_name(st->comm) : ir_op_name(st->op.code),
+              sh_phase_letter(st->phase), st->mb, st->kind == SH_COMM ? sh_comm_name(st->comm) : ir_op_name(st->op.code),
               st->why ? ": " : "", st->why ? st->why : "", what);
     return;
   }
@@ -249,7 +253,7 @@ static void report_deadlock(merge *g, diag_sink *diags) {
 static bool build_queues(merge *g, diag_sink *diags) {
   sh_program *p = g->p;
   const sh_schedule *s = &p->sched;
-  int32_t M = p->micro_batches, C = max_chunks(p), nkeys = 3 * M * C;
+  int32_t M = p->micro_batches, C = sh_max_chunks(p), nkeys = 3 * M * C;
   int32_t *pos = malloc(((size_t)s->nrows * (size_t)nkeys + 1) * sizeof *pos);
   if (!pos) ntp_out_of_memory();
   for (size_t k = 0; k < (size_t)s->nrows * (size_t)nkeys; k++) pos[k] = -1;
@@ -269,12 +273,12 @@ static bool build_queues(merge *g, diag_sink *diags) {
     int n = st->kind == SH_COMM ? st->nranks : 1;
     for (int k = 0; k < n; k++) {
       int32_t r = st->kind == SH_COMM ? st->ranks[k] : st->rank, row = row_of_rank(p, r);
-      sh_phase ph = st->phase == SH_PHASE_W && !s->split_w ? SH_PHASE_B : st->phase;
+      sh_phase ph = sh_action_phase(p, st);
       int32_t ch = sh_rank_chunk(p, r, st->at_layer);
       int32_t at = row < 0 ? -1 : pos[(size_t)row * (size_t)nkeys + (size_t)((ph * M + st->mb) * C + ch)];
       if (at < 0) {
         diag_emit(diags, NTPC_ERROR, s->name ? s->name : "<schedule>", NTP_NOLOC,
-                  "the schedule has no action '%d%s%d' for rank %d, which has a step of it (%s)", ch, letter(ph),
+                  "the schedule has no action '%d%s%d' for rank %d, which has a step of it (%s)", ch, sh_phase_letter(ph),
                   st->mb, r, st->kind == SH_COMM ? sh_comm_name(st->comm) : ir_op_name(st->op.code));
         ok = false;
         break;

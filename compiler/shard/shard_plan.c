@@ -1,5 +1,6 @@
 /* shard_plan.c — from inline @tp annotations and the active plan to one placement per
  * layer: the world size, TP groups (equal or not), sequence parallelism, batch shares. */
+#include <stdarg.h>
 #include <string.h>
 
 #include "shard.h"
@@ -9,27 +10,30 @@ typedef struct placement_ctx {
   diag_sink *diags;
 } placement_ctx;
 
-/* Was something reported at this place already? (one report per annotation or rule) */
-static bool reported(const placement_ctx *c, const char *file, ntp_loc loc) {
-  for (size_t i = 0; i < c->diags->len; i++) {
-    const ntpc_diag *d = &c->diags->items[i];
-    if (d->line == loc.first_line && d->col == loc.first_column && d->file == file) return true;
-  }
-  return false;
-}
-
 /* One report per annotation or rule, however many (repeated) layers it covers. */
-static void place_report(placement_ctx *c, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt,
-                         long long a, long long b) {
+static void place_vreport(placement_ctx *c, ntpc_severity sev, const char *file, ntp_loc loc, const char *fmt,
+                          va_list ap) {
   for (size_t i = 0; i < c->diags->len; i++) {
     const ntpc_diag *d = &c->diags->items[i];
     if (d->line == loc.first_line && d->col == loc.first_column && d->file == file) return;
   }
-  diag_emit(c->diags, sev, file, loc, fmt, a, b);
+  diag_vemit(c->diags, sev, file, loc, fmt, ap);
 }
 
-static void place_error(placement_ctx *c, const char *file, ntp_loc loc, const char *fmt, long long a, long long b) {
-  place_report(c, NTPC_ERROR, file, loc, fmt, a, b);
+__attribute__((format(printf, 5, 6))) static void place_report(placement_ctx *c, ntpc_severity sev, const char *file,
+                                                               ntp_loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  place_vreport(c, sev, file, loc, fmt, ap);
+  va_end(ap);
+}
+
+__attribute__((format(printf, 4, 5))) static void place_error(placement_ctx *c, const char *file, ntp_loc loc,
+                                                              const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  place_vreport(c, NTPC_ERROR, file, loc, fmt, ap);
+  va_end(ap);
 }
 
 /* The groups of a TP spec over n ranks (the world, or a stage's ranks: `stage` names them for
@@ -46,25 +50,28 @@ static int span_groups(placement_ctx *c, ir_tp tp, int32_t n, const char *file, 
   } else if (tp.kind == TP_NONE || (tp.kind == TP_DEGREES && tp.n == 1)) {
     int64_t t = tp.kind == TP_NONE ? 1 : tp.groups[0];
     if (t > n) {
-      if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, stage ? "TP degree %lld is larger than %s" : "TP degree %lld is larger than the world (%s)",
-                (long long)t, span);
+      if (stage) place_error(c, file, tp.loc, "TP degree %lld is larger than %s", (long long)t, span);
+      else place_error(c, file, tp.loc, "TP degree %lld is larger than the world (%s)", (long long)t, span);
       t = n;
     } else if (n % t) {
-      if (!stage || !reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
-                stage ? "TP degree %lld does not divide %s; give unequal groups, as in tp (%lld, %lld)"
-                      : "TP degree %lld does not divide the world (%s); give unequal groups, as in tp (%lld, %lld)",
-                (long long)t, span, (long long)t, (long long)(n - t));
+      if (stage)
+        place_error(c, file, tp.loc, "TP degree %lld does not divide %s; give unequal groups, as in tp (%lld, %lld)",
+                    (long long)t, span, (long long)t, (long long)(n - t));
+      else /* every layer it covers, as before stages */
+        diag_emit(c->diags, NTPC_ERROR, file, tp.loc,
+                  "TP degree %lld does not divide the world (%s); give unequal groups, as in tp (%lld, %lld)",
+                  (long long)t, span, (long long)t, (long long)(n - t));
       t = 1;
     }
     for (int64_t g = 0; g < n / t && ng < NTP_MAX_GROUPS; g++) groups[ng++] = t;
-    if (n / t > NTP_MAX_GROUPS) place_error(c, file, tp.loc, "%lld groups: at most %lld are supported", (long long)(n / t), NTP_MAX_GROUPS);
+    if (n / t > NTP_MAX_GROUPS)
+      place_error(c, file, tp.loc, "%lld groups: at most %d are supported", (long long)(n / t), NTP_MAX_GROUPS);
   } else {
     int64_t sum = 0;
     for (int i = 0; i < tp.n; i++) sum += groups[ng++] = tp.groups[i];
     if (sum != n) {
-      if (stage) {
-        if (!reported(c, file, tp.loc)) diag_emit(c->diags, NTPC_ERROR, file, tp.loc, "groups sum to %lld ranks, not %s", (long long)sum, span);
-      } else place_error(c, file, tp.loc, "groups sum to %lld ranks, but the world has %lld", sum, n);
+      if (stage) place_error(c, file, tp.loc, "groups sum to %lld ranks, not %s", (long long)sum, span);
+      else place_error(c, file, tp.loc, "groups sum to %lld ranks, but the world has %d", (long long)sum, n);
       ng = 0;
       groups[ng++] = n;
     }
@@ -76,10 +83,10 @@ static int span_groups(placement_ctx *c, ir_tp tp, int32_t n, const char *file, 
 static void place_shares(placement_ctx *c, sh_placement *pl, const ir_rule *rule, const char *file, int g0, int k) {
   for (int g = g0; g < g0 + k; g++) pl->share[g] = sh_group_size(pl, g);
   if (rule && rule->nbatch && pl->is_auto) /* the planner chooses a 'tp auto' layer's shares with its groups */
-    place_report(c, NTPC_WARNING, file, rule->loc, "batch shares are ignored with 'tp auto': the planner chooses them", 0, 0);
+    place_report(c, NTPC_WARNING, file, rule->loc, "batch shares are ignored with 'tp auto': the planner chooses them");
   if (rule && rule->nbatch && !pl->is_auto) {
     if (rule->nbatch != k) {
-      place_error(c, file, rule->loc, "batch split has %lld shares but the layer has %lld groups", (long long)rule->nbatch, k);
+      place_error(c, file, rule->loc, "batch split has %d shares but the layer has %d groups", rule->nbatch, k);
     } else {
       for (int g = 0; g < k; g++) pl->share[g0 + g] = rule->batch[g];
       pl->shares_given = true;
@@ -132,8 +139,7 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
     pl->tp_file = file;
     pl->tp_loc = tp.loc.first_line ? tp.loc : rule ? rule->loc : ly->loc;
     if (tp.kind == TP_AUTO && pipes.npipes) {
-      place_error(c, file, pl->tp_loc, "'tp auto' with pipeline stages: the planner does not place stages yet; give a degree",
-                  0, 0);
+      place_error(c, file, pl->tp_loc, "'tp auto' with pipeline stages: the planner does not place stages yet; give a degree");
       tp = (ir_tp){.kind = TP_NONE};
     }
     if (!pipes.npipes) {
@@ -158,7 +164,7 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
       bool dummy;
       int k = span_groups(c, tp, n, file, where, groups, &dummy);
       if (ng + k > NTP_MAX_GROUPS) {
-        place_error(c, file, pl->tp_loc, "%lld groups: at most %lld are supported", ng + k, NTP_MAX_GROUPS);
+        place_error(c, file, pl->tp_loc, "%d groups: at most %d are supported", ng + k, NTP_MAX_GROUPS);
         break;
       }
       int32_t at = st->rank_lo;

@@ -126,8 +126,7 @@ void sh_print_rank(const sh_program *p, int32_t rank, FILE *out) {
     }
     if (p->pipelined) { /* the schedule's action the step is part of: chunk, F/B/W, micro-batch */
       if (st->mb < 0) fputs("  [   ]", out);
-      else fprintf(out, "  [%d%s%d]", sh_rank_chunk(p, rank, st->at_layer),
-                   st->phase == SH_PHASE_F ? "F" : st->phase == SH_PHASE_B || !p->sched.split_w ? "B" : "W", st->mb);
+      else fprintf(out, "  [%d%s%d]", sh_rank_chunk(p, rank, st->at_layer), sh_phase_letter(sh_action_phase(p, st)), st->mb);
     }
     if (st->kind == SH_COMPUTE) {
       const sh_tensor *t = &p->tensors[st->op.result];

@@ -24,8 +24,6 @@ void sh_schedule_free(sh_schedule *s) {
   *s = (sh_schedule){0};
 }
 
-static const char *phase_letter(sh_phase ph) { return ph == SH_PHASE_F ? "F" : ph == SH_PHASE_B ? "B" : "W"; }
-
 /* ---- making tables ---- */
 
 typedef struct row_builder {
@@ -310,7 +308,7 @@ static bool check_table(const sh_program *p, const char *file, diag_sink *diags)
     for (int32_t k = 0; k < s->nacts[r]; k++) {
       const sh_action *a = &s->acts[r][k];
       snprintf(where, sizeof where, "schedule %s, rank set %d of pipeline %d, action %d '%d%s%d'", s->name, i,
-               s->row_pipe[r], k, a->chunk, phase_letter(a->phase), a->mb);
+               s->row_pipe[r], k, a->chunk, sh_phase_letter(a->phase), a->mb);
       const char *bad = NULL;
       int32_t cl = a->chunk % P == i ? a->chunk / P : -1;
       if (a->chunk % P != i || cl >= v) bad = "its chunk does not run on this rank set";
@@ -332,7 +330,7 @@ static bool check_table(const sh_program *p, const char *file, diag_sink *diags)
           if (at[(ph * v + cl) * M + k] < 0) {
             diag_emit(diags, NTPC_ERROR, file, NTP_NOLOC,
                       "schedule %s, rank set %d of pipeline %d: action '%d%s%d' is missing", s->name, i, s->row_pipe[r],
-                      i + cl * P, phase_letter((sh_phase)ph), k);
+                      i + cl * P, sh_phase_letter((sh_phase)ph), k);
             free(at);
             return false;
           }
@@ -364,7 +362,7 @@ static void print_bubbles(const sh_program *p, const double *cost, const char *w
   fprintf(out, "  bubble (%s):", what);
   double sum = 0;
   for (int32_t r = 0; r < p->world; r++) {
-    double b = sh_timeline_bubble(p, &t, r);
+    double b = sh_timeline_bubble(&t, r);
     sum += b;
     if (p->world <= 16) fprintf(out, " %.3f", b);
   }
@@ -410,7 +408,7 @@ void sh_print_schedule(const sh_program *p, FILE *out) {
     }
     fprintf(out, "  pipeline %d set %d (ranks %d..%d):", q, i, lo, hi - 1);
     for (int32_t k = 0; k < s->nacts[r]; k++)
-      fprintf(out, " %d%s%d", s->acts[r][k].chunk, phase_letter(s->acts[r][k].phase), s->acts[r][k].mb);
+      fprintf(out, " %d%s%d", s->acts[r][k].chunk, sh_phase_letter(s->acts[r][k].phase), s->acts[r][k].mb);
     fputc('\n', out);
   }
 }

@@ -13,20 +13,6 @@
 #include "shard.h"
 #include "shard_internal.h"
 
-/* The first (or last) layer whose name is `name` or starts with `name.`; -1 when none. */
-static int32_t layer_by_prefix(const ir_module *m, const char *name, bool last) {
-  size_t n = strlen(name);
-  int32_t found = -1;
-  for (size_t l = 0; l < m->n_layers; l++) {
-    const char *ln = m->layers[l].name;
-    if (strncmp(ln, name, n) == 0 && (ln[n] == 0 || ln[n] == '.')) {
-      found = (int32_t)l;
-      if (!last) break;
-    }
-  }
-  return found;
-}
-
 void sh_pipes_free(sh_pipes *p) {
   for (int i = 0; i < p->npipes; i++) free(p->pipe[i].stages);
   free(p->pipe_of_rank);
@@ -79,8 +65,8 @@ static bool resolve_pipe(const ir_module *m, const ir_plan *plan, const ir_pipel
   for (size_t i = 0; i < ip->nstages; i++) {
     const ir_stage *st = &ip->stages[i];
     sh_stage *s = &pp->stages[i];
-    s->first_layer = layer_by_prefix(m, st->first, false);
-    s->last_layer = layer_by_prefix(m, st->last, true);
+    s->first_layer = ir_layer_by_prefix(m, st->first, false);
+    s->last_layer = ir_layer_by_prefix(m, st->last, true);
     if (st->rank_hi >= world) {
       diag_emit(diags, NTPC_ERROR, f, st->ranks_loc, "rank %lld is outside the world (ranks 0..%d)", (long long)st->rank_hi,
                 world - 1);

@@ -47,8 +47,7 @@ void sh_unit_costs(const sh_program *p, double *cost) {
   /* each (rank, phase, micro-batch, chunk): one unit (a B that carries its W: two), shared by
    * its steps in proportion to their flops, so the ranks of a stage go through an action at one
    * pace and meet at its collectives as they would */
-  int32_t M = p->micro_batches, C = 1;
-  for (int32_t q = 0; q < p->pipes.npipes; q++) C = p->pipes.pipe[q].nstages > C ? p->pipes.pipe[q].nstages : C;
+  int32_t M = p->micro_batches, C = sh_max_chunks(p);
   size_t nk = (size_t)p->world * 3 * (size_t)M * (size_t)C;
   double *total = calloc(nk + 1, sizeof *total);
   size_t *key = malloc((p->n_steps + 1) * sizeof *key);
@@ -58,7 +57,7 @@ void sh_unit_costs(const sh_program *p, double *cost) {
     cost[s] = 0;
     key[s] = nk;
     if (st->kind == SH_COMM || st->mb < 0) continue;
-    sh_phase ph = st->phase == SH_PHASE_W && !p->sched.split_w ? SH_PHASE_B : st->phase;
+    sh_phase ph = sh_action_phase(p, st);
     key[s] = (((size_t)st->rank * 3 + (size_t)ph) * (size_t)M + (size_t)st->mb) * (size_t)C +
              (size_t)sh_rank_chunk(p, st->rank, st->at_layer);
     cost[s] = sh_step_flops(p, s);
@@ -117,8 +116,7 @@ bool sh_timeline_run(const sh_program *p, const double *cost, sh_timeline *t) {
   return true;
 }
 
-double sh_timeline_bubble(const sh_program *p, const sh_timeline *t, int32_t rank) {
-  (void)p;
+double sh_timeline_bubble(const sh_timeline *t, int32_t rank) {
   double b = t->busy[rank];
   return b > 0 ? (t->makespan - b) / b : 0;
 }
@@ -131,11 +129,6 @@ static const char *fill(sh_phase ph, int32_t mb) {
   static const char *w[] = {"#edc948", "#f3da7e", "#c9a82a", "#f7e6a6"};
   int k = mb & 3;
   return ph == SH_PHASE_F ? f[k] : ph == SH_PHASE_B ? b[k] : w[k];
-}
-
-/* A W step is drawn as part of its B when the schedule does not split them. */
-static sh_phase shown_phase(const sh_program *p, const sh_step *st) {
-  return st->phase == SH_PHASE_W && !p->sched.split_w ? SH_PHASE_B : st->phase;
 }
 
 void sh_timeline_svg(const sh_program *p, const sh_timeline *t, const char *title, FILE *out) {
@@ -165,19 +158,19 @@ void sh_timeline_svg(const sh_program *p, const sh_timeline *t, const char *titl
       for (; e < p->n_steps; e++) {
         const sh_step *n = &p->steps[e];
         if (n->kind == SH_COMM || n->rank != r || t->end[e] <= t->start[e]) continue;
-        if (n->mb != st->mb || shown_phase(p, n) != shown_phase(p, st)) break;
+        if (n->mb != st->mb || sh_action_phase(p, n) != sh_action_phase(p, st)) break;
         x1 = fmax(x1, t->end[e]);
       }
       fprintf(out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"#ffffff\" "
                    "stroke-width=\"0.5\"><title>rank %d: %s of micro-batch %d</title></rect>\n",
-              left + x0 * scale, y, fmax((x1 - x0) * scale, 0.5), row - 4, fill(shown_phase(p, st), st->mb), r,
-              shown_phase(p, st) == SH_PHASE_F ? "forward"
-              : shown_phase(p, st) == SH_PHASE_B ? (p->sched.split_w ? "backward (B)" : "backward")
+              left + x0 * scale, y, fmax((x1 - x0) * scale, 0.5), row - 4, fill(sh_action_phase(p, st), st->mb), r,
+              sh_action_phase(p, st) == SH_PHASE_F ? "forward"
+              : sh_action_phase(p, st) == SH_PHASE_B ? (p->sched.split_w ? "backward (B)" : "backward")
                                                  : "weight gradients (W)",
               st->mb);
       if ((x1 - x0) * scale > 14)
         fprintf(out, "<text x=\"%.2f\" y=\"%.1f\" fill=\"#ffffff\">%s%d</text>\n", left + x0 * scale + 2,
-                y + row / 2 + 2, shown_phase(p, st) == SH_PHASE_F ? "F" : shown_phase(p, st) == SH_PHASE_B ? "B" : "W",
+                y + row / 2 + 2, sh_phase_letter(sh_action_phase(p, st)),
                 st->mb);
       s = e;
     }

@@ -152,10 +152,7 @@ EXPORT int ntp_py_compile(const char *path, const char *source, const char *name
   ntpc_want_grad(u->s, train != 0);
   ntpc_want_cuda(u->s, cuda != 0);
   if (micro_batches > 1 || schedule) { /* a name, or a table (FILE.csv) */
-    size_t n = schedule ? strlen(schedule) : 0;
-    bool csv = n > 4 && strcmp(schedule + n - 4, ".csv") == 0;
-    if (ntpc_set_pipeline(u->s, micro_batches > 1 ? micro_batches : 1, csv ? NULL : schedule, csv ? schedule : NULL) !=
-        NTPC_OK) {
+    if (ntpc_set_pipeline(u->s, micro_batches > 1 ? micro_batches : 1, schedule) != NTPC_OK) {
       snprintf(last_error, sizeof last_error, "%s", ntpc_last_error(u->s));
       return NTPC_ERR_USAGE;
     }

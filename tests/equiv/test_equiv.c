@@ -340,7 +340,7 @@ static outcome run_case(const char *source, int W) {
   ntpc_select_plan(s, "p");
   ntpc_set_world(s, W);
   ntpc_want_grad(s, train_mode);
-  if (pipe_mode) ntpc_set_pipeline(s, case_mb, case_sched, NULL);
+  if (pipe_mode) ntpc_set_pipeline(s, case_mb, case_sched);
   if (ntpc_compile_string(s, "case.ntp", source) != NTPC_OK) {
     size_t n = 0;
     for (size_t i = 0; i < ntpc_diag_count(s) && n < sizeof oc.why - 1; i++) {

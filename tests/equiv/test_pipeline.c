@@ -99,8 +99,7 @@ enum { NCASES = sizeof cases / sizeof cases[0] };
 
 static const ntp_exec_options *where; /* the sharded side's backend: NULL, the CPU simulation */
 
-static ntpc_session *compile(const char *model, const char *plan, bool sharded, int mb, const char *sched,
-                             const char *csv) {
+static ntpc_session *compile(const char *model, const char *plan, bool sharded, int mb, const char *sched) {
   ntpc_session *s = ntpc_session_new();
   ntpc_want_grad(s, true);
   char *src = malloc(strlen(model) + strlen(plan) + 2);
@@ -108,7 +107,7 @@ static ntpc_session *compile(const char *model, const char *plan, bool sharded, 
   if (sharded) {
     ntpc_select_plan(s, "p");
     ntpc_set_world(s, 0);
-    ntpc_set_pipeline(s, mb, sched, csv);
+    ntpc_set_pipeline(s, mb, sched); /* a name or a FILE.csv */
     ntpc_want_cuda(s, where != NULL);
   }
   ntpc_status st = ntpc_compile_string(s, "pipeline.ntp", src);
@@ -122,9 +121,8 @@ static ntpc_session *compile(const char *model, const char *plan, bool sharded, 
 }
 
 /* the loss, every gradient and 3 AdamW steps against the unsharded run; 0 when equal */
-static int equal_case(const char *name, const char *model, const char *plan, int mb, const char *sched,
-                      const char *csv) {
-  ntpc_session *us = compile(model, plan, false, 1, NULL, NULL), *ss = compile(model, plan, true, mb, sched, csv);
+static int equal_case(const char *name, const char *model, const char *plan, int mb, const char *sched) {
+  ntpc_session *us = compile(model, plan, false, 1, NULL), *ss = compile(model, plan, true, mb, sched);
   if (!us || !ss) {
     printf("%-38s does not compile  FAIL\n", name);
     ntpc_session_free(us);
@@ -169,7 +167,7 @@ static int equal_case(const char *name, const char *model, const char *plan, int
 static void memory_of_schedules(void) {
   const char *plan = "plan p for g { world 4; stage embed .. blk.0 ranks 0..0; stage blk.1 ranks 1..1;\n"
                      "  stage blk.2 ranks 2..2; stage blk.3 .. head ranks 3..3; }";
-  ntpc_session *a = compile(gpt_long, plan, true, 8, "gpipe", NULL), *b = compile(gpt_long, plan, true, 8, "1f1b", NULL);
+  ntpc_session *a = compile(gpt_long, plan, true, 8, "gpipe"), *b = compile(gpt_long, plan, true, 8, "1f1b");
   CHECK(a && b);
   if (!a || !b) return;
   const sh_program *pa = ntpc_sharded(a), *pb = ntpc_sharded(b);
@@ -207,14 +205,14 @@ static void csv_tables(int *bad) {
     if (!t[i].want) {
       char name[64];
       snprintf(name, sizeof name, "CSV: %s", t[i].name);
-      *bad += equal_case(name, gpt, plan, 2, NULL, path);
+      *bad += equal_case(name, gpt, plan, 2, path);
       continue;
     }
     ntpc_session *s = ntpc_session_new();
     ntpc_want_grad(s, true);
     ntpc_select_plan(s, "p");
     ntpc_set_world(s, 0);
-    ntpc_set_pipeline(s, 2, NULL, path);
+    ntpc_set_pipeline(s, 2, path);
     char src[4096];
     snprintf(src, sizeof src, "%s%s\n", gpt, plan);
     bool refused = ntpc_compile_string(s, "pipeline.ntp", src) == NTPC_ERR_INPUT;
@@ -236,7 +234,7 @@ int main(int argc, char **argv) {
   }
   int bad = 0;
   for (int c = 0; c < NCASES; c++)
-    bad += equal_case(cases[c].name, cases[c].model, cases[c].plan, cases[c].mb, cases[c].schedule, NULL);
+    bad += equal_case(cases[c].name, cases[c].model, cases[c].plan, cases[c].mb, cases[c].schedule);
   if (!where) { /* what does not depend on the backend: once */
     memory_of_schedules();
     csv_tables(&bad);

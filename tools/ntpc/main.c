@@ -482,10 +482,7 @@ int main(int argc, char **argv) {
   else if (wants_shards || library || b->kernels || (o.plan && o.command) || o.micro_batches > 1 || o.schedule)
     ntpc_set_world(s, 0); /* micro-batches: a sharded program, if of one rank */
   if (o.micro_batches > 1 || o.schedule) {
-    size_t n = o.schedule ? strlen(o.schedule) : 0;
-    bool csv = n > 4 && strcmp(o.schedule + n - 4, ".csv") == 0;
-    if (ntpc_set_pipeline(s, o.micro_batches > 1 ? (int32_t)o.micro_batches : 1, csv ? NULL : o.schedule,
-                          csv ? o.schedule : NULL) != NTPC_OK) {
+    if (ntpc_set_pipeline(s, o.micro_batches > 1 ? (int32_t)o.micro_batches : 1, o.schedule) != NTPC_OK) {
       fprintf(stderr, "ntpc: error: %s\n", ntpc_last_error(s));
       rc = 2;
       goto out;

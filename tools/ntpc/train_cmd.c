@@ -91,7 +91,7 @@ typedef struct train_opts {
   const char *plan_file, *plan_name, *defines[256];
   int ndefines;
   int32_t micro_batches;                 /* --micro-batches */
-  const char *schedule, *schedule_csv;   /* --schedule NAME or FILE.csv */
+  const char *schedule;                  /* --schedule NAME or FILE.csv */
   long fail_step[64];    /* --fail-at: before step fail_step[i] (1-based), GPU fail_rank[i] fails */
   int32_t fail_rank[64];
   int nfail;
@@ -197,9 +197,7 @@ static int set_micro_batches(train_opts *o, ntpc_session *s, const char *v) {
 
 static int set_schedule(train_opts *o, ntpc_session *s, const char *v) {
   (void)s;
-  size_t n = strlen(v);
-  if (n > 4 && strcmp(v + n - 4, ".csv") == 0) o->schedule_csv = v;
-  else o->schedule = v;
+  o->schedule = v; /* a name or a FILE.csv: ntpc_set_pipeline tells */
   o->sharded = true;
   return -1;
 }
@@ -527,7 +525,7 @@ static int open_run(train_run *r, ntpc_session *s, char *err, size_t cap) {
   r->given[r->bi.tokens] = &r->ht;
   r->given[r->bi.targets] = &r->hg;
   r->fr = (failover_run){.src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines,
-                                 o->backend->kernels, o->micro_batches, o->schedule, o->schedule_csv},
+                                 o->backend->kernels, o->micro_batches, o->schedule},
                          .ckpt = o->ckpt, .phys_rank = o->rank, .seed = o->seed};
   return 0;
 }
@@ -719,8 +717,8 @@ int ntpc_train_command(int argc, char **argv) {
   if (o.sharded || o.backend->kernels) ntpc_set_world(s, o.world);
   ntpc_want_cuda(s, o.backend->kernels);
   ntpc_want_grad(s, true);
-  if ((o.micro_batches > 1 || o.schedule || o.schedule_csv) &&
-      ntpc_set_pipeline(s, o.micro_batches > 1 ? o.micro_batches : 1, o.schedule, o.schedule_csv) != NTPC_OK) {
+  if ((o.micro_batches > 1 || o.schedule) &&
+      ntpc_set_pipeline(s, o.micro_batches > 1 ? o.micro_batches : 1, o.schedule) != NTPC_OK) {
     fprintf(stderr, "ntpc train: error: %s\n", ntpc_last_error(s));
     ntpc_session_free(s);
     return 2;

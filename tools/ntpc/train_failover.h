@@ -14,8 +14,8 @@ typedef struct train_source {
   const char *const *defines;
   int ndefines;
   bool kernels; /* the survivors' program carries every rank's CUDA (the backend runs it) */
-  int32_t micro_batches;            /* --micro-batches (1: none) */
-  const char *schedule, *schedule_csv; /* --schedule */
+  int32_t micro_batches; /* --micro-batches (1: none) */
+  const char *schedule;  /* --schedule: a name or FILE.csv */
 } train_source;
 
 /* A run's failures (--fail-at) so far, and what it needs to go on after one. */
