@@ -114,6 +114,7 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %token KW_REPEAT "'repeat'" KW_AS "'as'" KW_WORLD "'world'" KW_TP "'tp'" KW_AUTO "'auto'"
 %token KW_DIAGONAL "'diagonal'" KW_SEQPAR "'sequence_parallel'" KW_RECOMPUTE "'recompute'" KW_BATCH "'batch'"
 %token KW_STAGE "'stage'" KW_STAGES "'stages'" KW_PIPELINE "'pipeline'" KW_RANKS "'ranks'"
+%token KW_OPTIMIZER "'optimizer'"
 %token AT_TP "'@tp'" ARROW "'->'" DOTDOT "'..'"
 %token <str> IDENT "name" PATH "dotted name"
 %token <ival> INT "integer"
@@ -124,7 +125,7 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %nterm <plan> plan
 %nterm <stmt> stmts stmt dimdefs dimdef
 %nterm <expr> expr primary meshdims meshdim exprs tpspec
-%nterm <arg> args arg
+%nterm <arg> args arg opt_settings
 %nterm <tp> tp_opt
 %nterm <ident> idents
 %nterm <tdim> tdims tdim
@@ -326,7 +327,16 @@ pstmt:
   | KW_PIPELINE pipe_share '{' stages '}' {
       $$ = NEW(ast_pstmt); $$->kind = PST_PIPELINE; $$->loc = @1; $$->world = $2; $$->body = $4;
     }
+  | KW_OPTIMIZER opt_settings ';' { $$ = NEW(ast_pstmt); $$->kind = PST_OPTIMIZER; $$->loc = @$; $$->settings = $2; }
   | error ';'                     { $$ = NULL; yyerrok; }
+  ;
+
+/* optimizer -> 'optimizer' (name value)+ ';'   e.g. optimizer zero 1 redundancy 2; */
+opt_settings:
+    IDENT expr                    { $$ = NEW(ast_arg); $$->loc = @$; $$->key = $1; $$->key_loc = @1; $$->value = $2; }
+  | opt_settings IDENT expr       {
+      $$ = $1; ast_arg *a = NEW(ast_arg); a->loc = @2; a->key = $2; a->key_loc = @2; a->value = $3; APPEND(ast_arg, $$, a);
+    }
   ;
 
 /* stage -> 'stage' first [ '..' last ] 'ranks' lo [ '..' hi ] ';' */

@@ -196,7 +196,7 @@ struct ast_stmt {
   bool is_output;
 };
 
-typedef enum { PST_WORLD, PST_RULE, PST_STAGE, PST_PIPELINE, PST_STAGES } ast_pstmt_kind;
+typedef enum { PST_WORLD, PST_RULE, PST_STAGE, PST_PIPELINE, PST_STAGES, PST_OPTIMIZER } ast_pstmt_kind;
 typedef struct ast_pstmt {
   ast_pstmt_kind kind;
   ntp_loc loc;
@@ -217,6 +217,7 @@ typedef struct ast_pstmt {
   /* PST_PIPELINE: its stages (body) and batch share (world: NULL = its rank count);
      PST_STAGES: world holds the stage count */
   struct ast_pstmt *body;
+  ast_arg *settings; /* PST_OPTIMIZER: name value pairs (zero 1, redundancy 2) */
 } ast_pstmt;
 
 typedef struct ast_model {

@@ -143,6 +143,12 @@ void ast_print(const ast_file *f, FILE *out) {
       } else if (st->kind == PST_STAGE || st->kind == PST_PIPELINE) {
         print_stages(st, out);
         continue;
+      } else if (st->kind == PST_OPTIMIZER) {
+        fputs("optimizer", out);
+        for (const ast_arg *a = st->settings; a; a = a->next) {
+          fprintf(out, " %s ", a->key);
+          print_expr_inline(a->value, out);
+        }
       } else {
         fprintf(out, "%s tp", st->pattern);
         if (st->tp->is_auto) fputs(" auto", out);

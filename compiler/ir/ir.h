@@ -145,6 +145,10 @@ typedef struct ir_plan {
   size_t npipes;
   int64_t even_stages; /* 'stages N;': N stages of (nearly) equal layer counts and ranks; 0 = not given */
   ntp_loc even_loc;
+  /* 'optimizer zero Z redundancy K;': AdamW's state (and with Z = 2 the gradients) sharded over the
+     replicas of each parameter element, each shard on K of them; Z = 0: every replica keeps all */
+  int32_t zero, redundancy;
+  ntp_loc zero_loc;
   ntp_loc loc;
 } ir_plan;
 

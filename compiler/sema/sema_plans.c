@@ -63,6 +63,39 @@ static void lower_stage(sema *s, const ast_pstmt *st, ir_pipeline *pipe, size_t 
   VEC_PUSH(pipe->stages, pipe->nstages, *cap, g);
 }
 
+/* 'optimizer zero Z [redundancy K];': the distributed optimizer (docs/training.md). */
+static void lower_optimizer(sema *s, const ast_pstmt *st, ir_plan *plan) {
+  if (plan->zero_loc.first_line) {
+    sema_error(s, st->loc, "'optimizer' is given twice in plan '%s'", plan->name);
+    return;
+  }
+  plan->zero_loc = st->loc;
+  bool has_zero = false, has_red = false, zero_ok = false;
+  for (const ast_arg *a = st->settings; a; a = a->next) {
+    int64_t v;
+    bool zero = strcmp(a->key, "zero") == 0, red = strcmp(a->key, "redundancy") == 0;
+    if (!zero && !red) {
+      sema_error(s, a->key_loc, "unknown optimizer setting '%s' (expected 'zero' or 'redundancy')", a->key);
+      continue;
+    }
+    if ((zero && has_zero) || (red && has_red)) {
+      sema_error(s, a->key_loc, "'%s' is given twice", a->key);
+      continue;
+    }
+    if (zero) {
+      has_zero = true;
+      if ((zero_ok = sema_eval_bounded_from(s, a->value, "a ZeRO stage", 0, 2, &v))) plan->zero = (int32_t)v;
+    } else {
+      has_red = true;
+      if (sema_eval_bounded_from(s, a->value, "a redundancy", 1, 64, &v)) plan->redundancy = (int32_t)v;
+    }
+  }
+  if (!has_zero) sema_error(s, st->loc, "'optimizer' needs 'zero 1' or 'zero 2' (or 'zero 0': every replica keeps all)");
+  else if (has_red && zero_ok && plan->zero == 0)
+    sema_error(s, st->loc, "'redundancy' shards the optimizer's state: it needs 'zero 1' or 'zero 2'");
+  if (!plan->redundancy) plan->redundancy = 1;
+}
+
 void sema_lower_plan(sema *s, const ast_plan *p, bool active) {
   const char *saved = s->file;
   s->file = p->file;
@@ -80,6 +113,10 @@ void sema_lower_plan(sema *s, const ast_plan *p, bool active) {
       if (plan.even_stages) sema_error(s, st->loc, "'stages' is given twice in plan '%s'", p->name);
       int64_t n;
       if (sema_eval_bounded(s, st->world, "a stage count", NTP_MAX_WORLD, &n)) plan.even_stages = n, plan.even_loc = st->loc;
+      continue;
+    }
+    if (st->kind == PST_OPTIMIZER) {
+      lower_optimizer(s, st, &plan);
       continue;
     }
     if (st->kind == PST_STAGE || st->kind == PST_PIPELINE) {
