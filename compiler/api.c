@@ -99,6 +99,30 @@ ntpc_status ntpc_define_str(ntpc_session *s, const char *assignment) {
 
 void ntpc_set_world(ntpc_session *s, int32_t world) { s->world = world; }
 
+ntpc_status ntpc_set_optimizer(ntpc_session *s, int32_t zero, int32_t redundancy) {
+  const char *bad = zero < 0 || zero > 2             ? "--zero must be 0, 1 or 2, got %d"
+                    : redundancy < 1 || redundancy > 64 ? "--redundancy must be in 1..64, got %d"
+                    : redundancy > 1 && zero == 0       ? "--redundancy %d needs --zero 1 or 2"
+                                                        : NULL;
+  if (bad) {
+    snprintf(s->last_error, sizeof s->last_error, bad, zero < 0 || zero > 2 ? zero : redundancy);
+    return NTPC_ERR_USAGE;
+  }
+  s->pipe.set_optimizer = true;
+  s->pipe.zero = zero;
+  s->pipe.redundancy = redundancy;
+  return NTPC_OK;
+}
+
+ntpc_status ntpc_set_domain_size(ntpc_session *s, int32_t domain_size) {
+  if (domain_size < 0 || domain_size > NTP_MAX_WORLD) {
+    snprintf(s->last_error, sizeof s->last_error, "--domain-size must be in 0..%d, got %d", NTP_MAX_WORLD, domain_size);
+    return NTPC_ERR_USAGE;
+  }
+  s->pipe.domain_size = domain_size;
+  return NTPC_OK;
+}
+
 ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule) {
   static const struct {
     const char *name;

@@ -215,6 +215,10 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
   p->micro_batches = opt->micro_batches > 1 ? opt->micro_batches : 1;
   p->pipelined = p->pipes.npipes || p->micro_batches > 1 || opt->schedule != SH_SCHED_DEFAULT || opt->schedule_csv;
   L.M = p->pipelined ? p->micro_batches : 0;
+  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  p->zero = opt->set_optimizer ? opt->zero : plan ? plan->zero : 0;
+  p->redundancy = opt->set_optimizer ? opt->redundancy : plan && plan->redundancy ? plan->redundancy : 1;
+  p->domain_size = opt->domain_size;
   lower_forward(&L);
   lower_output_layouts(&L);
   lw_flush(&L);

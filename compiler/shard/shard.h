@@ -82,6 +82,10 @@ typedef struct sh_pipe_options {
   int32_t micro_batches;       /* 0 or 1: the batch whole */
   sh_schedule_kind schedule;   /* default: 1F1B, interleaved 1F1B when a rank holds several chunks */
   const char *schedule_csv;    /* a schedule table from a file (overrides `schedule`) */
+  /* the distributed optimizer (shard_zero.c): set_optimizer overrides the plan's 'optimizer' line */
+  bool set_optimizer;
+  int32_t zero, redundancy;
+  int32_t domain_size; /* GPUs per failure domain (a node, an NVL domain); 0: each GPU its own */
 } sh_pipe_options;
 #define NTP_MAX_STAGES 256
 typedef struct sh_stage {
@@ -198,6 +202,9 @@ typedef struct sh_program {
   int32_t micro_batches; /* 1: the batch whole */
   bool pipelined;        /* stages or micro-batches: the steps are in the schedule's order */
   sh_schedule sched;
+  /* the distributed optimizer: each parameter element's AdamW state on `redundancy` of the ranks
+     that hold it (zero >= 1), failure domains of domain_size ranks (0: one) */
+  int32_t zero, redundancy, domain_size;
   arena pool;
 } sh_program;
 
@@ -225,6 +232,9 @@ bool shard_schedule(sh_program *p, const sh_pipe_options *opt, diag_sink *diags)
 /* shard_order.c: the steps put in the schedule's order (p->sched) on every rank, weight-gradient
  * steps told from the rest (W), def and last use renewed; a deadlock reported. */
 bool shard_order(sh_program *p, diag_sink *diags);
+/* Every tensor's def (first writer) and last use (last reader, or a later writer) from the steps
+ * as they stand; a tensor whose last use was at or after step live_to_end stays live to the end. */
+void sh_recount_uses(sh_program *p, int32_t live_to_end);
 /* Backward steps on no path to an activation's gradient become W (the weight gradients). */
 void sh_mark_weight_steps(sh_program *p);
 /* Rank r's chunk for a step of layer `at` (0 without stages). */

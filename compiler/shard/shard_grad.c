@@ -40,6 +40,7 @@ typedef struct bwd {
   bool *recomputed; /* [layers] */
   int32_t rank, layer;
   ntp_loc loc;
+  sh_zero zero; /* the distributed optimizer's shards (shard_zero.c) */
 } bwd;
 
 static sh_tensor *T(bwd *B, int32_t t) { return &B->p->tensors[t]; }
@@ -234,24 +235,35 @@ static void param_sync(bwd *B, int32_t v, int32_t gv, sh_xfer **xf, size_t *n, s
     covered = in;
   }
   box_grid_free(&grid);
-  ring_bytes(B, hold, boxes, nh, whole, B->m->values[v].dtype, ring);
-  size_t ndst = 0;
+  size_t ndst = 0, nz = 0, z0 = B->zero.n;
   int32_t *dst_rank = malloc((nh + 2) * sizeof *dst_rank);
   ntp_box *dst_box = malloc((nh + 2) * sizeof *dst_box);
   if (!dst_rank || !dst_box) ntp_out_of_memory();
   for (size_t k = 0; k < nh; k++)
     if (hold[k] >= 0) dst_rank[ndst] = T(B, hold[k])->rank, dst_box[ndst++] = boxes[k];
-  if (!covered) dst_rank[ndst] = dst_rank[0], dst_box[ndst++] = whole;
   ntp_dtype dt = B->m->values[v].dtype;
+  if (B->p->zero) { /* the sums go to each part's owners only (a reduce-scatter) */
+    nz = shard_zero_parts(B->p, v, dst_rank, dst_box, ndst, whole, dt, ring, &B->zero);
+    ndst = 0;
+    dst_rank = realloc(dst_rank, (nz + 2) * sizeof *dst_rank);
+    dst_box = realloc(dst_box, (nz + 2) * sizeof *dst_box);
+    if (!dst_rank || !dst_box) ntp_out_of_memory();
+    for (size_t i = 0; i < nz; i++) dst_rank[ndst] = B->zero.s[z0 + i].rank, dst_box[ndst++] = B->zero.s[z0 + i].box;
+  } else
+    ring_bytes(B, hold, boxes, nh, whole, dt, ring);
+  if (!covered) dst_rank[ndst] = dst_rank[0], dst_box[ndst++] = whole;
   for (size_t d = 0; d < ndst; d++) {
     sh_tensor st = {.rank = dst_rank[d], .global = gv, .box = dst_box[d], .dtype = dt, .init_value = -1, .def = -1,
                     .last_use = -1};
     VEC_PUSH(B->p->tensors, B->p->n_tensors, B->p->cap_tensors, st);
     int32_t s = (int32_t)B->p->n_tensors - 1;
     shard_backward_piece(B->L, gv, s);
+    bool partial = d < nz && B->zero.s[z0 + d].partial, first = true;
     for (size_t k = 0; k < nh; k++) {
       ntp_box cut;
       if (contrib[k] < 0 || !box_intersect(&boxes[k], &dst_box[d], &cut)) continue;
+      if (partial && !first) continue; /* NTP_FAILPOINT=zero-two-owners: one holder's part of the sum */
+      first = false;
       if (*n == *cap) vec_grow((void **)xf, cap, sizeof **xf);
       (*xf)[(*n)++] = (sh_xfer){.src = contrib[k], .dst = s, .box = cut};
     }
@@ -262,6 +274,16 @@ done:
   free(hold);
   free(contrib);
   free(boxes);
+}
+
+/* One sync step over the transfers, counted as the collectives a library runs for it (ring[rank]:
+ * the bytes each rank sends and receives), which then start again from zero. */
+static void sync_step(shard_lowering *L, sh_xfer *xf, size_t n, int64_t *ring, const char *why) {
+  sh_program *p = shard_lowering_program(L);
+  shard_backward_comm(L, p->zero ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, xf, n, why);
+  sh_step *st = &p->steps[p->n_steps - 1];
+  for (int k = 0; k < st->nranks; k++) st->bytes_out[k] = st->bytes_in[k] = ring[st->ranks[k]];
+  memset(ring, 0, (size_t)p->world * sizeof *ring);
 }
 
 bool shard_backward(shard_lowering *L, diag_sink *diags) {
@@ -336,22 +358,30 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
         diag_emit(diags, NTPC_ERROR, m->file, op.loc, "no gradient rule for op '%s'", ir_op_name(op.code));
     }
   }
-  /* every parameter's slices summed over everyone who holds them: one reduction step */
+  /* every parameter's slices summed over everyone who holds them: one reduction step (ZeRO: a
+   * reduce-scatter to the owners; ZeRO-2: one per parameter, moved to follow its gradient) */
   if (M) shard_set_mb(L, -1);
   sh_xfer *xf = NULL;
-  size_t n = 0, cap = 0;
+  size_t n = 0, cap = 0, nsync = 0;
   int64_t *ring = calloc((size_t)p->world + 1, sizeof *ring);
-  if (!ring) ntp_out_of_memory();
+  int32_t *syncs = malloc((m->n_forward_ops + 1) * sizeof *syncs);
+  if (!ring || !syncs) ntp_out_of_memory();
   for (size_t i = 0; ok && i < m->n_forward_ops; i++) {
     if (m->ops[i].code != IR_PARAM) continue;
     int32_t gv = ir_grad_output(m, m->ops[i].result);
     if (gv >= 0) param_sync(&B, m->ops[i].result, gv, &xf, &n, &cap, ring);
+    if (p->zero == 2 && n) {
+      sync_step(L, xf, n, ring, "gradient sync (ZeRO-2): the parameter's parts summed onto their owners");
+      syncs[nsync++] = (int32_t)p->n_steps - 1;
+      n = 0;
+    }
   }
-  if (ok && n) {
-    shard_backward_comm(L, COMM_ALL_REDUCE, xf, n, "gradient sync: every parameter slice, summed over its holders");
-    sh_step *st = &p->steps[p->n_steps - 1]; /* counted as all-reduces over each cell's holders */
-    for (int k = 0; k < st->nranks; k++) st->bytes_out[k] = st->bytes_in[k] = ring[st->ranks[k]];
-  }
+  if (ok && n)
+    sync_step(L, xf, n, ring, p->zero ? "gradient sync (ZeRO-1): every parameter's parts summed onto their owners"
+                                      : "gradient sync: every parameter slice, summed over its holders");
+  if (ok && p->zero) shard_zero_rewrite(L, &B.zero, syncs, nsync);
+  shard_zero_free(&B.zero);
+  free(syncs);
   free(ring);
   free(xf);
   free(B.grad);

@@ -22,6 +22,29 @@ void shard_backward_comm(shard_lowering *L, sh_comm_kind kind, sh_xfer *xf, size
 /* Tensor t holds a piece of global value v (an output the runtime assembles). */
 void shard_backward_piece(shard_lowering *L, int32_t v, int32_t t);
 
+/* ---- the distributed optimizer (shard_zero.c) ---- */
+typedef struct sh_zero_shard {
+  int32_t v, rank;
+  ntp_box box;  /* a part of a cell of the parameter's holders' slices */
+  int32_t copy; /* 0..redundancy-1: a part's copies follow each other */
+  bool partial; /* NTP_FAILPOINT=zero-two-owners: a deliberately wrong part (tests) */
+} sh_zero_shard;
+typedef struct sh_zero {
+  sh_zero_shard *s;
+  size_t n, cap;
+  int32_t *tensor; /* [n]: each shard's persistent slice (shard_zero_rewrite) */
+} sh_zero;
+/* Parameter v's parts, owned by p->redundancy of the holders of each cell of the holders' slices
+ * (ranks hr, boxes hb; nh of them, each (rank, box) once), appended to z: the gradient sync's
+ * destinations. ring[rank] += the bytes the sync moves for it as a collective library runs it. */
+size_t shard_zero_parts(const sh_program *p, int32_t v, const int32_t *hr, const ntp_box *hb, size_t nh, ntp_box whole,
+                        ntp_dtype dt, int64_t *ring, sh_zero *z);
+/* After the backward and its syncs (steps syncs[0..nsync): moved to just after their last
+ * contribution, for ZeRO-2): the shards made persistent slices at the start, every holder's slice
+ * gathered from them where its parameter step was. */
+void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, size_t nsync);
+void shard_zero_free(sh_zero *z);
+
 /* ---- pipelined programs: micro-batches (shard.c) ---- */
 /* The number of micro-batches of a pipelined program, else 0; the one being lowered (-1: none). */
 int32_t shard_micro_batches(const shard_lowering *L);

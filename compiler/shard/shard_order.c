@@ -342,10 +342,14 @@ static void apply_order(sh_program *p, const int32_t *order) {
   for (size_t i = 0; i < p->n_steps; i++) steps[i] = p->steps[order[i]];
   memcpy(p->steps, steps, p->n_steps * sizeof *steps);
   free(steps);
+  sh_recount_uses(p, (int32_t)p->n_steps);
+}
+
+void sh_recount_uses(sh_program *p, int32_t live_to_end) {
   int32_t n = (int32_t)p->n_steps;
   for (size_t t = 0; t < p->n_tensors; t++) {
     sh_tensor *x = &p->tensors[t];
-    bool keep = x->last_use >= n;
+    bool keep = x->last_use >= live_to_end;
     x->def = -1;
     x->last_use = keep ? n : -1;
   }

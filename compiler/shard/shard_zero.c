@@ -1,0 +1,263 @@
+/* shard_zero.c — the distributed optimizer: AdamW's state sharded over the replicas that hold
+ * each parameter element, each shard kept by `redundancy` of them (docs/training.md).
+ *
+ * Without it every rank holding a parameter slice keeps an fp32 master and two moments for it (12
+ * bytes per element per replica), and the gradient sync is an all-reduce. With 'optimizer zero Z
+ * redundancy K' the program changes in three places, and nothing else does:
+ *  - the cells of a parameter (the common refinement of its holders' slices: replicas at unequal
+ *    degrees hold different boxes) are each cut into parts, one per holder of the cell, and part j
+ *    is owned by K holders: j's own and K-1 others at fixed offsets, chosen so that the owners of
+ *    a part lie in different failure domains wherever the holders span several (each offset a
+ *    rotation, so every holder owns K parts: the state is balanced);
+ *  - the gradient sync sums each part onto its owners only (a reduce-scatter; the same sums, in
+ *    the same order, as the all-reduce made: the owners' copies stay equal bit for bit);
+ *  - the owned parts are the persistent parameter slices, so the trainer keeps state (and runs
+ *    AdamW) on those alone, and the checkpoints, the hand-over after a failure and the runtime see
+ *    ordinary slices; the holders' slices become activations gathered from the owners where the
+ *    parameter was read first (the all-gather of the updated parameters, done before the next
+ *    forward rather than after the update, the same bytes).
+ * ZeRO-2 also frees the gradients early: each parameter's sync is its own step, placed right after
+ * its last contribution is made, so the whole-slice gradients die there (the memory plan sees it)
+ * instead of living to the end of the backward as with ZeRO-1's one sync step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard_internal.h"
+
+static int32_t domain_of(const sh_program *p, int32_t r) { return p->domain_size > 0 ? r / p->domain_size : r; }
+
+/* Part j of P of a cell: along its longest dimension (the first of equals), as even as can be. */
+static ntp_box cut_part(const ntp_box *cell, int32_t P, int32_t j) {
+  int d = 0;
+  for (int k = 1; k < cell->ndim; k++)
+    if (cell->hi[k] - cell->lo[k] > cell->hi[d] - cell->lo[d]) d = k;
+  ntp_box b = *cell;
+  if (cell->ndim == 0) return b;
+  int64_t n = cell->hi[d] - cell->lo[d];
+  b.lo[d] = cell->lo[d] + n * j / P;
+  b.hi[d] = cell->lo[d] + n * (j + 1) / P;
+  return b;
+}
+
+static int64_t longest(const ntp_box *cell) {
+  int64_t m = cell->ndim ? 0 : 1;
+  for (int k = 0; k < cell->ndim; k++)
+    if (cell->hi[k] - cell->lo[k] > m) m = cell->hi[k] - cell->lo[k];
+  return m;
+}
+
+/* The rotation offsets of a cell's copies: offs[0] = 0 (the part's own holder), then, copy by copy,
+ * the unused offset that puts the most parts' new copy in a domain none of their copies is in yet. */
+static void choose_offsets(const sh_program *p, const int32_t *hr, const int32_t *h, int32_t n, int32_t P,
+                           int32_t K, int32_t *offs) {
+  offs[0] = 0;
+  for (int32_t c = 1; c < K; c++) {
+    int32_t best = -1, best_score = -1;
+    for (int32_t o = 1; o < n; o++) {
+      bool used = false;
+      for (int32_t i = 0; i < c; i++) used |= offs[i] == o;
+      if (used) continue;
+      int32_t score = 0;
+      for (int32_t j = 0; j < P; j++) {
+        bool fresh = true;
+        for (int32_t i = 0; i < c; i++) fresh &= domain_of(p, hr[h[(j + offs[i]) % n]]) != domain_of(p, hr[h[(j + o) % n]]);
+        score += fresh;
+      }
+      if (score > best_score) best = o, best_score = score;
+    }
+    offs[c] = best;
+  }
+}
+
+static bool failpoint(const char *name) {
+  const char *f = getenv("NTP_FAILPOINT");
+  return f && strcmp(f, name) == 0;
+}
+
+size_t shard_zero_parts(const sh_program *p, int32_t v, const int32_t *hr, const ntp_box *hb, size_t nh, ntp_box whole,
+                        ntp_dtype dt, int64_t *ring, sh_zero *z) {
+  size_t before = z->n;
+  int32_t *h = malloc((nh + 1) * sizeof *h), offs[65];
+  box_grid grid;
+  if (!h || !box_grid_init(&grid, &whole, hb, nh)) ntp_out_of_memory();
+  /* a deliberate bug for the tests (NTP_FAILPOINT=zero-two-owners): each part after the first
+   * overlaps the one before by a slab that only the first holder's gradient reaches, as when the
+   * holders disagree on where a part begins: that slab then has two owners that update it apart */
+  bool two_owners = failpoint("zero-two-owners");
+  ntp_box cell;
+  while (box_grid_next(&grid, &cell)) {
+    int32_t n = 0;
+    for (size_t k = 0; k < nh; k++) /* the cell's holders, by rank */
+      if (box_contains(&hb[k], &cell)) {
+        int32_t i = n++;
+        while (i > 0 && hr[h[i - 1]] > hr[k]) h[i] = h[i - 1], i--;
+        h[i] = (int32_t)k;
+      }
+    if (!n) continue;
+    int64_t len = longest(&cell);
+    int32_t P = len < n ? (int32_t)len : n, K = p->redundancy < n ? p->redundancy : n;
+    if (P < 1) P = 1;
+    choose_offsets(p, hr, h, n, P, K, offs);
+    for (int32_t j = 0; j < P; j++) {
+      ntp_box part = cut_part(&cell, P, j);
+      bool partial = false;
+      if (two_owners && j > 0) {
+        for (int d = 0, done = 0; d < part.ndim && !done; d++)
+          if (part.lo[d] > cell.lo[d]) part.lo[d]--, done = 1, partial = true;
+      }
+      for (int32_t c = 0; c < K; c++) {
+        sh_zero_shard s = {.v = v, .rank = hr[h[(j + offs[c]) % n]], .box = part, .copy = c, .partial = partial};
+        VEC_PUSH(z->s, z->n, z->cap, s);
+      }
+    }
+    /* what the sync moves, as a collective library runs it: a ring reduce-scatter among the cell's
+     * holders ((n-1)/n of it in and out of each), then each part to its K-1 further owners */
+    int64_t b = box_volume(&cell) * (int64_t)dtype_bytes(dt);
+    for (int32_t i = 0; i < n && n > 1; i++) ring[hr[h[i]]] += b * (n - 1 + K - 1) / n;
+  }
+  box_grid_free(&grid);
+  free(h);
+  return z->n - before;
+}
+
+void shard_zero_free(sh_zero *z) {
+  free(z->s);
+  free(z->tensor);
+  *z = (sh_zero){0};
+}
+
+/* A holder slice of parameter v on `rank` containing box b (its step gives the shard's layer and
+ * position); -1 when none. */
+static int32_t holder_of(const sh_program *p, size_t nt, int32_t v, int32_t rank, const ntp_box *b) {
+  for (size_t t = 0; t < nt; t++) {
+    const sh_tensor *x = &p->tensors[t];
+    if (x->persistent && x->init_value == v && x->rank == rank && box_contains(&x->init_box, b)) return (int32_t)t;
+  }
+  return -1;
+}
+
+/* Every shard a persistent slice of its parameter, made by a parameter step (set, loaded or
+ * initialised as any slice is). */
+static void make_shards(shard_lowering *L, sh_zero *z, size_t nt) {
+  sh_program *p = shard_lowering_program(L);
+  if (!(z->tensor = malloc((z->n + 1) * sizeof *z->tensor))) ntp_out_of_memory();
+  for (size_t i = 0; i < z->n; i++) {
+    const sh_zero_shard *s = &z->s[i];
+    int32_t h = holder_of(p, nt, s->v, s->rank, &s->box);
+    sh_step hs = p->steps[p->tensors[h].def]; /* a copy: the table grows */
+    const sh_tensor *ht = &p->tensors[h];
+    const char *name = ht->name;
+    int32_t t = shard_backward_compute(L, s->rank, IR_PARAM, NULL, 0, &hs.op.attr, s->box, ht->dtype, hs.layer, hs.loc);
+    sh_tensor *x = &p->tensors[t];
+    x->global = s->v, x->persistent = true, x->init_value = s->v, x->init_box = s->box, x->name = name, x->mb = -1;
+    sh_step *st = &p->steps[p->n_steps - 1];
+    st->phase = SH_PHASE_F, st->mb = -1, st->at_layer = hs.at_layer;
+    z->tensor[i] = t;
+  }
+}
+
+/* Holder slice t gathered from the owners of the parts it covers (its own copy where it owns one,
+ * else one owner per part, spread over the copies); its parameter step's place in the program is
+ * taken by the gather (and a re-boxing copy when t is a slice of a slice). Returns the steps made. */
+static size_t gather_holder(shard_lowering *L, const sh_zero *z, int32_t t) {
+  sh_program *p = shard_lowering_program(L);
+  sh_tensor *x = &p->tensors[t];
+  sh_step hs = p->steps[x->def];
+  int32_t v = x->init_value, rank = x->rank;
+  size_t first = p->n_steps, n = 0;
+  sh_xfer *xf = malloc((z->n + 1) * sizeof *xf);
+  if (!xf) ntp_out_of_memory();
+  int32_t dst = t;
+  if (!box_eq(&x->box, &x->init_box) || x->global != v) { /* gathered in the parameter's coordinates */
+    dst = shard_new_temp(L, rank, x->init_box, x->dtype);
+    p->tensors[dst].global = v;
+    x = &p->tensors[t];
+  }
+  for (size_t i = 0; i < z->n; i++) {
+    const sh_zero_shard *s = &z->s[i];
+    ntp_box cut;
+    if (s->v != v || s->copy != 0 || !box_intersect(&s->box, &x->init_box, &cut)) continue;
+    size_t pick = i, ncopies = 0; /* this part's copies follow it: its own, else one by rank */
+    for (size_t j = i; j < z->n && z->s[j].v == v && box_eq(&z->s[j].box, &s->box) && (j == i || z->s[j].copy); j++)
+      ncopies++;
+    pick = i + (size_t)rank % ncopies;
+    for (size_t j = i; j < i + ncopies; j++)
+      if (z->s[j].rank == rank) pick = j;
+    xf[n++] = (sh_xfer){.src = z->tensor[pick], .dst = dst, .box = cut};
+  }
+  const char *why = arena_printf(&p->pool, "parameter gather: %s's slice from the owners of its parts", x->name);
+  shard_backward_comm(L, COMM_ALL_GATHER, xf, n, why);
+  free(xf);
+  if (dst != t) {
+    shard_backward_compute(L, rank, IR_RESHAPE, &dst, 1, NULL, p->tensors[t].box, p->tensors[t].dtype, hs.layer, hs.loc);
+    p->steps[p->n_steps - 1].op.result = t;
+  }
+  for (size_t s = first; s < p->n_steps; s++)
+    p->steps[s].layer = hs.layer, p->steps[s].loc = hs.loc, p->steps[s].mb = -1, p->steps[s].phase = SH_PHASE_F,
+    p->steps[s].at_layer = hs.at_layer;
+  x = &p->tensors[t];
+  x->persistent = false, x->init_value = -1, x->mb = -1;
+  return p->n_steps - first;
+}
+
+void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, size_t nsync) {
+  sh_program *p = shard_lowering_program(L);
+  const ir_module *m = p->global;
+  size_t n_old = p->n_steps, nt = p->n_tensors;
+  bool *sharded = calloc(m->n_values + 1, 1);
+  int32_t *repl = malloc((n_old + 1) * sizeof *repl), *nrepl = calloc(n_old + 1, sizeof *nrepl);
+  int32_t *writer = malloc((nt + 1) * sizeof *writer), *ready = malloc((nsync + 1) * sizeof *ready);
+  bool *is_sync = calloc(n_old + 1, 1);
+  if (!sharded || !repl || !nrepl || !writer || !ready || !is_sync) ntp_out_of_memory();
+  for (size_t i = 0; i < z->n; i++) sharded[z->s[i].v] = true;
+  make_shards(L, z, nt);
+  size_t n_init = p->n_steps;
+  for (size_t t = 0; t < nt; t++) {
+    const sh_tensor *x = &p->tensors[t];
+    if (!x->persistent || x->init_value < 0 || !sharded[x->init_value]) continue;
+    int32_t def = x->def, at = (int32_t)p->n_steps;
+    nrepl[def] = (int32_t)gather_holder(L, z, (int32_t)t);
+    repl[def] = at;
+  }
+  /* ZeRO-2: each parameter's sync right after the last step writing what it sums */
+  for (size_t t = 0; t < nt; t++) writer[t] = -1;
+  for (size_t s = 0; s < n_old; s++) {
+    const sh_step *st = &p->steps[s];
+    if (st->kind == SH_COMPUTE) writer[st->op.result] = (int32_t)s;
+    else
+      for (size_t x = 0; x < st->nxfers; x++) writer[st->xfers[x].dst] = (int32_t)s;
+  }
+  for (size_t q = 0; q < nsync; q++) {
+    const sh_step *st = &p->steps[syncs[q]];
+    ready[q] = -1;
+    is_sync[syncs[q]] = true;
+    for (size_t x = 0; x < st->nxfers; x++)
+      if ((size_t)st->xfers[x].src < nt && writer[st->xfers[x].src] > ready[q]) ready[q] = writer[st->xfers[x].src];
+  }
+  int32_t *order = malloc((p->n_steps + 1) * sizeof *order), n = 0;
+  if (!order) ntp_out_of_memory();
+  for (size_t s = n_old; s < n_init; s++) order[n++] = (int32_t)s; /* the shards: persistent, first */
+  for (size_t q = 0; q < nsync; q++) /* a sync of nothing made in the program (none in practice) */
+    if (ready[q] < 0) order[n++] = syncs[q];
+  for (size_t s = 0; s < n_old; s++) {
+    if (nrepl[s])
+      for (int32_t k = 0; k < nrepl[s]; k++) order[n++] = repl[s] + k;
+    else if (!is_sync[s]) order[n++] = (int32_t)s;
+    for (size_t q = 0; q < nsync; q++)
+      if (ready[q] == (int32_t)s) order[n++] = syncs[q];
+  }
+  sh_step *steps = malloc(((size_t)n + 1) * sizeof *steps);
+  if (!steps) ntp_out_of_memory();
+  for (int32_t i = 0; i < n; i++) steps[i] = p->steps[order[i]];
+  memcpy(p->steps, steps, (size_t)n * sizeof *steps);
+  p->n_steps = (size_t)n;
+  sh_recount_uses(p, INT32_MAX);
+  free(steps);
+  free(order);
+  free(sharded);
+  free(repl);
+  free(nrepl);
+  free(writer);
+  free(ready);
+  free(is_sync);
+}
