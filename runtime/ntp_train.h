@@ -109,6 +109,11 @@ const ntp_cpu_result *ntp_trainer_last(const ntp_trainer *t);
 size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params);
 /* The same gather, with its reason when it fails (replicas that diverged): 0 or -1. */
 int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap);
+/* Parameter i's optimizer state (global layout, fp32: the master and AdamW's two moments), gathered
+ * from wherever it lives (the owners of its shards with a distributed optimizer); valid until the
+ * next step. -1 with a message when i is out of range or the gather fails. */
+int ntp_trainer_state(ntp_trainer *t, size_t i, const float **master, const float **m, const float **v, char *err,
+                      size_t cap);
 void ntp_trainer_free(ntp_trainer *t);
 /* After a failure: `t` (a new run of the same module under the survivors' plan) takes the
  * parameters, masters, moments and step count of `from` (a sharded run) from its surviving ranks'

@@ -566,6 +566,17 @@ size_t ntp_trainer_params(ntp_trainer *t, const ntp_host_tensor **params) {
 
 int ntp_trainer_gather(ntp_trainer *t, char *err, size_t cap) { return ntp_train_gather(t, err, cap); }
 
+int ntp_trainer_state(ntp_trainer *t, size_t i, const float **master, const float **m, const float **v, char *err,
+                      size_t cap) {
+  if (i >= t->np) {
+    snprintf(err, cap, "no parameter %zu (the module has %zu)", i, t->np);
+    return -1;
+  }
+  if (ntp_train_gather(t, err, cap) != 0) return -1;
+  *master = t->p[i].master, *m = t->p[i].m, *v = t->p[i].v;
+  return 0;
+}
+
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t) { return t->step; }
 
 bool ntp_trainer_writes(const ntp_trainer *t) { return !per_process(t) || EXEC(t, runs_rank, 0); }

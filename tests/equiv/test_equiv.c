@@ -1,11 +1,15 @@
 /* test_equiv.c — the proof of equivalence: random (model, plan) cases, each sharded run
  * compared element by element with the unsharded CPU reference.
  *
- *   test_equiv [--cases N] [--seed S] [--verbose] [--train]
+ *   test_equiv [--cases N] [--seed S] [--verbose] [--train | --pipeline] [--zero]
  *
  * --train: every case a transformer stack (fp32) with a cross-entropy loss, compiled with its
  * gradient pass; the sharded loss and every gradient (the sharded backward) against the
- * reference's, then 3 AdamW steps on each side: losses and parameters within 1e-5.
+ * reference's, then 3 AdamW steps on each side: losses, parameters and the optimizer's state
+ * (masters, moments) within 1e-5.
+ *
+ * --zero: training cases (with --pipeline, pipelined ones) under the distributed optimizer: ZeRO-1
+ * or 2, each part on 1 to 3 owners, failure domains of 1 to 4 GPUs.
  *
  * --pipeline: training cases with pipeline stages (1 to 4 rank sets, uneven layer splits,
  * interleaved chunks, one or two replicas staged differently), non-uniform TP inside each stage,
@@ -33,6 +37,8 @@
 
 static bool train_mode; /* --train */
 static bool pipe_mode;  /* --pipeline */
+static bool zero_mode;  /* --zero */
+static int case_domain; /* the case's failure domain size (zero mode) */
 static int case_mb;           /* the case's micro-batches (pipeline mode) */
 static const char *case_sched; /* and its schedule */
 
@@ -328,6 +334,14 @@ static int gen_layouts(rng *r, text *t) {
 
 /* ---- one case ----------------------------------------------------------------------------- */
 
+/* --zero: the plan's last line an 'optimizer zero Z redundancy K' (ZeRO-1 or 2, 1 to 3 copies of each
+ * part), and failure domains of 0 (each GPU) to 4 GPUs. */
+static void add_optimizer(rng *r, text *t) {
+  if (t->n >= 2 && t->buf[t->n - 2] == '}') t->n -= 2, t->buf[t->n] = 0; /* the plan's closing brace */
+  put(t, "  optimizer zero %d redundancy %d;\n}\n", uni(r, 1, 2), uni(r, 1, 3));
+  case_domain = uni(r, 0, 4);
+}
+
 typedef struct outcome {
   int ok;
   double worst; /* max relative error over outputs */
@@ -341,6 +355,7 @@ static outcome run_case(const char *source, int W) {
   ntpc_set_world(s, W);
   ntpc_want_grad(s, train_mode);
   if (pipe_mode) ntpc_set_pipeline(s, case_mb, case_sched);
+  if (zero_mode) ntpc_set_domain_size(s, case_domain);
   if (ntpc_compile_string(s, "case.ntp", source) != NTPC_OK) {
     size_t n = 0;
     for (size_t i = 0; i < ntpc_diag_count(s) && n < sizeof oc.why - 1; i++) {
@@ -372,7 +387,8 @@ static outcome run_case(const char *source, int W) {
     } else if (adamw_compare(&unsharded, p, 3, &lw, &pw, &skipped, err, sizeof err) != 0) {
       snprintf(oc.why, sizeof oc.why, "training: %s", err);
     } else if (!(lw <= 1e-5 && pw <= 1e-5)) {
-      snprintf(oc.why, sizeof oc.why, "3 AdamW steps: losses within %.3g, parameters within %.3g (> 1e-5)", lw, pw);
+      snprintf(oc.why, sizeof oc.why, "3 AdamW steps: losses within %.3g, parameters and state within %.3g (> 1e-5)",
+               lw, pw);
     } else {
       oc.ok = 1;
       if (pw > oc.worst) oc.worst = pw;
@@ -409,8 +425,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--verbose")) verbose = true;
     else if (!strcmp(argv[i], "--train")) train_mode = true;
     else if (!strcmp(argv[i], "--pipeline")) train_mode = pipe_mode = true;
+    else if (!strcmp(argv[i], "--zero")) train_mode = zero_mode = true;
     else {
-      fprintf(stderr, "usage: test_equiv [--cases N] [--seed S] [--verbose] [--train | --pipeline]\n");
+      fprintf(stderr, "usage: test_equiv [--cases N] [--seed S] [--verbose] [--train | --pipeline] [--zero]\n");
       return 2;
     }
   }
@@ -424,6 +441,7 @@ int main(int argc, char **argv) {
     text t = {.n = 0};
     bool lay = cs % 2 == 1 && !train_mode;
     int W = pipe_mode ? gen_pipeline(&r, &t) : lay ? gen_layouts(&r, &t) : gen_transformer(&r, &t);
+    if (zero_mode) add_optimizer(&r, &t);
     outcome oc = run_case(t.buf, W);
     worlds[W]++;
     layouts += lay;
@@ -435,7 +453,8 @@ int main(int argc, char **argv) {
       failed++;
       printf("FAIL case seed %" PRIu64 " (world %d): %s\n--- model and plan ---\n%s--- re-run alone: test_equiv "
              "--seed %" PRIu64 " --cases 1 --verbose%s\n",
-             cs, W, oc.why, t.buf, cs, pipe_mode ? " --pipeline" : train_mode ? " --train" : "");
+             cs, W, oc.why, t.buf, cs, pipe_mode ? (zero_mode ? " --pipeline --zero" : " --pipeline")
+                                       : zero_mode ? " --zero" : train_mode ? " --train" : "");
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);

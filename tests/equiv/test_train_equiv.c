@@ -3,7 +3,9 @@
  * sequence parallelism, batch shares, GQA with RoPE), the sharded program's loss and every
  * parameter's gradient (the sharded backward, compiler/shard/shard_grad.c, simulated on all
  * ranks) equal the unsharded reference's (the global gradient pass, on the CPU reference) within
- * fp32 tolerance; then three AdamW steps on each side give the same losses and parameters. */
+ * fp32 tolerance; then three AdamW steps on each side give the same losses, parameters and
+ * optimizer state (masters, moments): also with the distributed optimizer (ZeRO-1/2, redundant
+ * shards) on unequal groups, per-layer degrees, shares, recomputation and stages. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,18 @@ static const struct {
     {"uneven vocabulary", gpt, "plan p for g { world 5; embed tp 5; head tp 5; * tp 1; }"},
     {"llama GQA + RoPE (4,3)", llama, "plan p for l { world 7; * tp (4, 3); }"},
     {"llama degree 8", llama, "plan p for l { world 8; * tp 8; }"},
+    /* the distributed optimizer (shard_zero.c): state on each part's owners, parameters gathered */
+    {"ZeRO-1 replicas (4,3)", gpt, "plan p for g { world 7; * tp (4, 3); optimizer zero 1; }"},
+    {"ZeRO-2 k=2 groups (3,2,2)", gpt, "plan p for g { world 7; * tp (3, 2, 2); optimizer zero 2 redundancy 2; }"},
+    {"ZeRO-1 k=2 per-layer degrees", gpt,
+     "plan p for g { world 8; embed tp 8; blk.0.* tp 4; blk.1.* tp 2; head tp 8; optimizer zero 1 redundancy 2; }"},
+    {"ZeRO-2 k=3 dp 4, recompute", gpt, "plan p for g { world 4; * tp 1, recompute; optimizer zero 2 redundancy 3; }"},
+    {"ZeRO-1 shares, SP", gpt,
+     "plan p for g { world 6; * tp (4, 2), batch (2, 4); blk.* tp 2, sequence_parallel; optimizer zero 1; }"},
+    {"ZeRO-2 k=2 stages", gpt,
+     "plan p for g { world 6; stage embed .. blk.0 ranks 0..2; stage blk.1 .. head ranks 3..5; * tp 1; "
+     "optimizer zero 2 redundancy 2; }"},
+    {"ZeRO-1 k=2 llama (4,3)", llama, "plan p for l { world 7; * tp (4, 3); optimizer zero 1 redundancy 2; }"},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
@@ -122,7 +136,8 @@ int main(void) {
     if (up && sp && adamw_compare(up, sp, 3, &lworst, &pworst, &skipped, err, sizeof err) == 0) {
       bool ok = lworst <= 1e-5 && pworst <= 1e-5;
       bad += !ok;
-      printf("  3 AdamW steps: losses within %.1e, parameters within %.1e (%zu with a vanishing gradient not compared)  %s\n",
+      printf("  3 AdamW steps: losses within %.1e, parameters and optimizer state within %.1e (%zu with a vanishing "
+             "gradient not compared)  %s\n",
              lworst, pworst, skipped, ok ? "ok" : "FAIL");
     } else {
       printf("  trainer: %s\n", err);

@@ -24,12 +24,19 @@ static double worst_error(const ntp_cpu_result *a, const ntp_cpu_result *b, cons
 }
 
 /* `steps` AdamW steps on each side (the default batches): the worst relative difference of the
- * losses and of the parameters. AdamW divides every element's step by that element's own
+ * losses and of the parameters and their optimizer state (masters, moments). AdamW divides every element's step by that element's own
  * gradient scale, so with the usual eps (1e-8) an element whose gradient is at round-off level
  * (1e-7 of the largest) moves by +-lr whichever way its last bits fall, on either side alike;
  * eps is 1e-4 here, so such an element's step is proportional to its gradient and the
  * comparison measures the updates, not the round-off. Parameters whose whole gradient vanishes
  * (the key bias: softmax does not see it) are not compared at all. 0, or -1 with err. */
+/* max |a - b| / max |b| over n elements (0 when b is all zeros and a equals it) */
+static double rel_error_n(const float *a, const float *b, int64_t n) {
+  double d = 0, s = 0;
+  for (int64_t e = 0; e < n; e++) d = fmax(d, fabs((double)a[e] - b[e])), s = fmax(s, fabs((double)b[e]));
+  return s > 0 ? d / s : d;
+}
+
 static int adamw_compare_on(const ntp_program *up, const ntp_program *sp, const ntp_exec_options *where, int steps,
                             double *lworst, double *pworst, size_t *skipped, char *err, size_t cap) {
   ntp_adamw aw;
@@ -67,6 +74,15 @@ static int adamw_compare_on(const ntp_program *up, const ntp_program *sp, const 
       continue;
     }
     *pworst = fmax(*pworst, ntp_max_rel_error(&pb[i], &pa[i]));
+    /* the optimizer's state too: the masters and both moments (a distributed optimizer keeps them
+     * on the owners of each part alone: a part lost or updated twice shows here) */
+    const float *ua[3], *sa[3];
+    if (ntp_trainer_state(tu, i, &ua[0], &ua[1], &ua[2], err, cap) != 0 ||
+        ntp_trainer_state(ts, i, &sa[0], &sa[1], &sa[2], err, cap) != 0)
+      goto done;
+    int64_t n = 1;
+    for (int d = 0; d < pa[i].shape.ndim; d++) n *= pa[i].shape.dim[d];
+    for (int k = 0; k < 3; k++) *pworst = fmax(*pworst, rel_error_n(sa[k], ua[k], n));
   }
   rc = 0;
 done:
