@@ -93,6 +93,27 @@ done:
 
 ntp_exec *ntp_trainer_exec(ntp_trainer *t) { return t->exec; }
 
+/* A deliberate bug for the tests (NTP_FAILPOINT=handover-moments): the moments of every element
+ * that crosses to another GPU are lost on the way (zeros arrive), as a hand-over that moved the
+ * masters alone would; the masters come through. The recovery tests must see the difference. */
+static void lose_moments_failpoint(const ntp_trainer *t, const ntp_trainer *from, int32_t *const *src,
+                                   const size_t *off, float *all, const int32_t *from_phys, const int32_t *to_phys) {
+  const char *f = getenv("NTP_FAILPOINT");
+  if (!f || strcmp(f, "handover-moments") != 0) return;
+  for (size_t k = 0; k < t->nsl; k++) {
+    const tslice *s = &t->sl[k];
+    const tparam *p = &t->p[s->param];
+    int32_t to = to_phys ? to_phys[s->rank] : s->rank;
+    box_walk w = box_walk_start(&s->box, &p->cur.shape);
+    for (int64_t e = 0; e < s->n; e++) {
+      int64_t gi = box_walk_next(&w);
+      int32_t fs = src[s->param][gi], fr = fs < 0 ? -1 : from->sl[fs].rank;
+      if (fr >= 0 && (from_phys ? from_phys[fr] : fr) != to)
+        for (int q = 1; q < 3; q++) all[off[s->param] + (size_t)q * (size_t)p->n + (size_t)gi] = 0;
+    }
+  }
+}
+
 int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *from_phys, const int32_t *to_phys,
                            const bool *dead, int64_t *bytes_moved, int64_t *missing, char *err, size_t cap) {
   *bytes_moved = 0;
@@ -153,6 +174,7 @@ int ntp_trainer_take_state(ntp_trainer *t, ntp_trainer *from, const int32_t *fro
     }
   }
   if (per_process(t) && hand_over_send(t, from, src, off, all, from_phys, to_phys, err, cap) != 0) goto done;
+  lose_moments_failpoint(t, from, src, off, all, from_phys, to_phys);
   for (size_t i = 0; i < t->np; i++) { /* the new run's global copies, then its slices */
     tparam *p = &t->p[i], *q = &from->p[i];
     float *dst[3] = {p->master, p->m, p->v}, *host[3] = {q->master, q->m, q->v};

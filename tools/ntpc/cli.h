@@ -19,6 +19,18 @@ int cli_color(const char *when);
 /* A finite number in [lo, hi] that is all of v. */
 bool cli_number(const char *v, double lo, double hi, double *out);
 
+/* --zero Z, --redundancy K, --domain-size D (the distributed optimizer, docs/training.md): -1 unset.
+ * cli_optimizer_option takes one at argv[*i]: true when it was one (then *rc is -1, or the exit
+ * status of its usage error); cli_optimizer_apply gives what was set to the session (--redundancy
+ * alone means --zero 1), false with the error printed. */
+typedef struct cli_optimizer {
+  int zero, redundancy, domain_size;
+} cli_optimizer;
+#define CLI_OPTIMIZER_UNSET ((cli_optimizer){-1, -1, -1})
+struct ntpc_session;
+bool cli_optimizer_option(const char *command, int argc, char **argv, int *i, bool *missing, cli_optimizer *o, int *rc);
+bool cli_optimizer_apply(const char *command, struct ntpc_session *s, const cli_optimizer *o);
+
 /* `ntpc plan` (plan_cmd.c) and `ntpc train` (train_cmd.c): their own options, their exit status. */
 int ntpc_plan_command(int argc, char **argv);
 int ntpc_train_command(int argc, char **argv);

@@ -1,5 +1,6 @@
 /* cli_args.c — option values and colour as the commands of the CLI take them. */
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "cli.h"
 #include "exec.h"
+#include "ntpc.h"
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *missing) {
   size_t n = strlen(name);
@@ -52,4 +54,37 @@ void cli_verbose_exec(ntp_exec *e) {
   if (!v || !*v || !strcmp(v, "0")) return;
   ntp_exec_describe(e, lines, sizeof lines);
   if (lines[0]) printf("%s\n", lines);
+}
+
+bool cli_optimizer_option(const char *command, int argc, char **argv, int *i, bool *missing, cli_optimizer *o, int *rc) {
+  static const struct {
+    const char *name;
+    double lo, hi;
+    size_t field;
+  } opts[] = {{"--zero", 0, 2, offsetof(cli_optimizer, zero)},
+              {"--redundancy", 1, 64, offsetof(cli_optimizer, redundancy)},
+              {"--domain-size", 0, 4096, offsetof(cli_optimizer, domain_size)}};
+  for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+    const char *v = cli_option_value(argc, argv, i, opts[k].name, missing);
+    if (!v) continue;
+    double d;
+    char msg[160];
+    *rc = -1;
+    if (!cli_number(v, opts[k].lo, opts[k].hi, &d) || d != floor(d)) {
+      snprintf(msg, sizeof msg, "%s %%s: expected a whole number from %g to %g", opts[k].name, opts[k].lo, opts[k].hi);
+      *rc = cli_usage_error(command, msg, v);
+    } else
+      *(int *)((char *)o + opts[k].field) = (int)d;
+    return true;
+  }
+  return false;
+}
+
+bool cli_optimizer_apply(const char *command, struct ntpc_session *s, const cli_optimizer *o) {
+  bool ok = true;
+  if (o->zero >= 0 || o->redundancy >= 0)
+    ok = ntpc_set_optimizer(s, o->zero >= 0 ? o->zero : 1, o->redundancy >= 0 ? o->redundancy : 1) == NTPC_OK;
+  if (ok && o->domain_size >= 0) ok = ntpc_set_domain_size(s, o->domain_size) == NTPC_OK;
+  if (!ok) fprintf(stderr, "%s: error: %s\n", command, ntpc_last_error(s));
+  return ok;
 }

@@ -47,6 +47,11 @@ static const char train_usage[] =
     "  --micro-batches M  cut each batch into M micro-batches whose gradients accumulate (pipelining,\n"
     "                     docs/pipeline.md); every step equals the whole batch's\n"
     "  --schedule S       gpipe, 1f1b (default), interleaved, zb-h1, or a FILE.csv table\n"
+    "  --zero Z           the distributed optimizer (docs/training.md), over the plan's 'optimizer'\n"
+    "                     line: 0 every replica keeps its state, 1 the state sharded over each\n"
+    "                     element's replicas, 2 the gradients too\n"
+    "  --redundancy K     with --zero: each shard on K replicas (default 1; 2 survives any GPU's loss)\n"
+    "  --domain-size D    GPUs per failure domain (a node): a shard's copies go to different ones\n"
     "  --backend NAME     where the ranks run (default cpu):\n%s"
     "  --loopback         cuda: every rank on one GPU, collectives as device copies\n"
     "  --rank R|env       cuda: this process runs rank R alone, on GPU R (env: RANK and LOCAL_RANK,\n"
@@ -92,6 +97,7 @@ typedef struct train_opts {
   int ndefines;
   int32_t micro_batches;                 /* --micro-batches */
   const char *schedule;                  /* --schedule NAME or FILE.csv */
+  cli_optimizer opt;                     /* --zero, --redundancy, --domain-size */
   long fail_step[64];    /* --fail-at: before step fail_step[i] (1-based), GPU fail_rank[i] fails */
   int32_t fail_rank[64];
   int nfail;
@@ -321,6 +327,10 @@ static int parse_one(int argc, char **argv, int *i, ntpc_session *s, train_opts 
   }
   int rc = adamw_option(o, argc, argv, i, &missing, &taken);
   if (taken || rc >= 0) return rc;
+  if (cli_optimizer_option("ntpc train", argc, argv, i, &missing, &o->opt, &rc)) {
+    o->sharded = true;
+    return rc;
+  }
   if (missing) return usage("%s needs a value", a);
   if (a[0] == '-' && a[1]) return usage("unknown option '%s'", a);
   if (o->file) return usage("one model file only (got '%s' too)", a);
@@ -525,7 +535,7 @@ static int open_run(train_run *r, ntpc_session *s, char *err, size_t cap) {
   r->given[r->bi.tokens] = &r->ht;
   r->given[r->bi.targets] = &r->hg;
   r->fr = (failover_run){.src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines,
-                                 o->backend->kernels, o->micro_batches, o->schedule},
+                                 o->backend->kernels, o->micro_batches, o->schedule, o->opt},
                          .ckpt = o->ckpt, .phys_rank = o->rank, .seed = o->seed};
   return 0;
 }
@@ -682,7 +692,8 @@ static int train(const train_opts *o, ntpc_session *s) {
 
 /* The options with their defaults into *o, in a new session *s (NULL when out of memory: 2). */
 static int parse_new(int argc, char **argv, ntpc_session **s, train_opts *o) {
-  *o = (train_opts){.params_format = "ntp", .rank = -1, .backend = ntp_exec_backend_find(NULL, NULL, 0)};
+  *o = (train_opts){.params_format = "ntp", .rank = -1, .backend = ntp_exec_backend_find(NULL, NULL, 0),
+                    .opt = CLI_OPTIMIZER_UNSET};
   ntp_adamw_defaults(&o->adamw);
   o->adamw.steps = 10;
   if (!(*s = ntpc_session_new())) return 2;
@@ -720,6 +731,10 @@ int ntpc_train_command(int argc, char **argv) {
   if ((o.micro_batches > 1 || o.schedule) &&
       ntpc_set_pipeline(s, o.micro_batches > 1 ? o.micro_batches : 1, o.schedule) != NTPC_OK) {
     fprintf(stderr, "ntpc train: error: %s\n", ntpc_last_error(s));
+    ntpc_session_free(s);
+    return 2;
+  }
+  if (!cli_optimizer_apply("ntpc train", s, &o.opt)) {
     ntpc_session_free(s);
     return 2;
   }

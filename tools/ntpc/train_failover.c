@@ -35,6 +35,11 @@ static ntpc_session *session(const train_source *src, bool grad, int32_t world, 
     ntpc_set_pipeline(s, src->micro_batches > 1 ? src->micro_batches : 1, src->schedule);
   ntpc_want_grad(s, grad);
   ntpc_want_cuda(s, grad && src->kernels);
+  if (!cli_optimizer_apply("ntpc train", s, &src->opt)) {
+    snprintf(err, cap, "the distributed optimizer's options: %s", ntpc_last_error(s));
+    ntpc_session_free(s);
+    return NULL;
+  }
   if (ntpc_compile_file(s, src->file) != NTPC_OK) {
     const ntpc_diag *d = ntpc_diag_count(s) ? ntpc_diag_at(s, 0) : NULL;
     snprintf(err, cap, "the survivors' plan does not compile: %s", d ? d->message : ntpc_last_error(s));
@@ -86,7 +91,11 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
     snprintf(err, cap, "cannot write the survivors' plan to %s", path);
     goto done;
   }
-  if (!(next = session(src, true, f.survivors.world, path, "survivors", err, cap))) goto done;
+  train_source keep = *src; /* the healthy plan's distributed optimizer goes on on the survivors */
+  const ir_plan *hp = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  if (keep.opt.zero < 0 && keep.opt.redundancy < 0 && hp && hp->zero_loc.first_line)
+    keep.opt.zero = hp->zero, keep.opt.redundancy = hp->redundancy;
+  if (!(next = session(&keep, true, f.survivors.world, path, "survivors", err, cap))) goto done;
   if (!(prog = session_program(next, err, cap))) goto done;
   if (!(*phys = malloc((size_t)f.survivors.world * sizeof **phys))) {
     ntp_program_free(prog);
@@ -98,8 +107,11 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   FILE *in = fopen(path, "r"); /* the plan, for the log */
   char line[512];
   while (in && fgets(line, sizeof line, in))
-    if (line[0] == ' ' && strchr(line, ';')) printf("  %s", line);
+    if (line[0] == ' ' && strchr(line, ';') && !strstr(line, "optimizer")) printf("  %s", line);
   if (in) fclose(in);
+  if (keep.opt.zero > 0)
+    printf("  the distributed optimizer goes on: zero %d, redundancy %d\n", keep.opt.zero,
+           keep.opt.redundancy > 0 ? keep.opt.redundancy : 1);
 done:
   if (fd >= 0) close(fd);
   unlink(path);

@@ -7,6 +7,7 @@
 
 #include "ntp_program.h"
 #include "ntp_train.h"
+#include "cli.h"
 
 /* What the model was compiled from: the file, its -D overrides, the model and the healthy plan. */
 typedef struct train_source {
@@ -16,6 +17,7 @@ typedef struct train_source {
   bool kernels; /* the survivors' program carries every rank's CUDA (the backend runs it) */
   int32_t micro_batches; /* --micro-batches (1: none) */
   const char *schedule;  /* --schedule: a name or FILE.csv */
+  cli_optimizer opt;     /* --zero, --redundancy, --domain-size (else the plan's: kept by the survivors) */
 } train_source;
 
 /* A run's failures (--fail-at) so far, and what it needs to go on after one. */
