@@ -337,8 +337,10 @@ static int gen_layouts(rng *r, text *t) {
 /* --zero: the plan's last line an 'optimizer zero Z redundancy K' (ZeRO-1 or 2, 1 to 3 copies of each
  * part), and failure domains of 0 (each GPU) to 4 GPUs. */
 static void add_optimizer(rng *r, text *t) {
-  if (t->n >= 2 && t->buf[t->n - 2] == '}') t->n -= 2, t->buf[t->n] = 0; /* the plan's closing brace */
-  put(t, "  optimizer zero %d redundancy %d;\n}\n", uni(r, 1, 2), uni(r, 1, 3));
+  char *close = strrchr(t->buf, '}'), rest[256]; /* the plan's closing brace (a comment may follow) */
+  snprintf(rest, sizeof rest, "%s", close ? close : "}\n");
+  if (close) t->n = (size_t)(close - t->buf), t->buf[t->n] = 0;
+  put(t, "  optimizer zero %d redundancy %d;\n%s", uni(r, 1, 2), uni(r, 1, 3), rest);
   case_domain = uni(r, 0, 4);
 }
 
