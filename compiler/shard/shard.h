@@ -235,6 +235,11 @@ bool shard_order(sh_program *p, diag_sink *diags);
 /* Every tensor's def (first writer) and last use (last reader, or a later writer) from the steps
  * as they stand; a tensor whose last use was at or after step live_to_end stays live to the end. */
 void sh_recount_uses(sh_program *p, int32_t live_to_end);
+/* shard_zero_report.c (ntpc report --train): the training state per GPU, the sync's and the
+ * parameter gather's bytes, and which failures need the checkpoint. */
+void sh_print_optimizer(const sh_program *p, FILE *out);
+/* "12.5 MiB" (shard_print.c) */
+const char *sh_human_bytes(int64_t b, char *buf, size_t cap);
 /* Backward steps on no path to an activation's gradient become W (the weight gradients). */
 void sh_mark_weight_steps(sh_program *p);
 /* Rank r's chunk for a step of layer `at` (0 without stages). */

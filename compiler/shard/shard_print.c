@@ -7,7 +7,7 @@
 #include "layer_kind.h"
 #include "shard.h"
 
-static const char *human(int64_t b, char *buf, size_t cap) {
+const char *sh_human_bytes(int64_t b, char *buf, size_t cap) {
   static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)b;
   int u = 0;
@@ -19,6 +19,7 @@ static const char *human(int64_t b, char *buf, size_t cap) {
   else snprintf(buf, cap, "%.1f %s", v, unit[u]);
   return buf;
 }
+#define human sh_human_bytes
 
 static void print_placement(const sh_program *p, size_t l, FILE *out) {
   const ir_layer *ly = &p->global->layers[l];
@@ -209,7 +210,7 @@ static void print_grad_sync(const sh_program *p, FILE *out) {
   const sh_step *sync = NULL;
   for (size_t s = 0; s < p->n_steps; s++)
     if (p->steps[s].kind == SH_COMM && p->steps[s].why && !strncmp(p->steps[s].why, "gradient sync", 13)) sync = &p->steps[s];
-  if (!sync) return;
+  if (!sync || p->zero) return; /* the distributed optimizer's: sh_print_optimizer */
   char a[32], b[32], c[32];
   fprintf(out, "\ngradient sync (one step: every parameter slice summed over its holders; bytes as all-reduces over "
                "each cell's holders)\n  %-5s %12s %12s\n", "rank",
@@ -408,6 +409,7 @@ void sh_print_report(const sh_program *p, FILE *out) {
     if (m->n_forward_ops) print_recompute(p, out);
     for (size_t i = 0; i < p->n_notes; i++) fprintf(out, "matmul %s\n", p->notes[i]);
     if (m->n_forward_ops) print_grad_sync(p, out);
+    if (m->n_forward_ops) sh_print_optimizer(p, out);
     if (p->pipelined) sh_print_pipeline(p, out);
   }
   free(lt.start);

@@ -1,0 +1,121 @@
+/* shard_zero_report.c — `ntpc report --train`: the training state per GPU (weights, optimizer
+ * state, the arena's peak with the gradients in it), what the gradient sync and the parameter
+ * gather move per step, and which failures leave some state without a copy (the checkpoint is
+ * read then). Read off the program as lowered: the trainer keeps state for exactly the persistent
+ * parameter slices (the owned parts with a distributed optimizer, shard_zero.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard_internal.h"
+
+#define human sh_human_bytes
+
+static bool is_param(const sh_program *p, const sh_tensor *t) {
+  return t->persistent && t->init_value >= 0 && p->global->ops[p->global->values[t->init_value].def].code == IR_PARAM;
+}
+
+static bool starts(const char *s, const char *prefix) { return s && !strncmp(s, prefix, strlen(prefix)); }
+
+/* Elements of state that no rank outside `dead` holds: per parameter, the cells of its persistent
+ * slices, each counted when every slice holding it is on a dead rank. */
+static int64_t lost_elements(const sh_program *p, const bool *dead) {
+  const ir_module *m = p->global;
+  int64_t lost = 0;
+  ntp_box *boxes = malloc((p->n_tensors + 1) * sizeof *boxes);
+  int32_t *rank = malloc((p->n_tensors + 1) * sizeof *rank);
+  if (!boxes || !rank) ntp_out_of_memory();
+  for (size_t i = 0; i < m->n_forward_ops; i++) {
+    if (m->ops[i].code != IR_PARAM) continue;
+    int32_t v = m->ops[i].result;
+    size_t n = 0;
+    for (size_t t = 0; t < p->n_tensors; t++)
+      if (is_param(p, &p->tensors[t]) && p->tensors[t].init_value == v)
+        boxes[n] = p->tensors[t].init_box, rank[n++] = p->tensors[t].rank;
+    ntp_box whole = box_full(&m->values[v].shape), cell;
+    box_grid g;
+    if (!n || !box_grid_init(&g, &whole, boxes, n)) continue;
+    while (box_grid_next(&g, &cell)) {
+      bool held = false, alive = false;
+      for (size_t k = 0; k < n; k++)
+        if (box_contains(&boxes[k], &cell)) held = true, alive |= !dead[rank[k]];
+      if (held && !alive) lost += box_volume(&cell);
+    }
+    box_grid_free(&g);
+  }
+  free(boxes);
+  free(rank);
+  return lost;
+}
+
+/* Which single-GPU (and, with domains, whole-domain) failures leave state without a copy. */
+static void print_failures(const sh_program *p, FILE *out) {
+  int32_t W = p->world, D = p->domain_size > 0 ? p->domain_size : 1, nd = (W + D - 1) / D;
+  bool *dead = calloc((size_t)W + 1, 1);
+  if (!dead) ntp_out_of_memory();
+  for (int pass = 0; pass < (D > 1 && nd > 1 ? 2 : 1); pass++) {
+    int32_t unit = pass ? D : 1, n = pass ? nd : W, bad = 0;
+    char list[512] = "";
+    size_t len = 0;
+    for (int32_t u = 0; u < n; u++) {
+      memset(dead, 0, (size_t)W);
+      for (int32_t r = u * unit; r < (u + 1) * unit && r < W; r++) dead[r] = true;
+      int64_t lost = lost_elements(p, dead);
+      if (!lost) continue;
+      if (bad++ < 6 && len < sizeof list - 64)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %d (%lld elements)", bad > 1 ? ", " : "",
+                                pass ? "domain" : "GPU", u, (long long)lost);
+    }
+    const char *what = pass ? "a failure domain's loss" : "a single GPU's loss";
+    if (!bad) fprintf(out, "  %s: every element keeps a copy elsewhere, no checkpoint read\n", what);
+    else
+      fprintf(out, "  %s: %d of %d leave state with no copy (the checkpoint is read): %s%s\n", what, bad, n, list,
+              bad > 6 ? ", ..." : "");
+  }
+  free(dead);
+}
+
+void sh_print_optimizer(const sh_program *p, FILE *out) {
+  int32_t W = p->world;
+  int64_t *weights = calloc((size_t)W + 1, sizeof *weights), *state = calloc((size_t)W + 1, sizeof *state);
+  int64_t *sync = calloc((size_t)W + 1, sizeof *sync), *gather = calloc((size_t)W + 1, sizeof *gather);
+  if (!weights || !state || !sync || !gather) ntp_out_of_memory();
+  for (size_t t = 0; t < p->n_tensors; t++) {
+    const sh_tensor *x = &p->tensors[t];
+    if (!is_param(p, x)) continue;
+    state[x->rank] += 12 * box_volume(&x->init_box); /* an fp32 master and two fp32 moments */
+    if (!p->zero) weights[x->rank] += box_volume(&x->box) * (int64_t)dtype_bytes(x->dtype);
+  }
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const sh_step *st = &p->steps[s];
+    bool g = starts(st->why, "parameter gather"), y = starts(st->why, "gradient sync");
+    if (st->kind != SH_COMM || (!g && !y)) continue;
+    for (int k = 0; k < st->nranks; k++) (g ? gather : sync)[st->ranks[k]] += st->bytes_out[k];
+    if (g) { /* each gather fills one holder: its bytes once */
+      const sh_tensor *d = &p->tensors[st->xfers[0].dst];
+      weights[d->rank] += box_volume(&d->box) * (int64_t)dtype_bytes(d->dtype);
+    }
+  }
+  char a[32], b[32], c[32], d[32], e[32], f[32];
+  fprintf(out, "\ntraining state per GPU (");
+  if (p->zero)
+    fprintf(out, "ZeRO-%d: AdamW's state on %d owner%s of each part of every parameter", p->zero, p->redundancy,
+            p->redundancy == 1 ? "" : "s");
+  else fputs("every replica keeps the state of what it holds", out);
+  fprintf(out, "; failure domains of %d GPU%s)\n", p->domain_size > 0 ? p->domain_size : 1, p->domain_size > 1 ? "s" : "");
+  fprintf(out, "  %-5s %12s %14s %14s %14s %12s %12s\n", "rank", "weights", "optim. state", "peak activ.", "total",
+          "sync sent", "gather sent");
+  for (int32_t r = 0; r < W; r++) {
+    const sh_rank_mem *mm = &p->mem[r];
+    int64_t total = mm->param_bytes + mm->input_bytes + mm->arena_bytes + state[r];
+    fprintf(out, "  %-5d %12s %14s %14s %14s %12s %12s\n", r, human(weights[r], a, 32), human(state[r], b, 32),
+            human(mm->arena_bytes, c, 32), human(total, d, 32), human(sync[r], e, 32), human(gather[r], f, 32));
+  }
+  fputs("  (weights: the whole slices each GPU computes with; optim. state: fp32 masters and moments; the peak\n"
+        "  activations hold the gradients and, with ZeRO, the gathered weights; total: all of it with the inputs)\n",
+        out);
+  print_failures(p, out);
+  free(weights);
+  free(state);
+  free(sync);
+  free(gather);
+}
