@@ -286,6 +286,37 @@ static void sync_step(shard_lowering *L, sh_xfer *xf, size_t n, int64_t *ring, c
   memset(ring, 0, (size_t)p->world * sizeof *ring);
 }
 
+/* Every parameter's slices summed over everyone who holds them: one reduction step (ZeRO: a
+ * reduce-scatter to the owners; ZeRO-2: one per parameter, moved to follow its gradient). */
+static void sync_gradients(bwd *B) {
+  shard_lowering *L = B->L;
+  sh_program *p = B->p;
+  const ir_module *m = B->m;
+  if (shard_micro_batches(L)) shard_set_mb(L, -1);
+  sh_xfer *xf = NULL;
+  size_t n = 0, cap = 0, nsync = 0;
+  int64_t *ring = calloc((size_t)p->world + 1, sizeof *ring);
+  int32_t *syncs = malloc((m->n_forward_ops + 1) * sizeof *syncs);
+  if (!ring || !syncs) ntp_out_of_memory();
+  for (size_t i = 0; i < m->n_forward_ops; i++) {
+    if (m->ops[i].code != IR_PARAM) continue;
+    int32_t gv = ir_grad_output(m, m->ops[i].result);
+    if (gv >= 0) param_sync(B, m->ops[i].result, gv, &xf, &n, &cap, ring);
+    if (p->zero == 2 && n) {
+      sync_step(L, xf, n, ring, "gradient sync (ZeRO-2): the parameter's parts summed onto their owners");
+      syncs[nsync++] = (int32_t)p->n_steps - 1;
+      n = 0;
+    }
+  }
+  if (n)
+    sync_step(L, xf, n, ring, p->zero ? "gradient sync (ZeRO-1): every parameter's parts summed onto their owners"
+                                      : "gradient sync: every parameter slice, summed over its holders");
+  if (p->zero) shard_zero_rewrite(L, &B->zero, syncs, nsync);
+  free(syncs);
+  free(ring);
+  free(xf);
+}
+
 bool shard_backward(shard_lowering *L, diag_sink *diags) {
   sh_program *p = shard_lowering_program(L);
   const ir_module *m = p->global;
@@ -358,32 +389,8 @@ bool shard_backward(shard_lowering *L, diag_sink *diags) {
         diag_emit(diags, NTPC_ERROR, m->file, op.loc, "no gradient rule for op '%s'", ir_op_name(op.code));
     }
   }
-  /* every parameter's slices summed over everyone who holds them: one reduction step (ZeRO: a
-   * reduce-scatter to the owners; ZeRO-2: one per parameter, moved to follow its gradient) */
-  if (M) shard_set_mb(L, -1);
-  sh_xfer *xf = NULL;
-  size_t n = 0, cap = 0, nsync = 0;
-  int64_t *ring = calloc((size_t)p->world + 1, sizeof *ring);
-  int32_t *syncs = malloc((m->n_forward_ops + 1) * sizeof *syncs);
-  if (!ring || !syncs) ntp_out_of_memory();
-  for (size_t i = 0; ok && i < m->n_forward_ops; i++) {
-    if (m->ops[i].code != IR_PARAM) continue;
-    int32_t gv = ir_grad_output(m, m->ops[i].result);
-    if (gv >= 0) param_sync(&B, m->ops[i].result, gv, &xf, &n, &cap, ring);
-    if (p->zero == 2 && n) {
-      sync_step(L, xf, n, ring, "gradient sync (ZeRO-2): the parameter's parts summed onto their owners");
-      syncs[nsync++] = (int32_t)p->n_steps - 1;
-      n = 0;
-    }
-  }
-  if (ok && n)
-    sync_step(L, xf, n, ring, p->zero ? "gradient sync (ZeRO-1): every parameter's parts summed onto their owners"
-                                      : "gradient sync: every parameter slice, summed over its holders");
-  if (ok && p->zero) shard_zero_rewrite(L, &B.zero, syncs, nsync);
+  if (ok) sync_gradients(&B);
   shard_zero_free(&B.zero);
-  free(syncs);
-  free(ring);
-  free(xf);
   free(B.grad);
   free(B.needs);
   free(B.remap);
