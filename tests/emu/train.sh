@@ -6,7 +6,8 @@
 # one GPU, and through NCCL with its communicators aborted and shrunk, or created again), at 8
 # ranks with every layer its own way through NCCL (its overlap line showing more collectives with
 # compute in flight than step order, and the same bits in step order), and
-# of a bf16 GPT at 7 ranks; each step's loss and the trained parameters are compared with the CPU
+# of a bf16 GPT at 7 ranks, and with the distributed optimizer (ZeRO-2, redundancy 2) on one GPU and
+# through NCCL losing a GPU; each step's loss and the trained parameters are compared with the CPU
 # run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
 # the parameters' scale: bf16 activations make a gradient that is within their rounding step move
 # an element either way, by up to lr a step). AdamW's eps is 1e-4 here: a gradient that is
@@ -96,6 +97,14 @@ for how in shrink initall; do
   ! grep 'ntp-emu: error' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: the emulator reported an error"; fail=1; }
 done
 unset NTP_EMU_FAIL_GPUS NTP_NCCL_NO_SHRINK
+# the distributed optimizer (ZeRO-2, each part of the state on both replicas of (4, 3)): on one GPU,
+# and through NCCL with GPU 5 failing before step 2, its parts then taken from their other owners
+zero="$gpt --plan tests/plans/byte_gpt_zero2_43.ntp --backend cuda"
+train zero7 $zero --loopback && same cpu zero7 1e-5 1e-5
+export NTP_EMU_FAIL_GPUS=5
+train zero7_fail $zero --fail-at 2:5 && same cpu zero7_fail 1e-5 1e-5
+unset NTP_EMU_FAIL_GPUS
+grep -q '(no checkpoint read)' "$tmp/zero7_fail.out" || { echo "[FAIL] zero7_fail: no hand-over from the other owners"; fail=1; }
 bf16="tests/emu/models/train_bf16.ntp"
 train bf16_cpu $bf16 &&
   train bf16_cuda7 $bf16 --plan tests/plans/train_bf16_w7.ntp --backend cuda --loopback && same bf16_cpu bf16_cuda7 1e-3 5e-2 0.05

@@ -12,7 +12,8 @@
 #   ncclCommInitRank), re-plan, take the state from the surviving replicas (merged across their
 #   processes through NCCL) and take step 2 again with the same batch: the CPU run's losses and
 #   parameters; and GPU 6's process killed before step 3 as well; and a plan whose only copy of some
-#   state was on the killed GPU, which goes back to the checkpoint that rank 0's process wrote.
+#   state was on the killed GPU, which goes back to the checkpoint that rank 0's process wrote;
+#   and the distributed optimizer (ZeRO-2, redundancy 2) losing a process: no checkpoint read.
 # fp32 within 1e-5 (AdamW's eps 1e-4, as in train.sh). Run by CTest with the emulator's environment.
 set -u
 ntpc=$1 py=$2
@@ -119,6 +120,14 @@ check kill2 "3 6"
 for r in 0 1 2 4 5 7; do
   n=$(grep -c '(no checkpoint read)' "$tmp/kill2.$r.out")
   [ "$n" = 2 ] || { echo "[FAIL] kill2: rank $r took $n hand-overs, not 2"; fail=1; }
+done
+# the distributed optimizer across processes (ZeRO-2, each part of the state on both replicas of
+# (4, 3)): GPU 5's process killed before step 2, its parts taken from their other owners' processes
+procs zero 7 $gpt --plan tests/plans/byte_gpt_zero2_43.ntp --backend cuda --fail-at 2:5
+grep -E '^(step|  the distributed|  resumed)' "$tmp/zero.0.out"
+check zero 5
+for r in 0 1 2 3 4 6; do
+  grep -q '(no checkpoint read)' "$tmp/zero.$r.out" || { echo "[FAIL] zero: rank $r took no hand-over from the other owners"; fail=1; }
 done
 # the 7-GPU plan holds the embedding and the head once: GPU 3's process killed before step 3, the
 # only copies of some state are gone, and the 6 survivors go back to the step-2 checkpoint (written
