@@ -53,6 +53,9 @@ static const char usage_text[] =
     "                     interleaved (default when a rank holds several stages), zb-h1, or a\n"
     "                     FILE.csv table (one line per rank set, cells as 0F1)\n"
     "  --timeline FILE    (report) draw the schedule's timeline as an SVG\n"
+    "  --zero Z           with --train: the distributed optimizer (0, 1, 2; over the plan's line)\n"
+    "  --redundancy K     with --zero: each part of the optimizer's state on K replicas\n"
+    "  --domain-size D    GPUs per failure domain: a part's copies go to different ones\n"
     "  --gpu NAME|FILE    the device profile: 'tp auto' layers are planned for it (h100 default,\n"
     "                     h200, a100, b200, as 'ntpc plan --gpu'); a calibrated FILE also picks\n"
     "                     attention's CUDA kernel by its measured crossover ('ntpc calibrate')\n"
@@ -96,6 +99,7 @@ typedef struct options {
   const char *text;       /* --text STRING */
   const char *params_format; /* --params-format: the layout of --params and --save-params */
   long micro_batches;        /* --micro-batches */
+  cli_optimizer opt;         /* --zero, --redundancy, --domain-size */
   const char *schedule;      /* --schedule NAME or FILE.csv */
   const char *timeline;      /* --timeline FILE.svg (report) */
 } options;
@@ -354,6 +358,8 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       if (errno == ERANGE) return usage_error("--seed must be below 2^64, got '%s'", v);
     } else if ((rc = pipeline_option(argc, argv, &i, o, &missing)) != -2) {
       if (rc >= 0) return rc;
+    } else if (cli_optimizer_option("ntpc", argc, argv, &i, &missing, &o->opt, &rc)) {
+      if (rc >= 0) return rc;
     } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       char *end;
       o->world = strtol(v, &end, 10);
@@ -463,7 +469,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "train") == 0) return ntpc_train_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "goodput") == 0) return ntpc_goodput_command(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "calibrate") == 0) return ntpc_calibrate_command(argc - 1, argv + 1);
-  options o = {.world = -1, .iters = 10, .params_format = "ntp"};
+  options o = {.world = -1, .iters = 10, .params_format = "ntp", .opt = CLI_OPTIMIZER_UNSET};
   ntp_outfile_install_cleanup(); /* a killed ntpc leaves no temporary or half-built file */
   ntpc_session *s = ntpc_session_new();
   if (!s) return 2;
@@ -487,6 +493,10 @@ int main(int argc, char **argv) {
       rc = 2;
       goto out;
     }
+  }
+  if (!cli_optimizer_apply("ntpc", s, &o.opt)) {
+    rc = 2;
+    goto out;
   }
   ntpc_want_cuda(s, library || b->kernels || (o.emit && (strncmp(o.emit, "cuda", 4) == 0 || strcmp(o.emit, "image") == 0)));
   ntpc_status st = ntpc_compile_file(s, o.file);
