@@ -106,8 +106,11 @@ typedef struct options {
 
 static int usage_error(const char *fmt, const char *arg) { return cli_usage_error("ntpc", fmt, arg); }
 
-/* --micro-batches, --schedule, --timeline: -2 not one of them, -1 taken, else a usage error's status. */
+/* --micro-batches, --schedule, --timeline and the distributed optimizer's options: -2 not one of
+ * them, -1 taken, else a usage error's status. */
 static int pipeline_option(int argc, char **argv, int *i, options *o, bool *missing) {
+  int rc;
+  if (cli_optimizer_option("ntpc", argc, argv, i, missing, &o->opt, &rc)) return rc;
   const char *v;
   if ((v = cli_option_value(argc, argv, i, "--micro-batches", missing))) {
     char *end;
@@ -358,8 +361,6 @@ static int parse_args(int argc, char **argv, ntpc_session *s, options *o) {
       if (errno == ERANGE) return usage_error("--seed must be below 2^64, got '%s'", v);
     } else if ((rc = pipeline_option(argc, argv, &i, o, &missing)) != -2) {
       if (rc >= 0) return rc;
-    } else if (cli_optimizer_option("ntpc", argc, argv, &i, &missing, &o->opt, &rc)) {
-      if (rc >= 0) return rc;
     } else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
       char *end;
       o->world = strtol(v, &end, 10);
@@ -434,6 +435,12 @@ static int check_options(const options *o, const ntp_exec_backend **b) {
     return usage_error("%s applies to 'ntpc run' only", run_only);
   if (o->out && o->command && !o->emit && strcmp(o->command, "report") != 0)
     return usage_error("-o applies to --emit and report, not to '%s'", o->command);
+  const char *opt = o->opt.zero >= 0          ? "--zero"
+                    : o->opt.redundancy >= 0  ? "--redundancy"
+                    : o->opt.domain_size >= 0 ? "--domain-size"
+                                              : NULL;
+  if (opt && !o->train) /* the optimizer's: a forward alone has none, and it would look used */
+    return usage_error("%s shards the optimizer's state: it needs --train", opt);
   if (!(*b = ntp_exec_backend_find(o->backend, why, sizeof why))) return usage_error("%s", why);
   bool run = o->command && strcmp(o->command, "run") == 0;
   if (run && o->loopback && !(*b)->devices) /* a run would ignore it silently, and it would look used */
