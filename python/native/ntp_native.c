@@ -125,7 +125,7 @@ EXPORT void ntp_py_free(ntp_py_unit *u) {
 EXPORT int ntp_py_compile(const char *path, const char *source, const char *name, const char *const *defines,
                           int ndefines, const char *plan_file, const char *plan_name, const char *model, int world,
                           int train, int cuda, const char *gpu, int micro_batches, const char *schedule,
-                          ntp_py_unit **out) {
+                          int zero, int redundancy, int domain_size, ntp_py_unit **out) {
   *out = NULL;
   last_error[0] = 0;
   ntp_py_unit *u = calloc(1, sizeof *u);
@@ -156,6 +156,13 @@ EXPORT int ntp_py_compile(const char *path, const char *source, const char *name
       snprintf(last_error, sizeof last_error, "%s", ntpc_last_error(u->s));
       return NTPC_ERR_USAGE;
     }
+  }
+  /* the distributed optimizer over the plan's line (-1: unset; redundancy alone: with zero 1) */
+  if (((zero >= 0 || redundancy >= 0) &&
+       ntpc_set_optimizer(u->s, zero >= 0 ? zero : 1, redundancy >= 0 ? redundancy : 1) != NTPC_OK) ||
+      (domain_size >= 0 && ntpc_set_domain_size(u->s, domain_size) != NTPC_OK)) {
+    snprintf(last_error, sizeof last_error, "%s", ntpc_last_error(u->s));
+    return NTPC_ERR_USAGE;
   }
   ntpc_status st = path ? ntpc_compile_file(u->s, path) : ntpc_compile_string(u->s, name ? name : "<string>", source);
   render_diags(u);

@@ -71,7 +71,8 @@ class _Unit:
 
     def __init__(self, source: Union[str, PathLike], *, plan: Optional[PathLike], plan_name: Optional[str],
                  defines: Optional[Mapping[str, int]], model: Optional[str], world: Optional[int], train: bool,
-                 cuda: bool, gpu: Optional[str], micro_batches: int = 1, schedule: Optional[Union[str, PathLike]] = None):
+                 cuda: bool, gpu: Optional[str], micro_batches: int = 1, schedule: Optional[Union[str, PathLike]] = None,
+                 optimizer: Tuple[int, int, int] = (-1, -1, -1)):
         self.h = None  # set before anything can raise: __del__ frees it
         path, text = _path_or_source(source)
         defs = K.defines(defines)
@@ -80,7 +81,7 @@ class _Unit:
         enc = lambda s: None if s is None else os.fspath(s).encode()
         st = N.lib.ntp_py_compile(enc(path), enc(text), b"<string>", arr, len(defs), enc(plan), enc(plan_name),
                                   enc(model), int(world or 0), int(train), int(cuda), enc(gpu), int(micro_batches),
-                                  enc(schedule), C.byref(h))
+                                  enc(schedule), *optimizer, C.byref(h))
         self.h = h
         if st != 0:
             diags = self.diagnostics()
@@ -265,7 +266,8 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
             defines: Optional[Mapping[str, int]] = None, model: Optional[str] = None, world: Optional[int] = None,
             backend: str = "cpu", train: bool = False, seed: int = 0, loopback: bool = False, device: int = 0,
             gpu: Optional[str] = None, micro_batches: int = 1,
-            schedule: Optional[Union[str, PathLike]] = None) -> Model:
+            schedule: Optional[Union[str, PathLike]] = None, zero: Optional[int] = None,
+            redundancy: Optional[int] = None, domain_size: Optional[int] = None) -> Model:
     """Compiles a model (a .ntp path, or its source text) and makes it runnable.
 
     plan: a plan file (its plan for the model becomes active; plan_name picks one); defines:
@@ -277,8 +279,10 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     attention kernel (ntpc --gpu); micro_batches: cut the batch into this many micro-batches whose
     gradients accumulate (a plan's pipeline stages run them concurrently); schedule: how they are
     ordered on each rank, "gpipe", "1f1b", "interleaved", "zb-h1" or a CSV table's path (ntpc
-    --micro-batches, --schedule; docs/pipeline.md). Errors in the model raise NtpError with every
-    diagnostic."""
+    --micro-batches, --schedule; docs/pipeline.md); zero, redundancy, domain_size: with train, the
+    distributed optimizer over the plan's 'optimizer' line (ZeRO stage 0 to 2, each part of the
+    state on this many replicas, GPUs per failure domain; ntpc --zero, --redundancy, --domain-size;
+    docs/training.md). Errors in the model raise NtpError with every diagnostic."""
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a backend's name, got {type(backend).__name__} {backend!r}")
     kernels = C.c_int(0)  # the runtime's table of backends says which names exist and what each runs
@@ -292,8 +296,14 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     micro_batches = K.whole("micro_batches", micro_batches, 1, 4096)  # ntpc --micro-batches
     if schedule is not None and not isinstance(schedule, (str, os.PathLike)):
         raise TypeError(f"schedule must be a schedule's name or a CSV file's path, got {type(schedule).__name__}")
+    opt = (zero, redundancy, domain_size)
+    bounds = (("zero", 0, 2), ("redundancy", 1, 64), ("domain_size", 0, 4096))
+    opt = tuple(-1 if v is None else K.whole(name, v, lo, hi) for v, (name, lo, hi) in zip(opt, bounds))
+    if not train and opt != (-1, -1, -1):  # a forward has no optimizer: it would look used
+        name = bounds[next(i for i, v in enumerate(opt) if v >= 0)][0]
+        raise ValueError(f"{name} shards the optimizer's state: it needs train=True")
     unit = _Unit(source, plan=plan, plan_name=plan_name, defines=defines, model=model, world=world, train=train,
-                 cuda=bool(kernels.value), gpu=gpu, micro_batches=micro_batches, schedule=schedule)
+                 cuda=bool(kernels.value), gpu=gpu, micro_batches=micro_batches, schedule=schedule, optimizer=opt)
     return Model(unit, backend=backend, seed=seed, loopback=loopback, device=device)
 
 

@@ -71,7 +71,7 @@ lib = C.CDLL(_find())
 P = C.c_void_p
 lib.ntp_py_compile.argtypes = [C.c_char_p, C.c_char_p, C.c_char_p, C.POINTER(C.c_char_p), C.c_int, C.c_char_p,
                                C.c_char_p, C.c_char_p, C.c_int, C.c_int, C.c_int, C.c_char_p, C.c_int, C.c_char_p,
-                               C.POINTER(P)]
+                               C.c_int, C.c_int, C.c_int, C.POINTER(P)]
 lib.ntp_py_compile.restype = C.c_int
 lib.ntp_py_free.argtypes = [P]
 lib.ntp_py_artifact.argtypes = [P]

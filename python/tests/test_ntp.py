@@ -136,6 +136,27 @@ def test_pipeline_train_steps_equal_unsharded():
         ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, micro_batches=0)
 
 
+def test_distributed_optimizer_train_steps_equal_unsharded():
+    """ZeRO-1/2 with redundant shards (docs/training.md#the-distributed-optimizer): the plan's line or
+    the keywords over it train as the unsharded model does; bad values and a forward are refused."""
+    plan = ROOT / "tests" / "plans" / "byte_gpt_zero2_43.ntp"
+    d = {"B": 4, "S": 16, "D": 64, "H": 8}
+    tok = np.random.default_rng(4).integers(0, 256, size=(3, 4, 17))
+    whole = ntp.compile(BYTE_GPT, defines=d, train=True)
+    want = [whole.train_step(tok[k, :, :16], tok[k, :, 1:], lr=1e-3) for k in range(3)]
+    for kw in ({}, {"zero": 1}, {"zero": 2, "redundancy": 1, "domain_size": 4}, {"redundancy": 3}):
+        m = ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, **kw)
+        got = [m.train_step(tok[k, :, :16], tok[k, :, 1:], lr=1e-3) for k in range(3)]
+        assert np.allclose(got, want, rtol=1e-5), (kw, got, want)
+        assert np.allclose(m.get_param("blk.0.attn.wq"), whole.get_param("blk.0.attn.wq"), rtol=1e-4, atol=1e-6), kw
+    with pytest.raises(ValueError, match="zero"):
+        ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, zero=3)
+    with pytest.raises(ValueError, match="redundancy"):
+        ntp.compile(BYTE_GPT, defines=d, train=True, plan=plan, zero=0, redundancy=2)
+    with pytest.raises(ValueError, match="needs train=True"):
+        ntp.compile(BYTE_GPT, defines=d, plan=plan, zero=1)
+
+
 def test_hugging_face_layout(tmp_path, tokens):
     rng = np.random.default_rng(5)
     D, V, L = 64, 250, 2
