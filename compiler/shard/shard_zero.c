@@ -156,19 +156,14 @@ static void make_shards(shard_lowering *L, sh_zero *z, size_t nt) {
   }
 }
 
-/* Holder slice t gathered from the owners of the parts it covers (its own copy where it owns one,
- * else one owner per part, spread over the copies); its parameter step's place in the program is
- * taken by the gather (and a re-boxing copy when t is a slice of a slice). Returns the steps made. */
-static size_t gather_holder(shard_lowering *L, const sh_zero *z, int32_t t) {
+/* Holder slice t's transfers from the owners of the parts it covers (its own copy where it owns
+ * one, else one owner per part, spread over the copies), appended to xf; the tensor they fill: t,
+ * or one in the parameter's coordinates when t is a slice of a slice (then re-boxed into t). */
+static int32_t holder_xfers(shard_lowering *L, const sh_zero *z, int32_t t, sh_xfer *xf, size_t *n) {
   sh_program *p = shard_lowering_program(L);
-  sh_tensor *x = &p->tensors[t];
-  sh_step hs = p->steps[x->def];
-  int32_t v = x->init_value, rank = x->rank;
-  size_t first = p->n_steps, n = 0;
-  sh_xfer *xf = malloc((z->n + 1) * sizeof *xf);
-  if (!xf) ntp_out_of_memory();
-  int32_t dst = t;
-  if (!box_eq(&x->box, &x->init_box) || x->global != v) { /* gathered in the parameter's coordinates */
+  const sh_tensor *x = &p->tensors[t];
+  int32_t v = x->init_value, rank = x->rank, dst = t;
+  if (!box_eq(&x->box, &x->init_box) || x->global != v) {
     dst = shard_new_temp(L, rank, x->init_box, x->dtype);
     p->tensors[dst].global = v;
     x = &p->tensors[t];
@@ -177,26 +172,45 @@ static size_t gather_holder(shard_lowering *L, const sh_zero *z, int32_t t) {
     const sh_zero_shard *s = &z->s[i];
     ntp_box cut;
     if (s->v != v || s->copy != 0 || !box_intersect(&s->box, &x->init_box, &cut)) continue;
-    size_t pick = i, ncopies = 0; /* this part's copies follow it: its own, else one by rank */
+    size_t ncopies = 0; /* this part's copies follow it */
     for (size_t j = i; j < z->n && z->s[j].v == v && box_eq(&z->s[j].box, &s->box) && (j == i || z->s[j].copy); j++)
       ncopies++;
-    pick = i + (size_t)rank % ncopies;
+    size_t pick = i + (size_t)rank % ncopies;
     for (size_t j = i; j < i + ncopies; j++)
       if (z->s[j].rank == rank) pick = j;
-    xf[n++] = (sh_xfer){.src = z->tensor[pick], .dst = dst, .box = cut};
+    xf[(*n)++] = (sh_xfer){.src = z->tensor[pick], .dst = dst, .box = cut};
   }
-  const char *why = arena_printf(&p->pool, "parameter gather: %s's slice from the owners of its parts", x->name);
+  return dst;
+}
+
+/* Holder slices hold[0..nh) (a layer's) gathered by one step, which takes the first one's place; the holders become activations. Returns the steps made. */
+static size_t gather_holders(shard_lowering *L, const sh_zero *z, const int32_t *hold, size_t nh) {
+  sh_program *p = shard_lowering_program(L);
+  sh_step hs = p->steps[p->tensors[hold[0]].def];
+  size_t first = p->n_steps, n = 0, cap = 0;
+  for (size_t k = 0; k < nh; k++) cap += z->n;
+  sh_xfer *xf = malloc((cap + 1) * sizeof *xf);
+  int32_t *dst = malloc((nh + 1) * sizeof *dst);
+  if (!xf || !dst) ntp_out_of_memory();
+  for (size_t k = 0; k < nh; k++) dst[k] = holder_xfers(L, z, hold[k], xf, &n);
+  const char *why = nh == 1 ? arena_printf(&p->pool, "parameter gather: %s's slice from the owners of its parts",
+                                           p->tensors[hold[0]].name)
+                            : arena_printf(&p->pool, "parameter gather: %zu slices from the owners of their parts", nh);
   shard_backward_comm(L, COMM_ALL_GATHER, xf, n, why);
-  free(xf);
-  if (dst != t) {
-    shard_backward_compute(L, rank, IR_RESHAPE, &dst, 1, NULL, p->tensors[t].box, p->tensors[t].dtype, hs.layer, hs.loc);
-    p->steps[p->n_steps - 1].op.result = t;
+  for (size_t k = 0; k < nh; k++) {
+    sh_tensor *x = &p->tensors[hold[k]];
+    if (dst[k] != hold[k]) {
+      shard_backward_compute(L, x->rank, IR_RESHAPE, &dst[k], 1, NULL, x->box, x->dtype, hs.layer, hs.loc);
+      p->steps[p->n_steps - 1].op.result = hold[k];
+      x = &p->tensors[hold[k]];
+    }
+    x->persistent = false, x->init_value = -1, x->mb = -1;
   }
   for (size_t s = first; s < p->n_steps; s++)
     p->steps[s].layer = hs.layer, p->steps[s].loc = hs.loc, p->steps[s].mb = -1, p->steps[s].phase = SH_PHASE_F,
     p->steps[s].at_layer = hs.at_layer;
-  x = &p->tensors[t];
-  x->persistent = false, x->init_value = -1, x->mb = -1;
+  free(xf);
+  free(dst);
   return p->n_steps - first;
 }
 
@@ -212,13 +226,35 @@ void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, siz
   for (size_t i = 0; i < z->n; i++) sharded[z->s[i].v] = true;
   make_shards(L, z, nt);
   size_t n_init = p->n_steps;
+  /* the holders by layer: a layer's slices on every rank are one gather step, at the place of the
+   * first of their parameter steps (a gather writes only its holders, which nothing reads before
+   * their own parameter step would have made them, from shards made at the start) */
+  size_t nl = m->n_layers + 1;
+  int32_t *holder_of_step = malloc((n_old + 1) * sizeof *holder_of_step), *run = malloc((nt + 1) * sizeof *run);
+  bool *done = calloc(nl + 1, 1);
+  if (!holder_of_step || !run || !done) ntp_out_of_memory();
+  for (size_t s = 0; s < n_old; s++) holder_of_step[s] = -1;
   for (size_t t = 0; t < nt; t++) {
     const sh_tensor *x = &p->tensors[t];
-    if (!x->persistent || x->init_value < 0 || !sharded[x->init_value]) continue;
-    int32_t def = x->def, at = (int32_t)p->n_steps;
-    nrepl[def] = (int32_t)gather_holder(L, z, (int32_t)t);
-    repl[def] = at;
+    if (x->persistent && x->init_value >= 0 && sharded[x->init_value]) holder_of_step[x->def] = (int32_t)t;
   }
+  for (size_t s0 = 0; s0 < n_old; s0++) {
+    if (holder_of_step[s0] < 0) continue;
+    size_t l = p->steps[s0].layer >= 0 ? (size_t)p->steps[s0].layer : nl - 1, nr = 0;
+    if (done[l]) {
+      nrepl[s0] = -1; /* taken by its layer's gather */
+      continue;
+    }
+    done[l] = true;
+    for (size_t s = s0; s < n_old; s++)
+      if (holder_of_step[s] >= 0 && (p->steps[s].layer >= 0 ? (size_t)p->steps[s].layer : nl - 1) == l)
+        run[nr++] = holder_of_step[s];
+    repl[s0] = (int32_t)p->n_steps;
+    nrepl[s0] = (int32_t)gather_holders(L, z, run, nr);
+  }
+  free(done);
+  free(holder_of_step);
+  free(run);
   /* ZeRO-2: each parameter's sync right after the last step writing what it sums */
   for (size_t t = 0; t < nt; t++) writer[t] = -1;
   for (size_t s = 0; s < n_old; s++) {
@@ -240,8 +276,10 @@ void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, siz
   for (size_t q = 0; q < nsync; q++) /* a sync of nothing made in the program (none in practice) */
     if (ready[q] < 0) order[n++] = syncs[q];
   for (size_t s = 0; s < n_old; s++) {
-    if (nrepl[s])
+    if (nrepl[s] > 0)
       for (int32_t k = 0; k < nrepl[s]; k++) order[n++] = repl[s] + k;
+    else if (nrepl[s] < 0)
+      ;
     else if (!is_sync[s]) order[n++] = (int32_t)s;
     for (size_t q = 0; q < nsync; q++)
       if (ready[q] == (int32_t)s) order[n++] = syncs[q];
