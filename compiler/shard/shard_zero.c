@@ -19,6 +19,7 @@
  * ZeRO-2 also frees the gradients early: each parameter's sync is its own step, placed right after
  * its last contribution is made, so the whole-slice gradients die there (the memory plan sees it)
  * instead of living to the end of the backward as with ZeRO-1's one sync step. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,24 +127,53 @@ void shard_zero_free(sh_zero *z) {
   *z = (sh_zero){0};
 }
 
-/* A holder slice of parameter v on `rank` containing box b (its step gives the shard's layer and
- * position); -1 when none. */
-static int32_t holder_of(const sh_program *p, size_t nt, int32_t v, int32_t rank, const ntp_box *b) {
+/* Where each sharded parameter's shards and holders are: z->s[zs[v]..ze[v]) (shards are appended
+ * parameter by parameter), and its holder slices hold[hs[v]..hs[v + 1]) (the persistent slices the
+ * lowering made, before the rewrite), so no pass looks at more than one parameter's. */
+typedef struct zindex {
+  size_t *zs, *ze;
+  int32_t *hs, *hold;
+} zindex;
+
+static void index_build(const sh_program *p, const sh_zero *z, size_t nt, zindex *ix) {
+  size_t nv = p->global->n_values;
+  ix->zs = calloc(nv + 1, sizeof *ix->zs), ix->ze = calloc(nv + 1, sizeof *ix->ze);
+  ix->hs = calloc(nv + 2, sizeof *ix->hs), ix->hold = malloc((nt + 1) * sizeof *ix->hold);
+  if (!ix->zs || !ix->ze || !ix->hs || !ix->hold) ntp_out_of_memory();
+  for (size_t i = z->n; i-- > 0;) ix->zs[z->s[i].v] = i;
+  for (size_t i = 0; i < z->n; i++) ix->ze[z->s[i].v] = i + 1;
   for (size_t t = 0; t < nt; t++) {
     const sh_tensor *x = &p->tensors[t];
-    if (x->persistent && x->init_value == v && x->rank == rank && box_contains(&x->init_box, b)) return (int32_t)t;
+    if (x->persistent && x->init_value >= 0 && ix->ze[x->init_value]) ix->hs[x->init_value + 1]++;
   }
-  return -1;
+  for (size_t v = 0; v < nv; v++) ix->hs[v + 1] += ix->hs[v];
+  int32_t *at = calloc(nv + 1, sizeof *at);
+  if (!at) ntp_out_of_memory();
+  for (size_t t = 0; t < nt; t++) {
+    const sh_tensor *x = &p->tensors[t];
+    if (x->persistent && x->init_value >= 0 && ix->ze[x->init_value])
+      ix->hold[ix->hs[x->init_value] + at[x->init_value]++] = (int32_t)t;
+  }
+  free(at);
+}
+
+static void index_free(zindex *ix) {
+  free(ix->zs), free(ix->ze), free(ix->hs), free(ix->hold);
 }
 
 /* Every shard a persistent slice of its parameter, made by a parameter step (set, loaded or
- * initialised as any slice is). */
-static void make_shards(shard_lowering *L, sh_zero *z, size_t nt) {
+ * initialised as any slice is), with the layer and place of a holder on its rank that contains it
+ * (the owners are holders). */
+static void make_shards(shard_lowering *L, sh_zero *z, const zindex *ix) {
   sh_program *p = shard_lowering_program(L);
   if (!(z->tensor = malloc((z->n + 1) * sizeof *z->tensor))) ntp_out_of_memory();
   for (size_t i = 0; i < z->n; i++) {
     const sh_zero_shard *s = &z->s[i];
-    int32_t h = holder_of(p, nt, s->v, s->rank, &s->box);
+    int32_t h = -1;
+    for (int32_t k = ix->hs[s->v]; k < ix->hs[s->v + 1] && h < 0; k++) {
+      const sh_tensor *x = &p->tensors[ix->hold[k]];
+      if (x->rank == s->rank && box_contains(&x->init_box, &s->box)) h = ix->hold[k];
+    }
     sh_step hs = p->steps[p->tensors[h].def]; /* a copy: the table grows */
     const sh_tensor *ht = &p->tensors[h];
     const char *name = ht->name;
@@ -159,7 +189,8 @@ static void make_shards(shard_lowering *L, sh_zero *z, size_t nt) {
 /* Holder slice t's transfers from the owners of the parts it covers (its own copy where it owns
  * one, else one owner per part, spread over the copies), appended to xf; the tensor they fill: t,
  * or one in the parameter's coordinates when t is a slice of a slice (then re-boxed into t). */
-static int32_t holder_xfers(shard_lowering *L, const sh_zero *z, int32_t t, sh_xfer *xf, size_t *n) {
+static int32_t holder_xfers(shard_lowering *L, const sh_zero *z, const zindex *ix, int32_t t, sh_xfer *xf,
+                            size_t *n) {
   sh_program *p = shard_lowering_program(L);
   const sh_tensor *x = &p->tensors[t];
   int32_t v = x->init_value, rank = x->rank, dst = t;
@@ -168,12 +199,12 @@ static int32_t holder_xfers(shard_lowering *L, const sh_zero *z, int32_t t, sh_x
     p->tensors[dst].global = v;
     x = &p->tensors[t];
   }
-  for (size_t i = 0; i < z->n; i++) {
+  for (size_t i = ix->zs[v]; i < ix->ze[v]; i++) {
     const sh_zero_shard *s = &z->s[i];
     ntp_box cut;
-    if (s->v != v || s->copy != 0 || !box_intersect(&s->box, &x->init_box, &cut)) continue;
+    if (s->copy != 0 || !box_intersect(&s->box, &x->init_box, &cut)) continue;
     size_t ncopies = 0; /* this part's copies follow it */
-    for (size_t j = i; j < z->n && z->s[j].v == v && box_eq(&z->s[j].box, &s->box) && (j == i || z->s[j].copy); j++)
+    for (size_t j = i; j < ix->ze[v] && box_eq(&z->s[j].box, &s->box) && (j == i || z->s[j].copy); j++)
       ncopies++;
     size_t pick = i + (size_t)rank % ncopies;
     for (size_t j = i; j < i + ncopies; j++)
@@ -184,15 +215,18 @@ static int32_t holder_xfers(shard_lowering *L, const sh_zero *z, int32_t t, sh_x
 }
 
 /* Holder slices hold[0..nh) (a layer's) gathered by one step, which takes the first one's place; the holders become activations. Returns the steps made. */
-static size_t gather_holders(shard_lowering *L, const sh_zero *z, const int32_t *hold, size_t nh) {
+static size_t gather_holders(shard_lowering *L, const sh_zero *z, const zindex *ix, const int32_t *hold, size_t nh) {
   sh_program *p = shard_lowering_program(L);
   sh_step hs = p->steps[p->tensors[hold[0]].def];
   size_t first = p->n_steps, n = 0, cap = 0;
-  for (size_t k = 0; k < nh; k++) cap += z->n;
+  for (size_t k = 0; k < nh; k++) {
+    int32_t v = p->tensors[hold[k]].init_value;
+    cap += ix->ze[v] - ix->zs[v];
+  }
   sh_xfer *xf = malloc((cap + 1) * sizeof *xf);
   int32_t *dst = malloc((nh + 1) * sizeof *dst);
   if (!xf || !dst) ntp_out_of_memory();
-  for (size_t k = 0; k < nh; k++) dst[k] = holder_xfers(L, z, hold[k], xf, &n);
+  for (size_t k = 0; k < nh; k++) dst[k] = holder_xfers(L, z, ix, hold[k], xf, &n);
   const char *why = nh == 1 ? arena_printf(&p->pool, "parameter gather: %s's slice from the owners of its parts",
                                            p->tensors[hold[0]].name)
                             : arena_printf(&p->pool, "parameter gather: %zu slices from the owners of their parts", nh);
@@ -214,48 +248,57 @@ static size_t gather_holders(shard_lowering *L, const sh_zero *z, const int32_t 
   return p->n_steps - first;
 }
 
-void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, size_t nsync) {
+/* The holders by layer: a layer's slices on every rank are one gather step, at the place of the
+ * first of their parameter steps (a gather writes only its holders, which nothing reads before
+ * their own parameter step would have made them, from shards made at the start). repl[s] and
+ * nrepl[s]: the steps that take old step s's place (nrepl -1: none, its layer's gather took it). */
+static void gather_by_layer(shard_lowering *L, const sh_zero *z, const zindex *ix, size_t n_old, int32_t *repl,
+                            int32_t *nrepl) {
   sh_program *p = shard_lowering_program(L);
-  const ir_module *m = p->global;
-  size_t n_old = p->n_steps, nt = p->n_tensors;
-  bool *sharded = calloc(m->n_values + 1, 1);
-  int32_t *repl = malloc((n_old + 1) * sizeof *repl), *nrepl = calloc(n_old + 1, sizeof *nrepl);
-  int32_t *writer = malloc((nt + 1) * sizeof *writer), *ready = malloc((nsync + 1) * sizeof *ready);
-  bool *is_sync = calloc(n_old + 1, 1);
-  if (!sharded || !repl || !nrepl || !writer || !ready || !is_sync) ntp_out_of_memory();
-  for (size_t i = 0; i < z->n; i++) sharded[z->s[i].v] = true;
-  make_shards(L, z, nt);
-  size_t n_init = p->n_steps;
-  /* the holders by layer: a layer's slices on every rank are one gather step, at the place of the
-   * first of their parameter steps (a gather writes only its holders, which nothing reads before
-   * their own parameter step would have made them, from shards made at the start) */
-  size_t nl = m->n_layers + 1;
-  int32_t *holder_of_step = malloc((n_old + 1) * sizeof *holder_of_step), *run = malloc((nt + 1) * sizeof *run);
-  bool *done = calloc(nl + 1, 1);
-  if (!holder_of_step || !run || !done) ntp_out_of_memory();
+  size_t nl = p->global->n_layers + 1, nv = p->global->n_values;
+  size_t *start = calloc(nl + 2, sizeof *start), *at = calloc(nl + 1, sizeof *at);
+  int32_t *by_layer = malloc(((size_t)ix->hs[nv] + 1) * sizeof *by_layer);
+  int32_t *holder_of_step = malloc((n_old + 1) * sizeof *holder_of_step);
+  if (!start || !at || !by_layer || !holder_of_step) ntp_out_of_memory();
   for (size_t s = 0; s < n_old; s++) holder_of_step[s] = -1;
-  for (size_t t = 0; t < nt; t++) {
-    const sh_tensor *x = &p->tensors[t];
-    if (x->persistent && x->init_value >= 0 && sharded[x->init_value]) holder_of_step[x->def] = (int32_t)t;
-  }
-  for (size_t s0 = 0; s0 < n_old; s0++) {
-    if (holder_of_step[s0] < 0) continue;
-    size_t l = p->steps[s0].layer >= 0 ? (size_t)p->steps[s0].layer : nl - 1, nr = 0;
-    if (done[l]) {
-      nrepl[s0] = -1; /* taken by its layer's gather */
+  for (int32_t k = 0; k < ix->hs[nv]; k++) holder_of_step[p->tensors[ix->hold[k]].def] = ix->hold[k];
+#define LAYER_OF(s) (p->steps[s].layer >= 0 ? (size_t)p->steps[s].layer : nl - 1)
+  for (size_t s = 0; s < n_old; s++)
+    if (holder_of_step[s] >= 0) start[LAYER_OF(s) + 1]++;
+  for (size_t l = 0; l < nl; l++) start[l + 1] += start[l];
+  for (size_t s = 0; s < n_old; s++) /* in step order within each layer */
+    if (holder_of_step[s] >= 0) by_layer[start[LAYER_OF(s)] + at[LAYER_OF(s)]++] = holder_of_step[s];
+  for (size_t s = 0; s < n_old; s++) {
+    if (holder_of_step[s] < 0) continue;
+    size_t l = LAYER_OF(s);
+    if (at[l] == SIZE_MAX) { /* its layer's gather is made already */
+      nrepl[s] = -1;
       continue;
     }
-    done[l] = true;
-    for (size_t s = s0; s < n_old; s++)
-      if (holder_of_step[s] >= 0 && (p->steps[s].layer >= 0 ? (size_t)p->steps[s].layer : nl - 1) == l)
-        run[nr++] = holder_of_step[s];
-    repl[s0] = (int32_t)p->n_steps;
-    nrepl[s0] = (int32_t)gather_holders(L, z, run, nr);
+    repl[s] = (int32_t)p->n_steps;
+    nrepl[s] = (int32_t)gather_holders(L, z, ix, by_layer + start[l], start[l + 1] - start[l]);
+    at[l] = SIZE_MAX; /* done */
   }
-  free(done);
+#undef LAYER_OF
+  free(start);
+  free(at);
+  free(by_layer);
   free(holder_of_step);
-  free(run);
-  /* ZeRO-2: each parameter's sync right after the last step writing what it sums */
+}
+
+typedef struct sync_at {
+  int32_t ready, step;
+} sync_at;
+static int by_ready(const void *a, const void *b) {
+  const sync_at *x = a, *y = b;
+  return x->ready != y->ready ? (x->ready > y->ready) - (x->ready < y->ready) : (x->step > y->step) - (x->step < y->step);
+}
+
+/* ZeRO-2: each parameter's sync placed right after the last of the old steps writing what it sums. */
+static sync_at *place_syncs(const sh_program *p, size_t n_old, size_t nt, const int32_t *syncs, size_t nsync) {
+  int32_t *writer = malloc((nt + 1) * sizeof *writer);
+  sync_at *q = malloc((nsync + 1) * sizeof *q);
+  if (!writer || !q) ntp_out_of_memory();
   for (size_t t = 0; t < nt; t++) writer[t] = -1;
   for (size_t s = 0; s < n_old; s++) {
     const sh_step *st = &p->steps[s];
@@ -263,26 +306,42 @@ void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, siz
     else
       for (size_t x = 0; x < st->nxfers; x++) writer[st->xfers[x].dst] = (int32_t)s;
   }
-  for (size_t q = 0; q < nsync; q++) {
-    const sh_step *st = &p->steps[syncs[q]];
-    ready[q] = -1;
-    is_sync[syncs[q]] = true;
+  for (size_t k = 0; k < nsync; k++) {
+    const sh_step *st = &p->steps[syncs[k]];
+    q[k] = (sync_at){-1, syncs[k]};
     for (size_t x = 0; x < st->nxfers; x++)
-      if ((size_t)st->xfers[x].src < nt && writer[st->xfers[x].src] > ready[q]) ready[q] = writer[st->xfers[x].src];
+      if ((size_t)st->xfers[x].src < nt && writer[st->xfers[x].src] > q[k].ready) q[k].ready = writer[st->xfers[x].src];
   }
+  qsort(q, nsync, sizeof *q, by_ready);
+  q[nsync] = (sync_at){INT32_MAX, -1};
+  free(writer);
+  return q;
+}
+
+void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, size_t nsync) {
+  sh_program *p = shard_lowering_program(L);
+  size_t n_old = p->n_steps, nt = p->n_tensors;
+  zindex ix;
+  index_build(p, z, nt, &ix);
+  int32_t *repl = malloc((n_old + 1) * sizeof *repl), *nrepl = calloc(n_old + 1, sizeof *nrepl);
+  bool *is_sync = calloc(n_old + 1, 1);
+  if (!repl || !nrepl || !is_sync) ntp_out_of_memory();
+  make_shards(L, z, &ix);
+  size_t n_init = p->n_steps;
+  gather_by_layer(L, z, &ix, n_old, repl, nrepl);
+  sync_at *q = place_syncs(p, n_old, nt, syncs, nsync);
+  for (size_t k = 0; k < nsync; k++) is_sync[syncs[k]] = true;
   int32_t *order = malloc((p->n_steps + 1) * sizeof *order), n = 0;
   if (!order) ntp_out_of_memory();
   for (size_t s = n_old; s < n_init; s++) order[n++] = (int32_t)s; /* the shards: persistent, first */
-  for (size_t q = 0; q < nsync; q++) /* a sync of nothing made in the program (none in practice) */
-    if (ready[q] < 0) order[n++] = syncs[q];
+  size_t k = 0;
+  for (; q[k].ready < 0; k++) order[n++] = q[k].step; /* a sync of nothing made here (none in practice) */
   for (size_t s = 0; s < n_old; s++) {
     if (nrepl[s] > 0)
-      for (int32_t k = 0; k < nrepl[s]; k++) order[n++] = repl[s] + k;
-    else if (nrepl[s] < 0)
-      ;
-    else if (!is_sync[s]) order[n++] = (int32_t)s;
-    for (size_t q = 0; q < nsync; q++)
-      if (ready[q] == (int32_t)s) order[n++] = syncs[q];
+      for (int32_t j = 0; j < nrepl[s]; j++) order[n++] = repl[s] + j;
+    else if (nrepl[s] == 0 && !is_sync[s])
+      order[n++] = (int32_t)s;
+    for (; q[k].ready == (int32_t)s; k++) order[n++] = q[k].step;
   }
   sh_step *steps = malloc(((size_t)n + 1) * sizeof *steps);
   if (!steps) ntp_out_of_memory();
@@ -292,10 +351,9 @@ void shard_zero_rewrite(shard_lowering *L, sh_zero *z, const int32_t *syncs, siz
   sh_recount_uses(p, INT32_MAX);
   free(steps);
   free(order);
-  free(sharded);
+  free(q);
   free(repl);
   free(nrepl);
-  free(writer);
-  free(ready);
   free(is_sync);
+  index_free(&ix);
 }

@@ -16,34 +16,58 @@ static bool is_param(const sh_program *p, const sh_tensor *t) {
 
 static bool starts(const char *s, const char *prefix) { return s && !strncmp(s, prefix, strlen(prefix)); }
 
-/* Elements of state that no rank outside `dead` holds: per parameter, the cells of its persistent
- * slices, each counted when every slice holding it is on a dead rank. */
-static int64_t lost_elements(const sh_program *p, const bool *dead) {
-  const ir_module *m = p->global;
-  int64_t lost = 0;
-  ntp_box *boxes = malloc((p->n_tensors + 1) * sizeof *boxes);
-  int32_t *rank = malloc((p->n_tensors + 1) * sizeof *rank);
-  if (!boxes || !rank) ntp_out_of_memory();
-  for (size_t i = 0; i < m->n_forward_ops; i++) {
-    if (m->ops[i].code != IR_PARAM) continue;
-    int32_t v = m->ops[i].result;
-    size_t n = 0;
-    for (size_t t = 0; t < p->n_tensors; t++)
-      if (is_param(p, &p->tensors[t]) && p->tensors[t].init_value == v)
-        boxes[n] = p->tensors[t].init_box, rank[n++] = p->tensors[t].rank;
-    ntp_box whole = box_full(&m->values[v].shape), cell;
-    box_grid g;
-    if (!n || !box_grid_init(&g, &whole, boxes, n)) continue;
-    while (box_grid_next(&g, &cell)) {
-      bool held = false, alive = false;
-      for (size_t k = 0; k < n; k++)
-        if (box_contains(&boxes[k], &cell)) held = true, alive |= !dead[rank[k]];
-      if (held && !alive) lost += box_volume(&cell);
+/* The state's cells: per parameter, the common refinement of its persistent slices (the owned
+ * parts with a distributed optimizer), each with its elements and the ranks holding it. */
+typedef struct state_cells {
+  int64_t *vol;
+  size_t *first; /* cell c's ranks: rank[first[c]..first[c + 1]) */
+  int32_t *rank;
+  size_t n, cap, nr, rcap;
+} state_cells;
+
+static void add_cells(const sh_program *p, int32_t v, const int32_t *ts, size_t n, ntp_box *boxes, state_cells *c) {
+  for (size_t k = 0; k < n; k++) boxes[k] = p->tensors[ts[k]].init_box;
+  ntp_box whole = box_full(&p->global->values[v].shape), cell;
+  box_grid g;
+  if (!n || !box_grid_init(&g, &whole, boxes, n)) return;
+  while (box_grid_next(&g, &cell)) {
+    size_t r0 = c->nr;
+    for (size_t k = 0; k < n; k++)
+      if (box_contains(&boxes[k], &cell)) VEC_PUSH(c->rank, c->nr, c->rcap, p->tensors[ts[k]].rank);
+    if (c->nr == r0) continue;
+    if (c->n + 2 > c->cap) {
+      c->cap = 2 * c->cap + 16;
+      c->vol = realloc(c->vol, c->cap * sizeof *c->vol), c->first = realloc(c->first, (c->cap + 1) * sizeof *c->first);
+      if (!c->vol || !c->first) ntp_out_of_memory();
     }
-    box_grid_free(&g);
+    c->vol[c->n] = box_volume(&cell), c->first[c->n++] = r0;
   }
-  free(boxes);
-  free(rank);
+  box_grid_free(&g);
+  if (c->first) c->first[c->n] = c->nr;
+}
+
+static void state_cells_build(const sh_program *p, state_cells *c) {
+  size_t nv = p->global->n_values, *start = calloc(nv + 2, sizeof *start), *at = calloc(nv + 1, sizeof *at);
+  int32_t *ts = malloc((p->n_tensors + 1) * sizeof *ts);
+  ntp_box *boxes = malloc((p->n_tensors + 1) * sizeof *boxes);
+  if (!start || !at || !ts || !boxes) ntp_out_of_memory();
+  for (size_t t = 0; t < p->n_tensors; t++) /* the slices by parameter */
+    if (is_param(p, &p->tensors[t])) start[p->tensors[t].init_value + 1]++;
+  for (size_t v = 0; v < nv; v++) start[v + 1] += start[v];
+  for (size_t t = 0; t < p->n_tensors; t++)
+    if (is_param(p, &p->tensors[t])) ts[start[p->tensors[t].init_value] + at[p->tensors[t].init_value]++] = (int32_t)t;
+  for (size_t v = 0; v < nv; v++) add_cells(p, (int32_t)v, ts + start[v], start[v + 1] - start[v], boxes, c);
+  free(start), free(at), free(ts), free(boxes);
+}
+
+/* Elements of state that no rank outside `dead` holds. */
+static int64_t lost_elements(const state_cells *c, const bool *dead) {
+  int64_t lost = 0;
+  for (size_t k = 0; k < c->n; k++) {
+    bool alive = false;
+    for (size_t r = c->first[k]; r < c->first[k + 1] && !alive; r++) alive = !dead[c->rank[r]];
+    if (!alive) lost += c->vol[k];
+  }
   return lost;
 }
 
@@ -51,7 +75,9 @@ static int64_t lost_elements(const sh_program *p, const bool *dead) {
 static void print_failures(const sh_program *p, FILE *out) {
   int32_t W = p->world, D = p->domain_size > 0 ? p->domain_size : 1, nd = (W + D - 1) / D;
   bool *dead = calloc((size_t)W + 1, 1);
+  state_cells c = {0};
   if (!dead) ntp_out_of_memory();
+  state_cells_build(p, &c);
   for (int pass = 0; pass < (D > 1 && nd > 1 ? 2 : 1); pass++) {
     int32_t unit = pass ? D : 1, n = pass ? nd : W, bad = 0;
     char list[512] = "";
@@ -59,7 +85,7 @@ static void print_failures(const sh_program *p, FILE *out) {
     for (int32_t u = 0; u < n; u++) {
       memset(dead, 0, (size_t)W);
       for (int32_t r = u * unit; r < (u + 1) * unit && r < W; r++) dead[r] = true;
-      int64_t lost = lost_elements(p, dead);
+      int64_t lost = lost_elements(&c, dead);
       if (!lost) continue;
       if (bad++ < 6 && len < sizeof list - 64)
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %d (%lld elements)", bad > 1 ? ", " : "",
@@ -71,6 +97,7 @@ static void print_failures(const sh_program *p, FILE *out) {
       fprintf(out, "  %s: %d of %d leave state with no copy (the checkpoint is read): %s%s\n", what, bad, n, list,
               bad > 6 ? ", ..." : "");
   }
+  free(c.vol), free(c.first), free(c.rank);
   free(dead);
 }
 
@@ -78,7 +105,8 @@ void sh_print_optimizer(const sh_program *p, FILE *out) {
   int32_t W = p->world;
   int64_t *weights = calloc((size_t)W + 1, sizeof *weights), *state = calloc((size_t)W + 1, sizeof *state);
   int64_t *sync = calloc((size_t)W + 1, sizeof *sync), *gather = calloc((size_t)W + 1, sizeof *gather);
-  if (!weights || !state || !sync || !gather) ntp_out_of_memory();
+  bool *seen = calloc(p->n_tensors + 1, 1);
+  if (!weights || !state || !sync || !gather || !seen) ntp_out_of_memory();
   for (size_t t = 0; t < p->n_tensors; t++) {
     const sh_tensor *x = &p->tensors[t];
     if (!is_param(p, x)) continue;
@@ -90,9 +118,11 @@ void sh_print_optimizer(const sh_program *p, FILE *out) {
     bool g = starts(st->why, "parameter gather"), y = starts(st->why, "gradient sync");
     if (st->kind != SH_COMM || (!g && !y)) continue;
     for (int k = 0; k < st->nranks; k++) (g ? gather : sync)[st->ranks[k]] += st->bytes_out[k];
-    if (g) { /* each gather fills one holder: its bytes once */
-      const sh_tensor *d = &p->tensors[st->xfers[0].dst];
-      weights[d->rank] += box_volume(&d->box) * (int64_t)dtype_bytes(d->dtype);
+    for (size_t x = 0; g && x < st->nxfers; x++) { /* the holders a gather fills, each once */
+      int32_t d = st->xfers[x].dst;
+      if (seen[d]) continue;
+      seen[d] = true;
+      weights[p->tensors[d].rank] += box_volume(&p->tensors[d].box) * (int64_t)dtype_bytes(p->tensors[d].dtype);
     }
   }
   char a[32], b[32], c[32], d[32], e[32], f[32];
@@ -114,6 +144,7 @@ void sh_print_optimizer(const sh_program *p, FILE *out) {
         "  activations hold the gradients and, with ZeRO, the gathered weights; total: all of it with the inputs)\n",
         out);
   print_failures(p, out);
+  free(seen);
   free(weights);
   free(state);
   free(sync);
