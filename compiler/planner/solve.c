@@ -718,6 +718,7 @@ static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_r
   if (rq->train) pl_add_recompute_states(&st, &ns, &cs);
   plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->train, diags);
   free(st);
+  if (T && rq->train && rq->zero > 0) pl_zero_set(T, rq->zero, rq->redundancy); /* priced as asked */
   return T;
 }
 
