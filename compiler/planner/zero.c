@@ -18,7 +18,7 @@
 
 /* Within this fraction of the fastest candidate's step, the more resilient candidate is taken
  * (redundancy 2, or every replica keeping all, over state a single GPU's loss would take). */
-#define ZERO_SLACK 0.02
+#define ZERO_SLACK 0.04
 
 /* What layer i at state s keeps and sends in a training step, at T's ZeRO stage. */
 typedef struct zero_price {

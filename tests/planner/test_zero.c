@@ -11,7 +11,7 @@
  *  3. the search over ZeRO-priced tables: the DP equals the exhaustive search, bit for bit;
  *  4. plan_solve: zero 0 forced gives the same plan and step as zero 0 searched among the
  *     candidates of zero auto (the tables re-priced), and auto never chooses a plan slower
- *     than 2% over the fastest candidate.
+ *     than 4% over the fastest candidate.
  */
 #include <math.h>
 #include <stdio.h>
@@ -160,7 +160,7 @@ static void test_choice(int m, const plan_model *pm, const ir_module *mod, const
       double fastest = INFINITY;
       for (int32_t a = 0; a < sa.nalts; a++)
         if (sa.alts[a].feasible && sa.alts[a].step_s < fastest) fastest = sa.alts[a].step_s;
-      CHECK(sa.step_s <= fastest * 1.02, "%s W=%d: chose %.9g s, the fastest is %.9g s", models[m].file, W, sa.step_s,
+      CHECK(sa.step_s <= fastest * 1.04, "%s W=%d: chose %.9g s, the fastest is %.9g s", models[m].file, W, sa.step_s,
             fastest);
     }
     plan_solution_free(&s0);
