@@ -240,6 +240,10 @@ static bool survivors_solve(const plan_model *pm, const ir_module *m, const plan
   }
   double tms = pl_now_ms() - t0;
   out->phys = phys;
+  if (rq->train && healthy) { /* the survivors keep the healthy plan's optimizer stage */
+    if (rq->domain_size > 0) T->domain = rq->domain_size;
+    pl_zero_set(T, healthy->zero, healthy->redundancy);
+  }
   pl_solve_and_fill(T, pl_cap_of(rq), rq->quanta, out);
   out->tables_ms = tms;
   plan_tables_free(T);

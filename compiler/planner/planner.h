@@ -180,7 +180,16 @@ typedef struct plan_request {
                                  replicas, optimizer state and saved activations (docs/planner.md) */
   int32_t max_groups;         /* free layers get at most this many groups; 0 = no limit. 1: every layer over
                                  all the ranks (uniform TP; sequence parallelism and recomputation still chosen) */
+  /* training, the distributed optimizer ('optimizer zero Z redundancy K;'): the ZeRO stage 0..2, or
+     PLAN_ZERO_AUTO (each stage searched, one chosen); 0, the default, is every replica keeping all */
+  int32_t zero;
+  int32_t redundancy;         /* ZeRO: GPUs that keep each optimizer shard; 0 = chosen (1 or 2) */
+  int32_t domain_size;        /* GPUs per failure domain (a node, an NVL domain); 0 = nodes_of */
 } plan_request;
+
+#define PLAN_ZERO_AUTO (-1)
+/* ZeRO candidates a training plan can be priced at (zero 0; zero 1 and 2 at redundancy 1, 2) */
+#define PLAN_ZERO_MAX_ALTS 5
 
 /* One layer of a solved plan. */
 typedef struct plan_layer_out {
@@ -195,6 +204,12 @@ typedef struct plan_layer_out {
   double redist_bytes;        /* bytes received by the most-loaded rank in the redistribution */
   double sync_s;              /* training: its parameters' gradient sync over the groups (in comm_s) */
   double train_bytes;         /* training: gradients, fp32 masters and moments, saved activations */
+  /* training, split: what the most-loaded rank keeps (gradients, optimizer state: with ZeRO its
+     shards) and its saved activations; the bytes it sends in the gradient sync (all-reduce, or
+     ZeRO's reduce-scatter with the redundant copies) and receives in the parameter all-gather */
+  double grad_bytes, opt_bytes, saved_bytes, sync_bytes, gather_bytes;
+  int32_t replicas;           /* groups holding its parameters (with rows) */
+  int32_t domains;            /* the fewest failure domains the holders of one of its elements lie in */
 } plan_layer_out;
 
 /* A plan for one set of ranks. */
@@ -223,6 +238,19 @@ typedef struct plan_solution {
                                  and the plan's own; the search then is exact for that reserve) */
   double tables_ms;           /* cost tables */
   char why[256];              /* when infeasible */
+  /* training, the distributed optimizer: the stage and redundancy priced (chosen, or forced) */
+  int32_t zero, redundancy, domain_size;
+  double grad_bytes, opt_bytes, saved_bytes; /* per layer's busiest rank, summed (in train_bytes) */
+  double grad_full, opt_full; /* the same without ZeRO: every replica keeping all */
+  double sync_bytes, gather_bytes; /* per step, busiest rank of each layer, summed */
+  int32_t lone_layers;        /* layers whose optimizer state a single GPU's failure loses (one copy) */
+  int32_t domain_layers;      /* layers whose state a failure domain's loss takes (all copies in it) */
+  int32_t nalts;              /* the candidates searched (zero auto), in order */
+  struct plan_zero_alt {
+    int32_t zero, redundancy;
+    bool feasible, pruned;    /* pruned: its lower bound was slower than the chosen margin */
+    double step_s, mem_peak, search_ms;
+  } alts[PLAN_ZERO_MAX_ALTS];
 } plan_solution;
 
 /* Healthy planning (request->nfailed == 0). `m` is the module pm was built from; a plan active

@@ -115,6 +115,12 @@ struct plan_tables {
   double *tcomp, *tcomm, *pmax, *amax, *rbytes, *ubytes; /* [n*S] */
   bool train;     /* plan_request.train: the costs of a training step (train_costs) */
   double *pbytes, *tsync; /* [n*S]: parameter bytes alone (pmax adds a training step's state), gradient sync time */
+  /* training: what the ZeRO pricing starts from (zero.c), so another stage re-prices without the
+     forward's costs: [n*S] the working set of the forward, the collectives' time without the sync */
+  double *famax, *tbase;
+  int32_t zero, red, domain; /* the ZeRO stage and redundancy priced; GPUs per failure domain */
+  double const_act;          /* the working set of ops no layer places (act_reserve's floor) */
+  double cutoff;             /* > 0: pl_solve_tables gives up when its lower bound is slower */
   const double **trans, **tbytes;                        /* [n] */
   const float **ftrans;                                  /* [n] */
   trans_entry *cache;
@@ -190,6 +196,12 @@ void pl_add_reads_plan(const plan_tables *T, const int32_t *choice, double *per_
 double pl_move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_t s_lo, int32_t s_hi, double *bytes,
                         double *per_rank_in);
 void pl_unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, double *per_rank);
+
+/* zero.c: the distributed optimizer in a training step */
+double pl_train_costs(plan_tables *T, int32_t i, int32_t s, unary_out *u);
+void pl_zero_set(plan_tables *T, int32_t zero, int32_t red);
+void pl_zero_fill(const plan_tables *T, const int32_t *choice, plan_solution *out);
+void pl_zero_solve(plan_tables *T, const plan_request *rq, plan_solution *out);
 
 /* write.c */
 const char *pl_fmt_bytes(double b, char *buf, size_t cap);

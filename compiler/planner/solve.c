@@ -445,6 +445,7 @@ bool pl_solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *ch
     memcpy(s.legal, T->legal, ns);
     nt = candidate_peaks(T, s.legal, thetas);
     lb = first_bound(&s);
+    if (T->cutoff > 0 && lb + T->const_time > T->cutoff) nt = 0; /* slower than the caller can use */
   }
   s.quanta = finer_quanta(T, thetas, nt, quanta, s.fit);
   /* every peak is searched when that is cheap; past the budget only the incumbent's own peak */
@@ -468,6 +469,7 @@ bool pl_solve_tables(plan_tables *T, double mem_cap, int32_t quanta, int32_t *ch
   }
   if (s.legal) memcpy(T->legal, s.legal, ns);
   T->act_reserve = reserve;
+  out->lower_bound_s = lb + T->const_time;
   if (s.ok) {
     out->lower_bound_s = (lb < s.ta ? lb : s.ta) + T->const_time;
     out->exact = out->quantum == 0 || s.ta <= lb * (1 + 1e-12);
@@ -615,6 +617,7 @@ void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, pla
     out->rank_act[r] = act;
     if (out->rank_params[r] + act > out->mem_peak) out->mem_peak = out->rank_params[r] + act;
   }
+  pl_zero_fill(T, choice, out);
   out->train = T->train;
   out->mem_peak += out->train_bytes;
   out->const_s = T->const_time;
@@ -696,7 +699,8 @@ static bool plan_solve_unguarded(const plan_model *pm, const ir_module *m, const
   if (!T) return false;
   out->tables_ms = pl_now_ms() - t0;
   double tms = out->tables_ms;
-  pl_solve_and_fill(T, pl_cap_of(rq), rq->quanta, out);
+  if (rq->train) pl_zero_solve(T, rq, out); /* the optimizer's stage chosen (or forced) with the plan */
+  else pl_solve_and_fill(T, pl_cap_of(rq), rq->quanta, out);
   out->tables_ms = tms;
   plan_tables_free(T);
   return true;
@@ -714,6 +718,7 @@ static plan_tables *plan_tables_new_unguarded(const plan_model *pm, const plan_r
   if (rq->train) pl_add_recompute_states(&st, &ns, &cs);
   plan_tables *T = pl_tables_build(pm, rq->prof, W, NULL, rq->nodes_of, st, ns, NULL, rq->train, diags);
   free(st);
+  if (T && rq->train && rq->zero > 0) pl_zero_set(T, rq->zero, rq->redundancy); /* priced as asked */
   return T;
 }
 

@@ -345,40 +345,6 @@ void pl_unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, dou
   free(prm);
 }
 
-/* A training step's costs of layer i at state s, from its forward's (u, changed in place); the
- * gradient sync's time is returned. The backward runs about twice the forward's kernels (each
- * GEMM's dgrad and wgrad; the elementwise and norm backward read twice what their forward
- * reads) and sends what the forward's collectives send once more (each has a conjugate: the
- * row-parallel all-reduce becomes the column-parallel input gradient's). Every parameter's
- * gradient is summed over the groups that hold it (replicas at different degrees, over the
- * common refinement of their slices: a ring all-reduce among the groups of what the busiest
- * rank holds). Beside its parameters a rank keeps their gradients (storage dtype), fp32 master
- * weights and two fp32 AdamW moments (optimizer state sharded like the parameters), and the
- * layer's activations from its forward until its backward: additive over the layers, where the
- * forward's working set is a peak. A recomputed state ('recompute', pl->rc) keeps no activations
- * and pays the forward's kernels and transfers once more. */
-static double train_costs(const plan_tables *T, int32_t i, int32_t s, unary_out *u) {
-  const chain_layer *c = &T->pm->L[i];
-  const plan_place *pl = &T->st[s];
-  u->comp *= pl->rc ? 4 : 3; /* recomputed: the forward once more */
-  u->comm *= pl->rc ? 3 : 2;
-  double sync = 0;
-  if (pl->ngroups > 1 && u->pmax > 0) {
-    int32_t gs[NTP_MAX_GROUPS + 1];
-    pl_group_starts(pl, gs);
-    plan_level lv = PLAN_INTRA;
-    for (int g = 1; g < pl->ngroups; g++)
-      if (T->node[gs[g]] != T->node[gs[0]]) lv = PLAN_INTER;
-    sync = plan_allreduce_time(T->prof, lv, pl->ngroups, u->pmax);
-  }
-  u->comm += sync;
-  /* per element: its gradient, an fp32 master and two fp32 moments (train.c keeps a master for
-   * fp32 parameters too) */
-  double eb = (double)dtype_bytes(c->wdt), state = eb + 12.0;
-  u->pmax = u->pmax * (1.0 + state / eb) + (pl->rc ? 0.0 : u->amax); /* recomputed: nothing kept */
-  return sync;
-}
-
 static bool legal_state(const plan_tables *T, int32_t i, int32_t s, bool pinned) {
   const chain_layer *c = &T->pm->L[i];
   const plan_place *pl = &T->st[s];
@@ -531,6 +497,8 @@ void plan_tables_free(plan_tables *t) {
   free(t->amax);
   free(t->pbytes);
   free(t->tsync);
+  free(t->famax);
+  free(t->tbase);
   free(t->rbytes);
   free(t->ubytes);
   free(t->trans);
@@ -599,13 +567,15 @@ static bool tables_alloc(plan_tables *T, int32_t n, int32_t S, int32_t W) {
   T->ubytes = calloc(ns, sizeof(double));
   T->pbytes = calloc(ns, sizeof(double));
   T->tsync = calloc(ns, sizeof(double));
+  T->famax = calloc(ns, sizeof(double));
+  T->tbase = calloc(ns, sizeof(double));
   T->trans = calloc((size_t)n, sizeof *T->trans);
   T->tbytes = calloc((size_t)n, sizeof *T->tbytes);
   T->ftrans = calloc((size_t)n, sizeof *T->ftrans);
   T->ptime = calloc(ns, sizeof(float));
   T->punits = calloc(ns, sizeof(int64_t));
   return T->node && T->st && T->pin && T->legal && T->tcomp && T->tcomm && T->pmax && T->amax && T->rbytes &&
-         T->ubytes && T->pbytes && T->tsync && T->trans && T->tbytes && T->ftrans && T->ptime && T->punits;
+         T->ubytes && T->pbytes && T->tsync && T->famax && T->tbase && T->trans && T->tbytes && T->ftrans && T->ptime && T->punits;
 }
 
 /* Layer i's unary entries at every state: those of an earlier layer alike (same >= 0), or
@@ -626,6 +596,8 @@ static bool unary_layer(plan_tables *T, int32_t i, int32_t same) {
       T->ubytes[k] = T->ubytes[kj];
       T->pbytes[k] = T->pbytes[kj];
       T->tsync[k] = T->tsync[kj];
+      T->famax[k] = T->famax[kj];
+      T->tbase[k] = T->tbase[kj];
       any |= T->legal[k];
       continue;
     }
@@ -636,7 +608,7 @@ static bool unary_layer(plan_tables *T, int32_t i, int32_t same) {
     unary_out u;
     pl_unary_eval(T, i, s, &u, NULL);
     T->pbytes[k] = u.pmax;
-    if (T->train) T->tsync[k] = train_costs(T, i, s, &u);
+    if (T->train) T->tsync[k] = pl_train_costs(T, i, s, &u);
     T->tcomp[k] = u.comp;
     T->tcomm[k] = u.comm;
     T->pmax[k] = u.pmax;
@@ -703,6 +675,7 @@ static void constant_costs(plan_tables *T) {
   free(prm);
   for (int32_t e = pm->umove_off[n]; e < pm->umove_off[n + 1]; e++)
     T->const_time += pl_move_eval(T, &pm->moves[pm->umove_ix[e]], 0, 0, 0, NULL, NULL);
+  T->const_act = fa;
   if (fa > T->act_reserve) T->act_reserve = fa;
 }
 
@@ -715,6 +688,8 @@ plan_tables *pl_tables_build(const plan_model *pm, const plan_profile *prof, int
   int32_t n = pm->n;
   if (!T) goto oom;
   T->train = train;
+  T->red = 1;
+  T->domain = nodes_of > 0 ? nodes_of : 8; /* a node, unless the request says otherwise */
   T->pm = pm;
   T->prof = prof;
   T->W = W;

@@ -166,7 +166,9 @@ void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const 
                      const char *header) {
   int32_t n = pm->n;
   write_header(out, header);
-  fprintf(out, "plan %s for %s {\n  world %d;\n\n", name, m->name, s->world);
+  fprintf(out, "plan %s for %s {\n  world %d;\n", name, m->name, s->world);
+  if (s->train && s->zero > 0) fprintf(out, "  optimizer zero %d redundancy %d;\n", s->zero, s->redundancy);
+  fputc('\n', out);
   if (needs_base_rule(m, s->world)) fprintf(out, "  *  tp %d;  // layers without a degree of their own\n", s->world);
   plan_rules R = {.pm = pm, .m = m};
   R.fam = malloc((size_t)n * sizeof *R.fam);
@@ -207,6 +209,47 @@ static const char *fmt_time(double s, char *buf, size_t cap) {
   else if (s >= 1e-3) snprintf(buf, cap, "%.3f ms", s * 1e3);
   else snprintf(buf, cap, "%.1f us", s * 1e6);
   return buf;
+}
+
+/* the candidate stages of a training plan, as `--zero` and `--redundancy` name them */
+static const char *zero_name(int32_t zero, int32_t red, char *buf, size_t cap) {
+  if (zero == 0) snprintf(buf, cap, "zero 0");
+  else snprintf(buf, cap, "zero %d redundancy %d", zero, red);
+  return buf;
+}
+
+/* A training plan's state per GPU with and without ZeRO, its sync, the failures that need the
+ * checkpoint, and the stages searched. */
+static void write_zero_report(FILE *out, const plan_solution *s) {
+  char b1[32], b2[32], b3[32], b4[32], b5[32], t1[32], z[64];
+  fprintf(out, "training state per GPU: gradients %s (unsharded %s) + optimizer state %s (unsharded %s: fp32 "
+          "masters, AdamW moments) + saved activations %s\n", pl_fmt_bytes(s->grad_bytes, b1, sizeof b1),
+          pl_fmt_bytes(s->grad_full, b2, sizeof b2), pl_fmt_bytes(s->opt_bytes, b3, sizeof b3),
+          pl_fmt_bytes(s->opt_full, b4, sizeof b4), pl_fmt_bytes(s->saved_bytes, b5, sizeof b5));
+  if (s->zero == 0)
+    fprintf(out, "optimizer: zero 0: every replica keeps its parameters' whole state; gradient sync: all-reduce of %s "
+            "per step, %s of the step\n", pl_fmt_bytes(s->sync_bytes, b1, sizeof b1), fmt_time(s->sync_s, t1, sizeof t1));
+  else
+    fprintf(out, "optimizer: zero %d redundancy %d: the optimizer state%s of each element sharded over its replicas, "
+            "each shard kept by %d; gradient sync: reduce-scatter %s sent + parameter all-gather %s received per "
+            "step, %s of the step\n", s->zero, s->redundancy, s->zero == 2 ? " and gradients" : "", s->redundancy,
+            pl_fmt_bytes(s->sync_bytes, b1, sizeof b1), pl_fmt_bytes(s->gather_bytes, b2, sizeof b2),
+            fmt_time(s->sync_s, t1, sizeof t1));
+  fprintf(out, "failures: one GPU: %s", s->lone_layers ? "needs the checkpoint" : "no checkpoint read");
+  if (s->lone_layers) fprintf(out, " (%d layers keep one copy of some state)", s->lone_layers);
+  fprintf(out, "; a failure domain of %d GPUs: %s", s->domain_size, s->domain_layers ? "needs the checkpoint" : "no checkpoint read");
+  if (s->domain_layers) fprintf(out, " (%d layers keep every copy of some state in one domain)", s->domain_layers);
+  fprintf(out, "\n");
+  if (s->nalts < 2) return;
+  fprintf(out, "optimizer stages searched:");
+  for (int32_t a = 0; a < s->nalts; a++) {
+    const struct plan_zero_alt *al = &s->alts[a];
+    fprintf(out, "%s %s ", a ? ";" : "", zero_name(al->zero, al->redundancy, z, sizeof z));
+    if (al->feasible) fprintf(out, "%s", fmt_time(al->step_s, t1, sizeof t1));
+    else fprintf(out, "%s", al->pruned ? "slower (bound)" : "does not fit");
+    if (al->zero == s->zero && al->redundancy == s->redundancy) fprintf(out, " (chosen)");
+  }
+  fprintf(out, "\n");
 }
 
 void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof) {
@@ -283,9 +326,7 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
             pl_fmt_bytes(maxp, b1, sizeof b1), pl_fmt_bytes(s->rank_act[0], b2, sizeof b2),
             pl_fmt_bytes(s->train_bytes, t1, sizeof t1), pl_fmt_bytes(s->mem_peak, t2, sizeof t2),
             pl_fmt_bytes(s->mem_cap, b3, sizeof b3), prof->device);
-    fprintf(out, "training state: each layer's gradients, fp32 master weights and AdamW moments (sharded like the "
-                 "parameters) and its saved activations; gradient sync over the replicas %s of the step\n",
-            fmt_time(s->sync_s, t1, sizeof t1));
+    write_zero_report(out, s);
   } else {
     fprintf(out, "memory per GPU: parameters %s + activations %s = %s of %s (%s; busiest rank)\n",
             pl_fmt_bytes(maxp, b1, sizeof b1), pl_fmt_bytes(s->rank_act[0], b2, sizeof b2),
@@ -301,8 +342,10 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
   } else {
     fprintf(out, "memory does not bind: the plan is the unconstrained optimum\n");
   }
-  fprintf(out, "search: %d layers x %d placements; cost tables %.1f ms, search %.2f ms (%d memory DP%s)\n", n,
+  fprintf(out, "search: %d layers x %d placements; cost tables %.1f ms, search %.2f ms (%d memory DP%s", n,
           s->states, s->tables_ms, s->search_ms, s->full_dps, s->full_dps == 1 ? "" : "s");
+  if (s->nalts > 1) fprintf(out, "; %d optimizer stages", s->nalts);
+  fprintf(out, ")\n");
 }
 
 static void svg_text(FILE *out, double x, double y, const char *anchor, int size, const char *fill, const char *text) {

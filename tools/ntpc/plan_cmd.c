@@ -38,6 +38,10 @@ static const char plan_usage[] =
     "  --fail R1,R2,...   re-plan for the GPUs that survive these physical ranks\n"
     "  --train            plan a training step: forward + backward, the gradients' sync over the\n"
     "                     replicas, gradients, fp32 masters and AdamW moments, saved activations\n"
+    "  --zero Z           training: the optimizer's ZeRO stage, 0, 1, 2 or auto (default auto:\n"
+    "                     chosen with the placements, or the --plan's 'optimizer' statement)\n"
+    "  --redundancy K     training with ZeRO: GPUs keeping each optimizer shard, or auto (1 or 2)\n"
+    "  --domain-size D    GPUs per failure domain, a node or an NVL domain (default: --nodes-of)\n"
     "  --name PLAN        name of the written plan (default MODEL_wW_GPU, + _failR1_R2)\n"
     "  -o FILE            the plan file (default PLAN.ntp in the current directory)\n"
     "  --svg FILE         the picture (default PLAN.svg in the current directory)\n"
@@ -90,6 +94,10 @@ typedef struct plan_opts {
   long world, nodes_of, quanta;
   double mem_cap_gib;
   bool train; /* plan a training step (plan_request.train) */
+  /* training: --zero (PLAN_ZERO_AUTO: chosen), --redundancy (0: chosen), --domain-size (0: a node);
+     given: said on the command line (else a --plan's 'optimizer' statement decides) */
+  long zero, redundancy, domain_size;
+  bool zero_given, redundancy_given;
 } plan_opts;
 
 /* A session with the model compiled (and, when plan_file is set, that plan active). */
@@ -299,7 +307,7 @@ static void print_throughput(const char *what, const plan_solution *s, double to
 
 /* The options into *o: -1 to go on, else the exit status (--help: 0). */
 static int parse_options(int argc, char **argv, plan_opts *po) {
-  plan_opts o = {.world = -1, .nodes_of = 8, .quanta = 1024};
+  plan_opts o = {.world = -1, .nodes_of = 8, .quanta = 1024, .zero = PLAN_ZERO_AUTO};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     bool missing = false;
@@ -326,6 +334,19 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
       if (!parse_long(v, 1, 1 << 16, &o.nodes_of)) return usage_fail("--nodes-of expects GPUs per node, got '%s'", v);
     } else if ((v = cli_option_value(argc, argv, &i, "--fail", &missing))) o.fail = v;
     else if (strcmp(a, "--train") == 0) o.train = true;
+    else if ((v = cli_option_value(argc, argv, &i, "--zero", &missing))) {
+      o.zero_given = true;
+      if (strcmp(v, "auto") == 0) o.zero = PLAN_ZERO_AUTO;
+      else if (!parse_long(v, 0, 2, &o.zero)) return usage_fail("--zero expects 0, 1, 2 or auto, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--redundancy", &missing))) {
+      o.redundancy_given = true;
+      if (strcmp(v, "auto") == 0) o.redundancy = 0;
+      else if (!parse_long(v, 1, 64, &o.redundancy))
+        return usage_fail("--redundancy expects GPUs per optimizer shard (1 to 64) or auto, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--domain-size", &missing))) {
+      if (!parse_long(v, 1, 1 << 16, &o.domain_size))
+        return usage_fail("--domain-size expects GPUs per failure domain, got '%s'", v);
+    }
     else if ((v = cli_option_value(argc, argv, &i, "--name", &missing))) o.name = v;
     else if ((v = cli_option_value(argc, argv, &i, "--svg", &missing))) o.svg = v;
     else if ((v = cli_option_value(argc, argv, &i, "--layer-times", &missing))) o.layer_times = v;
@@ -350,6 +371,10 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
   if (!o.file) return usage_fail("%s", "no model file");
   if (o.gpu && o.profile) return usage_fail("%s", "give --gpu or --profile, not both");
   if (o.name && !is_ident(o.name)) return usage_fail("--name must be an identifier (letters, digits, _), got '%s'", o.name);
+  if ((o.zero_given || o.redundancy_given) && !o.train)
+    return usage_fail("%s", "--zero and --redundancy price the optimizer of a training step: they need --train");
+  if (o.zero_given && o.zero == 0 && o.redundancy > 0)
+    return usage_fail("%s", "--redundancy shards the optimizer's state: it needs --zero 1 or 2");
   if (o.out && !*o.out) return usage_fail("%s", "-o needs a file name");
   if (o.svg && !*o.svg) return usage_fail("%s", "--svg needs a file name");
   *po = o;
@@ -581,6 +606,15 @@ static void plan_name(const plan_opts *o, const plan_profile *prof, const ir_mod
     snprintf(name + strlen(name), cap - strlen(name), "%s%d", k ? "_" : "_fail", failed[k]);
 }
 
+/* A --plan's 'optimizer zero Z redundancy K;' is kept as its other rules are, unless the command
+ * line says otherwise. */
+static void optimizer_of_plan(const plan_opts *o, const ir_module *m, plan_request *rq) {
+  const ir_plan *pl = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  if (!pl || !pl->zero_loc.first_line || !o->train) return;
+  if (!o->zero_given) rq->zero = pl->zero;
+  if (!o->redundancy_given && pl->zero > 0) rq->redundancy = pl->redundancy;
+}
+
 int ntpc_plan_parse_options(int argc, char **argv) {
   plan_opts o;
   return parse_options(argc, argv, &o);
@@ -637,7 +671,9 @@ int ntpc_plan_command(int argc, char **argv) {
 
   plan_request rq = {.world = W, .prof = &prof, .mem_cap = o.mem_cap_gib * 1073741824.0, .nodes_of = (int32_t)o.nodes_of,
                      .quanta = (int32_t)o.quanta, .failed = nfailed ? failed : NULL, .nfailed = nfailed,
-                     .train = o.train};
+                     .train = o.train, .zero = (int32_t)o.zero, .redundancy = (int32_t)o.redundancy,
+                     .domain_size = (int32_t)o.domain_size};
+  optimizer_of_plan(&o, m, &rq);
   double tokens = plan_model_tokens(pm);
   plan_job job = {s, &o, pm, m, rq, &prof, name, pfile, sfile, seen, W, tokens};
   rc = nfailed ? plan_after_failure(&job) : plan_healthy(&job);
