@@ -28,21 +28,23 @@ typedef struct live_block {
 } live_block;
 
 typedef struct def_id {
-  int32_t def, id;
+  int32_t rank, def, id; /* rank: 0 for every tensor when sorting by definition alone */
 } def_id;
 
 static int by_def(const void *a, const void *b) {
   const def_id *x = a, *y = b;
+  if (x->rank != y->rank) return (x->rank > y->rank) - (x->rank < y->rank);
   if (x->def != y->def) return (x->def > y->def) - (x->def < y->def);
   return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Non-persistent tensor ids sorted by the step that defines them. */
-static size_t defined_order(const sh_program *p, int32_t *order) {
+/* Non-persistent tensor ids sorted by the step that defines them (by_rank: by rank first). */
+static size_t defined_order(const sh_program *p, int32_t *order, bool by_rank) {
   def_id *pairs = malloc((p->n_tensors + 1) * sizeof *pairs);
   size_t n = 0;
   for (size_t i = 0; pairs && i < p->n_tensors; i++)
-    if (!p->tensors[i].persistent) pairs[n++] = (def_id){p->tensors[i].def, (int32_t)i};
+    if (!p->tensors[i].persistent)
+      pairs[n++] = (def_id){by_rank ? p->tensors[i].rank : 0, p->tensors[i].def, (int32_t)i};
   qsort(pairs, n, sizeof *pairs, by_def);
   for (size_t i = 0; i < n; i++) order[i] = pairs[i].id;
   free(pairs);
@@ -60,7 +62,7 @@ void sh_plan_memory(sh_program *p) {
   live_block *live = malloc((p->n_tensors + 1) * sizeof *live);
   for (size_t i = 0; i < p->n_tensors; i++)
     if (p->tensors[i].last_use < p->tensors[i].def) p->tensors[i].last_use = p->tensors[i].def; /* written once */
-  size_t n = defined_order(p, order);
+  size_t n = defined_order(p, order, false);
   for (int32_t r = 0; r < p->world; r++) {
     sh_rank_mem *mem = &p->mem[r];
     for (size_t i = 0; i < p->n_tensors; i++) {
@@ -104,7 +106,7 @@ void sh_plan_memory(sh_program *p) {
 
 bool sh_check_memory(const sh_program *p, char *err, size_t cap) {
   int32_t *order = malloc((p->n_tensors + 1) * sizeof *order);
-  size_t n = defined_order(p, order);
+  size_t n = defined_order(p, order, true); /* a rank's tensors together: only they can overlap */
   bool ok = true;
   for (size_t k = 0; k < n && ok; k++) {
     size_t i = (size_t)order[k];
@@ -116,8 +118,7 @@ bool sh_check_memory(const sh_program *p, char *err, size_t cap) {
     for (size_t l = k + 1; l < n && ok; l++) {
       size_t j = (size_t)order[l];
       const sh_tensor *b = &p->tensors[j];
-      if (b->def > a->last_use) break; /* sorted by definition: no later tensor overlaps a in time */
-      if (b->rank != a->rank) continue;
+      if (b->rank != a->rank || b->def > a->last_use) break; /* sorted by rank, then definition */
       if (a->offset < b->offset + tensor_bytes(b) && b->offset < a->offset + tensor_bytes(a)) {
         snprintf(err, cap, "rank %d: tensors t%zu (steps %d..%d) and t%zu (steps %d..%d) overlap in memory", a->rank, i,
                  a->def, a->last_use, j, b->def, b->last_use);

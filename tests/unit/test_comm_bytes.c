@@ -1,6 +1,7 @@
 /* test_comm_bytes.c — communication the compiler plans equals closed-form formulas in
  * canonical cases: Megatron MLP all-reduce, sequence-parallel reduce-scatter + all-gather,
- * vocabulary-parallel embedding, and a degree 8 -> 2 redistribution by slice overlap. */
+ * vocabulary-parallel embedding, a degree 8 -> 2 redistribution by slice overlap, and the
+ * distributed optimizer's reduce-scatter, parameter gather and state (the memory check with it). */
 #include <stdio.h>
 #include <string.h>
 
@@ -178,7 +179,76 @@ static void redistribution_8_to_2(void) {
   ntpc_session_free(s);
 }
 
+/* The distributed optimizer on n data-parallel replicas of a linear layer (W: D x F, fp32, P bytes):
+ * the sync is a reduce-scatter, each rank sending and receiving (n - 1 + K - 1) / n of P (a ring
+ * reduce-scatter, then each part to its K - 1 further owners); each replica gathers the parts it
+ * does not own, (n - K) / n of P; the state (12 bytes an element) is K / n of the weight's. */
+static void zero_bytes(int n, int zero, int k) {
+  char src[512];
+  const long long D = 16, F = 24, P = D * F * 4;
+  snprintf(src, sizeof src,
+           "model m { dim B = %d, D = %lld, F = %lld; dtype fp32; input x : fp32[B, D]; input t : i32[B];\n"
+           "  h = f: linear(x, out = F, bias = true); output loss = cross_entropy(h, t); }\n"
+           "plan p for m { world %d; * tp 1; optimizer zero %d redundancy %d; }\n",
+           2 * n, D, F, n, zero, k);
+  ntpc_session *s = ntpc_session_new();
+  ntpc_select_plan(s, "p");
+  ntpc_set_world(s, 0);
+  ntpc_want_grad(s, true);
+  if (ntpc_compile_string(s, "zero.ntp", src) != NTPC_OK) {
+    ntpc_print_diags(s, stderr, 0);
+    failures++;
+    ntpc_session_free(s);
+    return;
+  }
+  const sh_program *p = ntpc_sharded(s);
+  long long sync_out = 0, gather_in = 0, state = 0, syncs = 0;
+  for (size_t i = 0; i < p->n_steps; i++) {
+    const sh_step *st = &p->steps[i];
+    if (st->kind != SH_COMM || !st->why) continue;
+    bool sy = !strncmp(st->why, "gradient sync", 13), ga = !strncmp(st->why, "parameter gather", 16);
+    for (int r = 0; r < st->nranks && (sy || ga); r++)
+      if (st->ranks[r] == 0) sync_out += sy ? st->bytes_out[r] : 0, gather_in += ga ? st->bytes_in[r] : 0;
+    syncs += sy;
+  }
+  for (size_t i = 0; i < p->n_tensors; i++) /* rank 0's weight state: its persistent slices of W */
+    if (p->tensors[i].persistent && p->tensors[i].rank == 0 && p->tensors[i].init_value >= 0 &&
+        !strcmp(p->global->values[p->tensors[i].init_value].name, "f.w"))
+      state += 12 * box_volume(&p->tensors[i].init_box);
+  long long Pb = P + F * 4; /* the weight and its bias */
+  CHECK(syncs == (zero == 2 ? 2 : 1), "zero %d: %lld sync steps (one per parameter with ZeRO-2)", zero, syncs);
+  CHECK(sync_out == Pb * (n - 1 + k - 1) / n, "zero %d, %d replicas, K %d: rank 0 sends %lld in the sync, want %lld", zero,
+        n, k, sync_out, Pb * (n - 1 + k - 1) / n);
+  CHECK(gather_in == Pb * (n - k) / n, "zero %d, %d replicas, K %d: rank 0 gathers %lld, want %lld", zero, n, k,
+        gather_in, Pb * (n - k) / n);
+  CHECK(state == 12 * (D * F) * k / n, "%d replicas, K %d: rank 0 keeps %lld bytes of W's state, want %lld", n, k,
+        state, 12 * (D * F) * k / n);
+  /* the memory check catches two tensors of one rank alive together at one place */
+  char why[256];
+  sh_program *q = (sh_program *)p;
+  int32_t a = -1, b = -1;
+  for (size_t i = 0; i < q->n_tensors && b < 0; i++) {
+    const sh_tensor *t = &q->tensors[i];
+    if (t->persistent || t->def < 0 || t->rank != 0) continue;
+    if (a < 0) a = (int32_t)i;
+    else if (t->def <= q->tensors[a].last_use && t->offset != q->tensors[a].offset) b = (int32_t)i;
+  }
+  CHECK(sh_check_memory(q, why, sizeof why), "the memory plan is sound: %s", why);
+  CHECK(b >= 0, "two tensors of rank 0 alive together at different places%s", "");
+  if (b >= 0) {
+    int64_t keep = q->tensors[b].offset;
+    q->tensors[b].offset = q->tensors[a].offset;
+    CHECK(!sh_check_memory(q, why, sizeof why), "the memory check misses tensors t%d and t%d at one place", a, b);
+    q->tensors[b].offset = keep;
+  }
+  ntpc_session_free(s);
+}
+
 int main(void) {
+  zero_bytes(4, 1, 1);
+  zero_bytes(4, 2, 2);
+  zero_bytes(3, 1, 2);
+  zero_bytes(8, 2, 3);
   megatron_mlp(2, 2);
   megatron_mlp(4, 4);
   megatron_mlp(3, 3);
