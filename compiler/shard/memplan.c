@@ -2,7 +2,9 @@
  * no two tensors alive at the same step share bytes. Parameter and input slices live for
  * the whole program in a block of their own. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "shard.h"
 
@@ -51,10 +53,6 @@ static size_t defined_order(const sh_program *p, int32_t *order, bool by_rank) {
   return n;
 }
 
-static int by_offset(const void *a, const void *b) {
-  const live_block *x = a, *y = b;
-  return (x->offset > y->offset) - (x->offset < y->offset);
-}
 
 void sh_plan_memory(sh_program *p) {
   p->mem = calloc((size_t)p->world, sizeof *p->mem);
@@ -62,35 +60,37 @@ void sh_plan_memory(sh_program *p) {
   live_block *live = malloc((p->n_tensors + 1) * sizeof *live);
   for (size_t i = 0; i < p->n_tensors; i++)
     if (p->tensors[i].last_use < p->tensors[i].def) p->tensors[i].last_use = p->tensors[i].def; /* written once */
-  size_t n = defined_order(p, order, false);
-  for (int32_t r = 0; r < p->world; r++) {
-    sh_rank_mem *mem = &p->mem[r];
-    for (size_t i = 0; i < p->n_tensors; i++) {
-      sh_tensor *t = &p->tensors[i];
-      if (t->rank != r || !t->persistent) continue;
-      t->offset = add_sat(mem->param_bytes, mem->input_bytes);
-      if (p->global->ops[p->global->values[t->init_value].def].code == IR_INPUT)
-        mem->input_bytes = add_sat(mem->input_bytes, tensor_bytes(t));
-      else mem->param_bytes = add_sat(mem->param_bytes, tensor_bytes(t));
+  for (size_t i = 0; i < p->n_tensors; i++) { /* parameters and inputs: a block of their own, in order */
+    sh_tensor *t = &p->tensors[i];
+    if (!t->persistent) continue;
+    sh_rank_mem *mem = &p->mem[t->rank];
+    t->offset = add_sat(mem->param_bytes, mem->input_bytes);
+    if (p->global->ops[p->global->values[t->init_value].def].code == IR_INPUT)
+      mem->input_bytes = add_sat(mem->input_bytes, tensor_bytes(t));
+    else mem->param_bytes = add_sat(mem->param_bytes, tensor_bytes(t));
+  }
+  /* the arena, rank by rank in definition order: first fit among the blocks still alive, which
+   * are kept in offset order (dropping the dead ones keeps it, and a new block goes where it fits) */
+  size_t n = defined_order(p, order, true), nlive = 0;
+  for (size_t k = 0; k < n; k++) {
+    sh_tensor *t = &p->tensors[order[k]];
+    if (k == 0 || p->tensors[order[k - 1]].rank != t->rank) nlive = 0;
+    sh_rank_mem *mem = &p->mem[t->rank];
+    size_t keep = 0;
+    for (size_t j = 0; j < nlive; j++)
+      if (live[j].until >= t->def) live[keep++] = live[j];
+    nlive = keep;
+    int64_t size = tensor_bytes(t), at = 0;
+    size_t j = 0;
+    for (; j < nlive; j++) {
+      if (live[j].offset - at >= size) break;
+      if (add_sat(live[j].offset, live[j].size) > at) at = add_sat(live[j].offset, live[j].size);
     }
-    size_t nlive = 0;
-    for (size_t k = 0; k < n; k++) {
-      sh_tensor *t = &p->tensors[order[k]];
-      if (t->rank != r) continue;
-      size_t keep = 0;
-      for (size_t j = 0; j < nlive; j++)
-        if (live[j].until >= t->def) live[keep++] = live[j];
-      nlive = keep;
-      qsort(live, nlive, sizeof *live, by_offset);
-      int64_t size = tensor_bytes(t), at = 0;
-      for (size_t j = 0; j < nlive; j++) {
-        if (live[j].offset - at >= size) break;
-        if (add_sat(live[j].offset, live[j].size) > at) at = add_sat(live[j].offset, live[j].size);
-      }
-      t->offset = at;
-      live[nlive++] = (live_block){at, size, t->last_use};
-      if (add_sat(at, size) > mem->arena_bytes) mem->arena_bytes = add_sat(at, size);
-    }
+    t->offset = at;
+    memmove(&live[j + 1], &live[j], (nlive - j) * sizeof *live);
+    live[j] = (live_block){at, size, t->last_use};
+    nlive++;
+    if (add_sat(at, size) > mem->arena_bytes) mem->arena_bytes = add_sat(at, size);
   }
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
@@ -104,28 +104,51 @@ void sh_plan_memory(sh_program *p) {
   free(live);
 }
 
+static bool overlap(const sh_tensor *a, const sh_tensor *b) {
+  return a->offset < add_sat(b->offset, tensor_bytes(b)) && b->offset < add_sat(a->offset, tensor_bytes(a));
+}
+
+/* A sweep over each rank's tensors in definition order with the ones alive kept in offset order:
+ * they are pairwise apart (else the check has failed already), so a new tensor can only meet the
+ * blocks just below its offset (down to the first non-empty one ending before it) and those
+ * starting before its end. */
 bool sh_check_memory(const sh_program *p, char *err, size_t cap) {
-  int32_t *order = malloc((p->n_tensors + 1) * sizeof *order);
-  size_t n = defined_order(p, order, true); /* a rank's tensors together: only they can overlap */
+  int32_t *order = malloc((p->n_tensors + 1) * sizeof *order), *alive = malloc((p->n_tensors + 1) * sizeof *alive);
+  if (!order || !alive) ntp_out_of_memory();
+  size_t n = defined_order(p, order, true), nalive = 0;
   bool ok = true;
   for (size_t k = 0; k < n && ok; k++) {
-    size_t i = (size_t)order[k];
-    const sh_tensor *a = &p->tensors[i];
-    if (a->offset < 0 || add_sat(a->offset, tensor_bytes(a)) > p->mem[a->rank].arena_bytes) {
-      snprintf(err, cap, "tensor t%zu on rank %d lies outside its arena", i, a->rank);
+    const sh_tensor *b = &p->tensors[order[k]];
+    if (b->offset < 0 || add_sat(b->offset, tensor_bytes(b)) > p->mem[b->rank].arena_bytes) {
+      snprintf(err, cap, "tensor t%d on rank %d lies outside its arena", order[k], b->rank);
+      ok = false;
+      break;
+    }
+    if (k == 0 || p->tensors[order[k - 1]].rank != b->rank) nalive = 0;
+    size_t keep = 0, at = 0;
+    for (size_t j = 0; j < nalive; j++)
+      if (p->tensors[alive[j]].last_use >= b->def) alive[keep++] = alive[j];
+    nalive = keep;
+    while (at < nalive && p->tensors[alive[at]].offset <= b->offset) at++;
+    int32_t other = -1;
+    for (size_t j = at; j-- > 0 && other < 0;) {
+      const sh_tensor *a = &p->tensors[alive[j]];
+      if (overlap(a, b)) other = alive[j];
+      else if (tensor_bytes(a) > 0) break; /* the blocks below end before this one */
+    }
+    for (size_t j = at; j < nalive && other < 0 && p->tensors[alive[j]].offset < add_sat(b->offset, tensor_bytes(b)); j++)
+      if (overlap(&p->tensors[alive[j]], b)) other = alive[j];
+    if (other >= 0) {
+      const sh_tensor *a = &p->tensors[other];
+      snprintf(err, cap, "rank %d: tensors t%d (steps %d..%d) and t%d (steps %d..%d) overlap in memory", b->rank, other,
+               a->def, a->last_use, order[k], b->def, b->last_use);
       ok = false;
     }
-    for (size_t l = k + 1; l < n && ok; l++) {
-      size_t j = (size_t)order[l];
-      const sh_tensor *b = &p->tensors[j];
-      if (b->rank != a->rank || b->def > a->last_use) break; /* sorted by rank, then definition */
-      if (a->offset < b->offset + tensor_bytes(b) && b->offset < a->offset + tensor_bytes(a)) {
-        snprintf(err, cap, "rank %d: tensors t%zu (steps %d..%d) and t%zu (steps %d..%d) overlap in memory", a->rank, i,
-                 a->def, a->last_use, j, b->def, b->last_use);
-        ok = false;
-      }
-    }
+    memmove(&alive[at + 1], &alive[at], (nalive - at) * sizeof *alive);
+    alive[at] = order[k];
+    nalive++;
   }
   free(order);
+  free(alive);
   return ok;
 }
