@@ -115,8 +115,8 @@ ntpc_status ntpc_set_optimizer(ntpc_session *s, int32_t zero, int32_t redundancy
 }
 
 ntpc_status ntpc_set_domain_size(ntpc_session *s, int32_t domain_size) {
-  if (domain_size < 0 || domain_size > NTP_MAX_WORLD) {
-    snprintf(s->last_error, sizeof s->last_error, "--domain-size must be in 0..%d, got %d", NTP_MAX_WORLD, domain_size);
+  if (domain_size < 1 || domain_size > NTP_MAX_WORLD) {
+    snprintf(s->last_error, sizeof s->last_error, "--domain-size must be in 1..%d, got %d", NTP_MAX_WORLD, domain_size);
     return NTPC_ERR_USAGE;
   }
   s->pipe.domain_size = domain_size;

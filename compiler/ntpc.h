@@ -59,8 +59,9 @@ void ntpc_set_world(ntpc_session *s, int32_t world);
 ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule);
 /* The distributed optimizer (docs/training.md#the-distributed-optimizer), overriding the plan's
  * 'optimizer' line: ZeRO stage 0..2, each shard on `redundancy` (>= 1) of its element's replicas,
- * failure domains of domain_size GPUs (0: each GPU its own; -1: leave as set). NTPC_ERR_USAGE for
- * a value out of range. ntpc_set_domain_size alone keeps the plan's stage and redundancy. */
+ * failure domains of domain_size GPUs (over the plan's 'domain'; without either, each GPU is its own).
+ * NTPC_ERR_USAGE for a value out of range. ntpc_set_domain_size alone keeps the plan's stage and
+ * redundancy. */
 ntpc_status ntpc_set_optimizer(ntpc_session *s, int32_t zero, int32_t redundancy);
 ntpc_status ntpc_set_domain_size(ntpc_session *s, int32_t domain_size);
 /* Stop after n errors (default 20, as with clang's -ferror-limit; 0: no limit). */

@@ -148,6 +148,7 @@ typedef struct ir_plan {
   /* 'optimizer zero Z redundancy K;': AdamW's state (and with Z = 2 the gradients) sharded over the
      replicas of each parameter element, each shard on K of them; Z = 0: every replica keeps all */
   int32_t zero, redundancy;
+  int32_t domain_size; /* 'domain D': GPUs per failure domain the copies are kept apart across; 0: not given */
   ntp_loc zero_loc;
   ntp_loc loc;
 } ir_plan;

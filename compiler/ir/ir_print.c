@@ -138,7 +138,9 @@ void ir_print(const ir_module *m, FILE *out) {
     fputc('\n', out);
     if (pl->world) fprintf(out, "  world %lld\n", (long long)pl->world);
     if (pl->even_stages) fprintf(out, "  stages %lld\n", (long long)pl->even_stages);
-    if (pl->zero_loc.first_line) fprintf(out, "  optimizer zero %d redundancy %d\n", pl->zero, pl->redundancy);
+    if (pl->zero_loc.first_line)
+      fprintf(out, "  optimizer zero %d redundancy %d domain %d\n", pl->zero, pl->redundancy,
+              pl->domain_size ? pl->domain_size : 1);
     for (size_t q = 0; q < pl->npipes; q++) {
       const ir_pipeline *pp = &pl->pipes[q];
       fprintf(out, "  pipeline");

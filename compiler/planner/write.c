@@ -167,7 +167,8 @@ void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const 
   int32_t n = pm->n;
   write_header(out, header);
   fprintf(out, "plan %s for %s {\n  world %d;\n", name, m->name, s->world);
-  if (s->train && s->zero > 0) fprintf(out, "  optimizer zero %d redundancy %d;\n", s->zero, s->redundancy);
+  if (s->train && s->zero > 0) /* the domains its copies were placed across: the compiler places them so too */
+    fprintf(out, "  optimizer zero %d redundancy %d domain %d;\n", s->zero, s->redundancy, s->domain_size);
   fputc('\n', out);
   if (needs_base_rule(m, s->world)) fprintf(out, "  *  tp %d;  // layers without a degree of their own\n", s->world);
   plan_rules R = {.pm = pm, .m = m};

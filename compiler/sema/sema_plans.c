@@ -63,26 +63,30 @@ static void lower_stage(sema *s, const ast_pstmt *st, ir_pipeline *pipe, size_t 
   VEC_PUSH(pipe->stages, pipe->nstages, *cap, g);
 }
 
-/* 'optimizer zero Z [redundancy K];': the distributed optimizer (docs/training.md). */
+/* 'optimizer zero Z [redundancy K] [domain D];': the distributed optimizer (docs/training.md). */
 static void lower_optimizer(sema *s, const ast_pstmt *st, ir_plan *plan) {
   if (plan->zero_loc.first_line) {
     sema_error(s, st->loc, "'optimizer' is given twice in plan '%s'", plan->name);
     return;
   }
   plan->zero_loc = st->loc;
-  bool has_zero = false, has_red = false, zero_ok = false;
+  bool has_zero = false, has_red = false, has_dom = false, zero_ok = false;
   for (const ast_arg *a = st->settings; a; a = a->next) {
     int64_t v;
-    bool zero = strcmp(a->key, "zero") == 0, red = strcmp(a->key, "redundancy") == 0;
-    if (!zero && !red) {
-      sema_error(s, a->key_loc, "unknown optimizer setting '%s' (expected 'zero' or 'redundancy')", a->key);
+    bool zero = strcmp(a->key, "zero") == 0, red = strcmp(a->key, "redundancy") == 0, dom = strcmp(a->key, "domain") == 0;
+    if (!zero && !red && !dom) {
+      sema_error(s, a->key_loc, "unknown optimizer setting '%s' (expected 'zero', 'redundancy' or 'domain')", a->key);
       continue;
     }
-    if ((zero && has_zero) || (red && has_red)) {
+    if ((zero && has_zero) || (red && has_red) || (dom && has_dom)) {
       sema_error(s, a->key_loc, "'%s' is given twice", a->key);
       continue;
     }
-    if (zero) {
+    if (dom) {
+      has_dom = true;
+      if (sema_eval_bounded_from(s, a->value, "a failure domain's GPU count", 1, NTP_MAX_WORLD, &v))
+        plan->domain_size = (int32_t)v;
+    } else if (zero) {
       has_zero = true;
       if ((zero_ok = sema_eval_bounded_from(s, a->value, "a ZeRO stage", 0, 2, &v))) plan->zero = (int32_t)v;
     } else {

@@ -218,7 +218,7 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
   const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
   p->zero = opt->set_optimizer ? opt->zero : plan ? plan->zero : 0;
   p->redundancy = opt->set_optimizer ? opt->redundancy : plan && plan->redundancy ? plan->redundancy : 1;
-  p->domain_size = opt->domain_size;
+  p->domain_size = opt->domain_size ? opt->domain_size : plan && plan->domain_size ? plan->domain_size : 1;
   lower_forward(&L);
   lower_output_layouts(&L);
   lw_flush(&L);

@@ -85,7 +85,7 @@ typedef struct sh_pipe_options {
   /* the distributed optimizer (shard_zero.c): set_optimizer overrides the plan's 'optimizer' line */
   bool set_optimizer;
   int32_t zero, redundancy;
-  int32_t domain_size; /* GPUs per failure domain (a node, an NVL domain); 0: each GPU its own */
+  int32_t domain_size; /* GPUs per failure domain (a node, an NVL domain); 0: the plan's (else 1) */
 } sh_pipe_options;
 #define NTP_MAX_STAGES 256
 typedef struct sh_stage {
@@ -203,7 +203,7 @@ typedef struct sh_program {
   bool pipelined;        /* stages or micro-batches: the steps are in the schedule's order */
   sh_schedule sched;
   /* the distributed optimizer: each parameter element's AdamW state on `redundancy` of the ranks
-     that hold it (zero >= 1), failure domains of domain_size ranks (0: one) */
+     that hold it (zero >= 1), failure domains of domain_size ranks */
   int32_t zero, redundancy, domain_size;
   arena pool;
 } sh_program;
@@ -238,6 +238,9 @@ void sh_recount_uses(sh_program *p, int32_t live_to_end);
 /* shard_zero_report.c (ntpc report --train): the training state per GPU, the sync's and the
  * parameter gather's bytes, and which failures need the checkpoint. */
 void sh_print_optimizer(const sh_program *p, FILE *out);
+/* weights[rank] = the bytes of the whole parameter slices each rank computes with (persistent, or
+ * with the distributed optimizer gathered into its arena from the owners of their parts). */
+void sh_rank_weights(const sh_program *p, int64_t *weights);
 /* "12.5 MiB" (shard_print.c) */
 const char *sh_human_bytes(int64_t b, char *buf, size_t cap);
 /* Backward steps on no path to an activation's gradient become W (the weight gradients). */

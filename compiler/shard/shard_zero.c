@@ -25,7 +25,7 @@
 
 #include "shard_internal.h"
 
-static int32_t domain_of(const sh_program *p, int32_t r) { return p->domain_size > 0 ? r / p->domain_size : r; }
+static int32_t domain_of(const sh_program *p, int32_t r) { return p->domain_size > 1 ? r / p->domain_size : r; }
 
 /* Part j of P of a cell: along its longest dimension (the first of equals), as even as can be. */
 static ntp_box cut_part(const ntp_box *cell, int32_t P, int32_t j) {

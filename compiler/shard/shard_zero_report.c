@@ -101,29 +101,40 @@ static void print_failures(const sh_program *p, FILE *out) {
   free(dead);
 }
 
+void sh_rank_weights(const sh_program *p, int64_t *weights) {
+  bool *seen = calloc(p->n_tensors + 1, 1);
+  if (!seen) ntp_out_of_memory();
+  for (int32_t r = 0; r < p->world; r++) weights[r] = 0;
+  for (size_t t = 0; t < p->n_tensors && !p->zero; t++) {
+    const sh_tensor *x = &p->tensors[t];
+    if (is_param(p, x)) weights[x->rank] += box_volume(&x->box) * (int64_t)dtype_bytes(x->dtype);
+  }
+  for (size_t s = 0; s < p->n_steps && p->zero; s++) {
+    const sh_step *st = &p->steps[s];
+    for (size_t x = 0; st->kind == SH_COMM && starts(st->why, "parameter gather") && x < st->nxfers; x++) {
+      int32_t d = st->xfers[x].dst; /* the holders a gather fills, each once */
+      if (seen[d]) continue;
+      seen[d] = true;
+      weights[p->tensors[d].rank] += box_volume(&p->tensors[d].box) * (int64_t)dtype_bytes(p->tensors[d].dtype);
+    }
+  }
+  free(seen);
+}
+
 void sh_print_optimizer(const sh_program *p, FILE *out) {
   int32_t W = p->world;
   int64_t *weights = calloc((size_t)W + 1, sizeof *weights), *state = calloc((size_t)W + 1, sizeof *state);
   int64_t *sync = calloc((size_t)W + 1, sizeof *sync), *gather = calloc((size_t)W + 1, sizeof *gather);
-  bool *seen = calloc(p->n_tensors + 1, 1);
-  if (!weights || !state || !sync || !gather || !seen) ntp_out_of_memory();
-  for (size_t t = 0; t < p->n_tensors; t++) {
-    const sh_tensor *x = &p->tensors[t];
-    if (!is_param(p, x)) continue;
-    state[x->rank] += 12 * box_volume(&x->init_box); /* an fp32 master and two fp32 moments */
-    if (!p->zero) weights[x->rank] += box_volume(&x->box) * (int64_t)dtype_bytes(x->dtype);
-  }
+  if (!weights || !state || !sync || !gather) ntp_out_of_memory();
+  sh_rank_weights(p, weights);
+  for (size_t t = 0; t < p->n_tensors; t++)
+    if (is_param(p, &p->tensors[t])) /* an fp32 master and two fp32 moments */
+      state[p->tensors[t].rank] += 12 * box_volume(&p->tensors[t].init_box);
   for (size_t s = 0; s < p->n_steps; s++) {
     const sh_step *st = &p->steps[s];
     bool g = starts(st->why, "parameter gather"), y = starts(st->why, "gradient sync");
     if (st->kind != SH_COMM || (!g && !y)) continue;
     for (int k = 0; k < st->nranks; k++) (g ? gather : sync)[st->ranks[k]] += st->bytes_out[k];
-    for (size_t x = 0; g && x < st->nxfers; x++) { /* the holders a gather fills, each once */
-      int32_t d = st->xfers[x].dst;
-      if (seen[d]) continue;
-      seen[d] = true;
-      weights[p->tensors[d].rank] += box_volume(&p->tensors[d].box) * (int64_t)dtype_bytes(p->tensors[d].dtype);
-    }
   }
   char a[32], b[32], c[32], d[32], e[32], f[32];
   fprintf(out, "\ntraining state per GPU (");
@@ -144,7 +155,6 @@ void sh_print_optimizer(const sh_program *p, FILE *out) {
         "  activations hold the gradients and, with ZeRO, the gathered weights; total: all of it with the inputs)\n",
         out);
   print_failures(p, out);
-  free(seen);
   free(weights);
   free(state);
   free(sync);

@@ -47,16 +47,20 @@ expect_text auto-tight "optimizer stages searched: zero 0 866.8 us;"
 expect_text auto-tight "optimizer: zero 2 redundancy 1: the optimizer state and gradients of each element sharded over its replicas"
 expect_text auto-tight "training state per GPU: gradients"
 expect_text auto-tight "failures: one GPU: needs the checkpoint"
-if grep -q '^  optimizer zero 2 redundancy 1;$' "$tmp/autot.ntp"; then ok; else bad "auto-tight: no optimizer line"; cat "$tmp/autot.ntp"; fi
+if grep -q '^  optimizer zero 2 redundancy 1 domain 8;$' "$tmp/autot.ntp"; then ok; else bad "auto-tight: no optimizer line"; cat "$tmp/autot.ntp"; fi
 check auto-tight-check 0 "$ntpc" check $bg -D B=8 -D S=64 --plan "$tmp/autot.ntp"
 
 # --- forced: zero 1 redundancy 2 over two nodes of 4: one GPU and one node survive ---
 # shellcheck disable=SC2046
 check forced 0 "$ntpc" plan $bg -D B=8 --world 8 --nodes-of 4 --gpu h200 --train --zero 1 --redundancy 2 $(files forced)
 expect_text forced "optimizer: zero 1 redundancy 2:"
-if grep -q '^  optimizer zero 1 redundancy 2;$' "$tmp/forced.ntp"; then ok; else bad "forced: no optimizer line"; cat "$tmp/forced.ntp"; fi
+if grep -q '^  optimizer zero 1 redundancy 2 domain 4;$' "$tmp/forced.ntp"; then ok; else bad "forced: no optimizer line"; cat "$tmp/forced.ntp"; fi
 if grep -q "^optimizer stages searched" "$tmp/out"; then bad "forced: searched other stages"; else ok; fi
 check forced-check 0 "$ntpc" check $bg -D B=8 --plan "$tmp/forced.ntp"
+# the compiler places the copies as the planner priced them: its report says a node's loss reads no checkpoint
+check forced-report 0 "$ntpc" report $bg -D B=8 --plan "$tmp/forced.ntp" --train
+expect_text forced-report "training state per GPU (ZeRO-1: AdamW's state on 2 owners of each part of every parameter; failure domains of 4 GPUs)"
+expect_text forced-report "a failure domain's loss: every element keeps a copy elsewhere, no checkpoint read"
 # the plan read back keeps its optimizer statement (as the planner keeps a --plan's other rules)
 # shellcheck disable=SC2046
 check keep 0 "$ntpc" plan $bg -D B=8 --plan "$tmp/forced.ntp" --gpu h200 --train $(files keep)

@@ -63,7 +63,7 @@ bool cli_optimizer_option(const char *command, int argc, char **argv, int *i, bo
     size_t field;
   } opts[] = {{"--zero", 0, 2, offsetof(cli_optimizer, zero)},
               {"--redundancy", 1, 64, offsetof(cli_optimizer, redundancy)},
-              {"--domain-size", 0, 4096, offsetof(cli_optimizer, domain_size)}};
+              {"--domain-size", 1, 4096, offsetof(cli_optimizer, domain_size)}};
   for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
     const char *v = cli_option_value(argc, argv, i, opts[k].name, missing);
     if (!v) continue;

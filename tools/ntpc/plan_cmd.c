@@ -176,7 +176,10 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
   }
   ntpc_session *cs = gs ? gs : s; /* the session whose module is compiled here */
   size_t seen = ntpc_diag_count(cs);
-  sh_program *p = shard_lower(gs ? ntpc_module(gs) : m, sol->world, pls, NULL, ntpc_diag_sink(cs));
+  /* training: with the distributed optimizer chosen, as the written plan's 'optimizer' line says */
+  sh_pipe_options zo = {.set_optimizer = gs && sol->zero > 0, .zero = sol->zero, .redundancy = sol->redundancy,
+                        .domain_size = sol->domain_size};
+  sh_program *p = shard_lower(gs ? ntpc_module(gs) : m, sol->world, pls, gs ? &zo : NULL, ntpc_diag_sink(cs));
   free(pls);
   if (p) sh_plan_memory(p);
   if (!p || !sh_verify(p, err, sizeof err) || !sh_check_memory(p, err, sizeof err)) {
@@ -189,12 +192,15 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
   }
   double prm = 0, act = 0, recv = 0;
   int32_t short_rank = -1;
+  int64_t *wts = calloc((size_t)p->world + 1, sizeof *wts); /* the whole slices: gathered with ZeRO */
+  if (wts) sh_rank_weights(p, wts);
   for (int32_t r = 0; r < p->world; r++) {
     double need = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes + p->mem[r].arena_bytes);
     if (need - sol->mem_cap > shortfall) shortfall = need - sol->mem_cap, short_rank = r;
-    double pr = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes);
+    double pr = (double)(p->mem[r].input_bytes + (wts ? wts[r] : p->mem[r].param_bytes));
     if (pr > prm) prm = pr;
-    if ((double)p->mem[r].arena_bytes > act) act = (double)p->mem[r].arena_bytes;
+    double ar = (double)p->mem[r].arena_bytes - (p->zero && wts ? (double)wts[r] : 0); /* less the weights */
+    if (ar > act) act = ar;
     if ((double)p->mem[r].bytes_received > recv) recv = (double)p->mem[r].bytes_received;
   }
   double pprm = 0;
@@ -212,6 +218,7 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
            "arena %s (reserved %s), received %s per step\n",
            p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
            gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
+  free(wts);
   sh_program_free(p);
   ntpc_session_free(gs);
   if (shortfall > 0) {
@@ -613,6 +620,7 @@ static void optimizer_of_plan(const plan_opts *o, const ir_module *m, plan_reque
   if (!pl || !pl->zero_loc.first_line || !o->train) return;
   if (!o->zero_given) rq->zero = pl->zero;
   if (!o->redundancy_given && pl->zero > 0) rq->redundancy = pl->redundancy;
+  if (!o->domain_size && pl->domain_size) rq->domain_size = pl->domain_size;
 }
 
 int ntpc_plan_parse_options(int argc, char **argv) {

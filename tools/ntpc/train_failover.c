@@ -95,6 +95,7 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   const ir_plan *hp = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
   if (keep.opt.zero < 0 && keep.opt.redundancy < 0 && hp && hp->zero_loc.first_line)
     keep.opt.zero = hp->zero, keep.opt.redundancy = hp->redundancy;
+  if (keep.opt.domain_size < 0 && hp && hp->domain_size) keep.opt.domain_size = hp->domain_size;
   if (!(next = session(&keep, true, f.survivors.world, path, "survivors", err, cap))) goto done;
   if (!(prog = session_program(next, err, cap))) goto done;
   if (!(*phys = malloc((size_t)f.survivors.world * sizeof **phys))) {
