@@ -119,6 +119,28 @@ fail_at_outside_world)
   expect "$case" 2 20 "--fail-at 3:9: GPU 9 is not in the world of 7" \
     "$ntpc" train $bg -D H=4 --data "$tmp/t.bin" --plan examples/plans/byte_gpt_7.ntp --fail-at 2:1,3:9 ;;
 
+# the distributed optimizer's numbers (issue 27): decimal, whole, in range, on train and on ntpc
+zero_numbers)
+  tokens "$tmp/t.bin" 4000
+  for v in "" x -1 1.5 3 0x1 1e0 " 1" 99999999999999999999; do
+    # shellcheck disable=SC2086
+    expect "$case.zero$v" 2 20 "--zero $v: expected a whole number from 0 to 2" \
+      "$ntpc" train $bg --data "$tmp/t.bin" --plan tests/plans/byte_gpt_zero_dp4.ntp --zero "$v"
+  done
+  for v in 0 65 -2 2.5; do
+    # shellcheck disable=SC2086
+    expect "$case.redundancy$v" 2 20 "--redundancy $v: expected a whole number from 1 to 64" \
+      "$ntpc" train $bg --data "$tmp/t.bin" --plan tests/plans/byte_gpt_zero_dp4.ntp --redundancy "$v"
+  done
+  for v in 0 4097; do
+    # shellcheck disable=SC2086
+    expect "$case.domain$v" 2 20 "--domain-size $v: expected a whole number from 1 to 4096" \
+      "$ntpc" report examples/byte_gpt.ntp --plan tests/plans/byte_gpt_zero_dp4.ntp --train --domain-size "$v"
+  done
+  # shellcheck disable=SC2086
+  expect "$case.forward" 2 20 "--redundancy shards the optimizer's state: it needs --train" \
+    "$ntpc" report examples/byte_gpt.ntp --plan tests/plans/byte_gpt_zero_dp4.ntp --redundancy 2 ;;
+
 # item 10: every output path and every id of the data checked before step 1
 train_bad_checkpoint_early)
   tokens "$tmp/t.bin" 4000

@@ -70,7 +70,8 @@ bool cli_optimizer_option(const char *command, int argc, char **argv, int *i, bo
     double d;
     char msg[160];
     *rc = -1;
-    if (!cli_number(v, opts[k].lo, opts[k].hi, &d) || d != floor(d)) {
+    /* digits only: what the user wrote is what is used (no sign, exponent, spaces or other base) */
+    if (!*v || strspn(v, "0123456789") != strlen(v) || !cli_number(v, opts[k].lo, opts[k].hi, &d)) {
       snprintf(msg, sizeof msg, "%s %%s: expected a whole number from %g to %g", opts[k].name, opts[k].lo, opts[k].hi);
       *rc = cli_usage_error(command, msg, v);
     } else
