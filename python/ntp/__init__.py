@@ -297,7 +297,7 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     if schedule is not None and not isinstance(schedule, (str, os.PathLike)):
         raise TypeError(f"schedule must be a schedule's name or a CSV file's path, got {type(schedule).__name__}")
     opt = (zero, redundancy, domain_size)
-    bounds = (("zero", 0, 2), ("redundancy", 1, 64), ("domain_size", 0, 4096))
+    bounds = (("zero", 0, 2), ("redundancy", 1, 64), ("domain_size", 1, 4096))
     opt = tuple(-1 if v is None else K.whole(name, v, lo, hi) for v, (name, lo, hi) in zip(opt, bounds))
     if not train and opt != (-1, -1, -1):  # a forward has no optimizer: it would look used
         name = bounds[next(i for i, v in enumerate(opt) if v >= 0)][0]
