@@ -1,4 +1,4 @@
-/* check.h — the one assertion macro of the C unit tests: report and count, keep going. */
+/* check.h — the assertion macros of the C unit tests: report and count, keep going. */
 #ifndef NTP_TEST_CHECK_H
 #define NTP_TEST_CHECK_H
 
@@ -10,6 +10,17 @@ static int failures;
   do {                                                                            \
     if (!(cond)) {                                                                \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);    \
+      failures++;                                                                 \
+    }                                                                             \
+  } while (0)
+
+/* the same with a message (printf-style) saying what was found */
+#define CHECKF(cond, ...)                                                         \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);    \
+      fprintf(stderr, __VA_ARGS__);                                               \
+      fputc('\n', stderr);                                                        \
       failures++;                                                                 \
     }                                                                             \
   } while (0)

@@ -1,6 +1,9 @@
-# check.sh — the assertions of the shell tests (sourced by cli.sh and train.sh). The sourcing
+# check.sh — the assertions of the shell tests (sourced by cli.sh, train.sh, train_zero.sh and
+# planner/zero_cli.sh). The sourcing
 # script sets $tmp (a scratch folder) first; the results are counted in $pass and $fail.
 pass=0 fail=0
+ok() { pass=$((pass + 1)); }                       # a check of the script's own that passed
+bad() { fail=$((fail + 1)); echo "[FAIL] $*"; }    # ... and one that failed: what was wrong
 check() { # check NAME EXPECTED_RC CMD... ; stdout+stderr in $tmp/out
   name=$1 want=$2; shift 2
   "$@" >"$tmp/out" 2>&1; rc=$?

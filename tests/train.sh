@@ -6,8 +6,6 @@ set -u
 ntpc=$1 py=$2
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "[FAIL] $1"; }
 
 check make-tokens 0 "$py" tools/make_tokens.py "$tmp/docs.bin" --text README.md docs/*.md
 expect_text make-tokens "(byte-level, vocabulary 256)"

@@ -8,8 +8,6 @@ set -u
 ntpc=$1 py=$2
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "[FAIL] $1"; }
 
 "$py" tools/make_tokens.py "$tmp/docs.bin" --text README.md docs/training.md >/dev/null || bad "make_tokens"
 # (AdamW's eps 1e-4: see tests/equiv/train_compare.h, a key bias's round-off gradient)

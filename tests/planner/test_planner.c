@@ -34,21 +34,10 @@
 #include "planner.h"
 #include "shard.h"
 
-static int failures;
 static unsigned long long cur_seed;
 static const char *cur_src;
 static bool verbose;
 
-#define CHECK(cond, ...)                                                                  \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);            \
-      fprintf(stderr, __VA_ARGS__);                                                       \
-      fputc('\n', stderr);                                                                \
-      if (cur_src) fprintf(stderr, "  (case seed %llu; model:\n%s)\n", cur_seed, cur_src); \
-      failures++;                                                                         \
-    }                                                                                     \
-  } while (0)
 
 /* the planner reports into the session's sink: its last message, for a failed check */
 static const char *planner_said(const ntpc_session *s) {
@@ -59,6 +48,8 @@ static const char *planner_said(const ntpc_session *s) {
 /* ---- random numbers and text ------------------------------------------------------- */
 
 #include "rng.h"
+
+#include "check.h"
 static double unif(rng *r) { return (double)(next(r) >> 11) / 9007199254740992.0; }
 
 typedef struct text {
@@ -97,33 +88,33 @@ static bool close_to(double a, double b, double rel) { return fabs(a - b) <= rel
 
 static void test_closed_forms(void) {
   plan_curve c = {.n = 2, .x = {1024, 4096}, .y = {0.2, 0.6}};
-  CHECK(close_to(plan_curve_at(&c, 2048), 0.4, 1e-12), "log-linear midpoint %g", plan_curve_at(&c, 2048));
-  CHECK(plan_curve_at(&c, 10) == 0.2 && plan_curve_at(&c, 1e9) == 0.6, "curve clamps at its ends");
+  CHECKF(close_to(plan_curve_at(&c, 2048), 0.4, 1e-12), "log-linear midpoint %g", plan_curve_at(&c, 2048));
+  CHECKF(plan_curve_at(&c, 10) == 0.2 && plan_curve_at(&c, 1e9) == 0.6, "curve clamps at its ends");
   plan_curve none = {0};
-  CHECK(plan_curve_at(&none, 5) == 1, "an empty curve is 1");
+  CHECKF(plan_curve_at(&none, 5) == 1, "an empty curve is 1");
 
   plan_profile p = flat_profile();
   /* ring all-reduce: each rank moves 2(n-1)/n of the tensor; latency once */
   for (int n = 1; n <= 16; n++) {
     double bytes = 3e8, want = n == 1 ? 0 : 10e-6 + 2.0 * (n - 1) / n * bytes / 100e9;
     double got = plan_allreduce_time(&p, PLAN_INTRA, n, bytes);
-    CHECK(close_to(got, want, 1e-12), "all-reduce over %d ranks: %.9g, want %.9g", n, got, want);
+    CHECKF(close_to(got, want, 1e-12), "all-reduce over %d ranks: %.9g, want %.9g", n, got, want);
   }
-  CHECK(close_to(plan_allreduce_time(&p, PLAN_INTER, 8, 1e9), 10e-6 + 1.75e9 / 10e9, 1e-12), "inter-node all-reduce");
+  CHECKF(close_to(plan_allreduce_time(&p, PLAN_INTER, 8, 1e9), 10e-6 + 1.75e9 / 10e9, 1e-12), "inter-node all-reduce");
   /* with an efficiency curve the bandwidth is scaled by the curve at the message size */
   p.eff[PLAN_INTRA][COMM_ALL_REDUCE] = (plan_curve){.n = 2, .x = {1 << 20, 1 << 22}, .y = {0.25, 0.75}};
   double got = plan_allreduce_time(&p, PLAN_INTRA, 2, (double)(1 << 21));
-  CHECK(close_to(got, 10e-6 + (double)(1 << 21) / (100e9 * 0.5), 1e-12), "all-reduce at half efficiency: %g", got);
+  CHECKF(close_to(got, 10e-6 + (double)(1 << 21) / (100e9 * 0.5), 1e-12), "all-reduce at half efficiency: %g", got);
   /* GEMM: compute-bound at the curve's efficiency; memory-bound when thin */
   p.gemm_eff = (plan_curve){.n = 1, .x = {1}, .y = {0.5}};
   double M = 4096, want = 2 * M * M * M / (1e15 * 0.5);
-  CHECK(close_to(plan_gemm_time(&p, NTP_BF16, M, M, M), want, 1e-12), "square GEMM");
+  CHECKF(close_to(plan_gemm_time(&p, NTP_BF16, M, M, M), want, 1e-12), "square GEMM");
   double thin = plan_gemm_time(&p, NTP_BF16, 1, 8192, 8192), bytes = (8192.0 + 8192.0 * 8192 + 8192) * 2;
-  CHECK(close_to(thin, bytes / 2e12, 1e-12), "a GEMV is memory-bound: %g vs %g", thin, bytes / 2e12);
-  CHECK(plan_gemm_time(&p, NTP_BF16, 0, 5, 5) == 0, "an empty GEMM takes no time");
+  CHECKF(close_to(thin, bytes / 2e12, 1e-12), "a GEMV is memory-bound: %g vs %g", thin, bytes / 2e12);
+  CHECKF(plan_gemm_time(&p, NTP_BF16, 0, 5, 5) == 0, "an empty GEMM takes no time");
   /* attention: 4 b h S^2 HD flops, half with a causal mask */
   double at = plan_attention_time(&p, NTP_BF16, 2, 8, 8, 4096, 128, true);
-  CHECK(close_to(at, 0.5 * 4 * 2 * 8 * 4096.0 * 4096 * 128 / (1e15 * 0.5), 1e-12), "causal attention %g", at);
+  CHECKF(close_to(at, 0.5 * 4 * 2 * 8 * 4096.0 * 4096 * 128 / (1e15 * 0.5), 1e-12), "causal attention %g", at);
 }
 
 static char *read_all(const char *path) {
@@ -155,28 +146,28 @@ static void test_profiles(void) {
   };
   int n = 0;
   for (const char *const *p = plan_profile_names(); *p; p++) n++;
-  CHECK(n == 4, "four built-in profiles, got %d", n);
+  CHECKF(n == 4, "four built-in profiles, got %d", n);
   for (size_t i = 0; i < sizeof sheet / sizeof sheet[0]; i++) {
     plan_profile pr;
-    CHECK(plan_profile_builtin(sheet[i].name, &pr), "built-in %s parses", sheet[i].name);
-    CHECK(pr.flops[NTP_BF16] == sheet[i].bf16 && pr.mem_bw == sheet[i].bw && pr.mem_capacity == sheet[i].cap &&
+    CHECKF(plan_profile_builtin(sheet[i].name, &pr), "built-in %s parses", sheet[i].name);
+    CHECKF(pr.flops[NTP_BF16] == sheet[i].bf16 && pr.mem_bw == sheet[i].bw && pr.mem_capacity == sheet[i].cap &&
               pr.link_bw[PLAN_INTRA] == sheet[i].nvlink && pr.link_bw[PLAN_INTER] == sheet[i].ib,
           "%s: datasheet figures", sheet[i].name);
     char path[64];
     snprintf(path, sizeof path, "profiles/%s.prof", sheet[i].name);
     char *file = read_all(path);
-    CHECK(file != NULL, "%s exists (run from the source root)", path);
+    CHECKF(file != NULL, "%s exists (run from the source root)", path);
     if (file) {
-      CHECK(strcmp(file, plan_profile_text(sheet[i].name)) == 0, "%s equals the built-in profile", path);
+      CHECKF(strcmp(file, plan_profile_text(sheet[i].name)) == 0, "%s equals the built-in profile", path);
       plan_profile fp;
       char err[256];
-      CHECK(plan_profile_load(path, &fp, err, sizeof err) && memcmp(&fp, &pr, sizeof fp) == 0, "%s loads as the built-in", path);
+      CHECKF(plan_profile_load(path, &fp, err, sizeof err) && memcmp(&fp, &pr, sizeof fp) == 0, "%s loads as the built-in", path);
       free(file);
     }
   }
   plan_profile pr;
-  CHECK(plan_profile_builtin("H200-SXM", &pr) && strcmp(pr.name, "h200") == 0, "aliases, any case");
-  CHECK(!plan_profile_builtin("tpu", &pr), "an unknown name");
+  CHECKF(plan_profile_builtin("H200-SXM", &pr) && strcmp(pr.name, "h200") == 0, "aliases, any case");
+  CHECKF(!plan_profile_builtin("tpu", &pr), "an unknown name");
   const struct {
     const char *text, *want;
   } bad[] = {
@@ -191,10 +182,10 @@ static void test_profiles(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256];
     bool ok = plan_profile_parse(bad[i].text, "<t>", &pr, err, sizeof err);
-    CHECK(!ok && strncmp(err, bad[i].want, strlen(bad[i].want)) == 0, "profile error: got '%s', want '%s'", err, bad[i].want);
+    CHECKF(!ok && strncmp(err, bad[i].want, strlen(bad[i].want)) == 0, "profile error: got '%s', want '%s'", err, bad[i].want);
   }
   char err[256];
-  CHECK(!plan_profile_load("profiles/no-such.prof", &pr, err, sizeof err) && strstr(err, "cannot open"), "missing file");
+  CHECKF(!plan_profile_load("profiles/no-such.prof", &pr, err, sizeof err) && strstr(err, "cannot open"), "missing file");
 }
 
 /* ---- random models ------------------------------------------------------------------ */
@@ -298,21 +289,21 @@ static void check_runs_equal(ntpc_session *s, const char *dtype, const char *wha
   ntp_cpu_result ref, got;
   char err[256];
   ntp_program *p = session_program(s, err, sizeof err);
-  CHECK(p != NULL, "%s: program image: %s", what, err);
+  CHECKF(p != NULL, "%s: program image: %s", what, err);
   if (!p) return;
   int a = ntp_cpu_run(&p->global, 7, 0, &ref, err, sizeof err);
-  CHECK(a == 0, "%s: reference run: %s", what, err);
+  CHECKF(a == 0, "%s: reference run: %s", what, err);
   if (a) {
     ntp_program_free(p);
     return;
   }
   int b = ntp_sim_run(p, 7, &got, err, sizeof err);
   ntp_program_free(p);
-  CHECK(b == 0, "%s: sharded run: %s", what, err);
+  CHECKF(b == 0, "%s: sharded run: %s", what, err);
   if (!b) {
     for (size_t o = 0; o < ref.n_outputs; o++) {
       double e = ntp_max_rel_error(&got.outputs[o], &ref.outputs[o]);
-      CHECK(e <= tolerance(dtype), "%s: output %zu differs from the unsharded run by %g", what, o, e);
+      CHECKF(e <= tolerance(dtype), "%s: output %zu differs from the unsharded run by %g", what, o, e);
     }
     ntp_cpu_result_free(&got);
   }
@@ -386,11 +377,11 @@ static bool run_case(unsigned long long seed, stats *st) {
   cur_seed = seed;
   cur_src = model.buf;
   ntpc_session *s = compile_src(model.buf, -1, NULL);
-  CHECK(s != NULL, "the random model compiles");
+  CHECKF(s != NULL, "the random model compiles");
   if (!s) return true;
   const ir_module *m = ntpc_module(s);
   plan_model *pm = plan_model_new(m, ntpc_diag_sink(s));
-  CHECK(pm != NULL, "the planner reads the model: %s", planner_said(s));
+  CHECKF(pm != NULL, "the planner reads the model: %s", planner_said(s));
   if (!pm) {
     ntpc_session_free(s);
     return true;
@@ -403,7 +394,7 @@ static bool run_case(unsigned long long seed, stats *st) {
   prof.launch *= 2 * unif(&r);
   plan_request rq = {.world = g.W, .prof = &prof, .nodes_of = g.nodes_of};
   plan_tables *T = plan_tables_new(pm, &rq, ntpc_diag_sink(s));
-  CHECK(T != NULL, "tables: %s", planner_said(s));
+  CHECKF(T != NULL, "tables: %s", planner_said(s));
   if (!T) {
     plan_model_free(pm);
     ntpc_session_free(s);
@@ -442,12 +433,12 @@ static bool run_case(unsigned long long seed, stats *st) {
   int64_t ud = 0, ue = 0;
   bool fd = plan_dp_solve(&pb, cd, &td, &ud), fe = plan_exhaustive_solve(&pb, ce, &te, &ue);
   st->cases++;
-  CHECK(fd == fe, "feasible: DP %d, exhaustive %d (W=%d, quanta %d, budget %lld)", fd, fe, g.W, quanta, (long long)pb.budget);
+  CHECKF(fd == fe, "feasible: DP %d, exhaustive %d (W=%d, quanta %d, budget %lld)", fd, fe, g.W, quanta, (long long)pb.budget);
   if (fd && fe) {
-    CHECK(td == te, "optimum: DP %.9g, exhaustive %.9g (W=%d, quanta %d)", td, te, g.W, quanta);
+    CHECKF(td == te, "optimum: DP %.9g, exhaustive %.9g (W=%d, quanta %d)", td, te, g.W, quanta);
     int64_t u;
     double t = plan_problem_eval(&pb, cd, &u);
-    CHECK(t == td && u == ud && u <= pb.budget, "the DP's plan: time %.9g (said %.9g), units %lld of %lld", t, td,
+    CHECKF(t == td && u == ud && u <= pb.budget, "the DP's plan: time %.9g (said %.9g), units %lld of %lld", t, td,
           (long long)u, (long long)pb.budget);
     bool bound = false;
     int32_t cu[64];
@@ -471,7 +462,7 @@ static bool run_case(unsigned long long seed, stats *st) {
   rs.mem_cap = cap;
   plan_solution sol;
   bool solved = plan_solve(pm, m, &rs, &sol, ntpc_diag_sink(s));
-  CHECK(solved, "plan_solve: %s", planner_said(s));
+  CHECKF(solved, "plan_solve: %s", planner_said(s));
   int32_t choice[64];
   bool have = false;
   /* the quantised search rounds each layer's memory up to its unit: it may miss only plans that
@@ -479,30 +470,30 @@ static bool run_case(unsigned long long seed, stats *st) {
   double slack_units = (double)pb.nlayers * (sol.quantum > 0 ? sol.quantum : 0);
   if (solved && !sol.feasible && fx) {
     st->missed++;
-    CHECK(best_bytes > cap - slack_units, "plan_solve finds no plan, but one fits with %.0f bytes to spare", cap - best_bytes);
+    CHECKF(best_bytes > cap - slack_units, "plan_solve finds no plan, but one fits with %.0f bytes to spare", cap - best_bytes);
   }
   if (solved && sol.feasible) {
-    CHECK(fx, "plan_solve found a plan where none fits");
+    CHECKF(fx, "plan_solve found a plan where none fits");
     have = true;
     for (int32_t l = 0; l < sol.nlayers; l++) {
       choice[l] = state_of(T, &sol.layers[l].place);
-      CHECK(choice[l] >= 0, "layer %d: a state of the tables", l);
+      CHECKF(choice[l] >= 0, "layer %d: a state of the tables", l);
       if (choice[l] < 0) have = false;
     }
     double bytes = have ? plan_bytes(T, sol.nlayers, choice) : 0;
-    CHECK(!have || bytes <= cap, "plan_solve's plan fits: %.0f of %.0f bytes", bytes, cap);
+    CHECKF(!have || bytes <= cap, "plan_solve's plan fits: %.0f of %.0f bytes", bytes, cap);
     double t = sol.step_s - sol.const_s;
     if (fx) {
       st->solved++;
       st->optimal += close_to(t, best, 1e-6);
       if (t / best - 1 > st->worst) st->worst = t / best - 1;
       if (sol.peaks_exact)
-        CHECK(close_to(t, best, 1e-5) || best_bytes > cap - slack_units,
+        CHECKF(close_to(t, best, 1e-5) || best_bytes > cap - slack_units,
               "plan_solve %.9g, the byte-exact optimum %.9g (which has %.0f bytes to spare)", t, best, cap - best_bytes);
-      CHECK(t >= best * (1 - 1e-5), "plan_solve beats the exact optimum: %.9g < %.9g", t, best);
-      CHECK(sol.lower_bound_s - sol.const_s <= best * (1 + 1e-5), "lower bound %.9g above the optimum %.9g",
+      CHECKF(t >= best * (1 - 1e-5), "plan_solve beats the exact optimum: %.9g < %.9g", t, best);
+      CHECKF(sol.lower_bound_s - sol.const_s <= best * (1 + 1e-5), "lower bound %.9g above the optimum %.9g",
             sol.lower_bound_s - sol.const_s, best);
-      if (sol.exact) CHECK(close_to(t, best, 1e-5), "certified exact: %.9g, optimum %.9g", t, best);
+      if (sol.exact) CHECKF(close_to(t, best, 1e-5), "certified exact: %.9g, optimum %.9g", t, best);
       st->certified += sol.exact;
     }
   }
@@ -513,7 +504,7 @@ static bool run_case(unsigned long long seed, stats *st) {
     put(&both, "%s", model.buf);
     plan_text(&both, pm, T, choice, g.W);
     ntpc_session *ps = compile_src(both.buf, 0, "p");
-    CHECK(ps != NULL, "the chosen plan compiles:\n%s", both.buf);
+    CHECKF(ps != NULL, "the chosen plan compiles:\n%s", both.buf);
     if (ps) {
       st->compiled++;
       const sh_program *p = ntpc_sharded(ps);
@@ -521,15 +512,15 @@ static bool run_case(unsigned long long seed, stats *st) {
       plan_tables_bytes_in(T, choice, want);
       compiler_bytes_in(p, got);
       for (int rk = 0; rk < g.W; rk++)
-        CHECK(want[rk] == got[rk], "rank %d receives %.0f bytes; predicted %.0f\n%s", rk, got[rk], want[rk], both.buf);
+        CHECKF(want[rk] == got[rk], "rank %d receives %.0f bytes; predicted %.0f\n%s", rk, got[rk], want[rk], both.buf);
       /* the memory model is conservative: the compiler's parameter slices and activation arena
        * fit in what the planner counted */
       for (int rk = 0; rk < g.W; rk++) {
         double prm = (double)(p->mem[rk].param_bytes + p->mem[rk].input_bytes), act = (double)p->mem[rk].arena_bytes;
-        CHECK(prm == sol.rank_params[rk], "rank %d: parameters %.0f, predicted %.0f", rk, prm,
+        CHECKF(prm == sol.rank_params[rk], "rank %d: parameters %.0f, predicted %.0f", rk, prm,
               sol.rank_params[rk]);
         st->act_ratio = act / sol.rank_act[rk] > st->act_ratio ? act / sol.rank_act[rk] : st->act_ratio;
-        CHECK(act <= sol.rank_act[rk], "rank %d: activation arena %.0f, predicted %.0f\n%s", rk, act, sol.rank_act[rk],
+        CHECKF(act <= sol.rank_act[rk], "rank %d: activation arena %.0f, predicted %.0f\n%s", rk, act, sol.rank_act[rk],
               both.buf);
       }
       free(want);
@@ -549,13 +540,13 @@ static bool run_case(unsigned long long seed, stats *st) {
       plan_write_plan(f, pm, m, &sol, "written", "a header\nof two lines");
       fclose(f);
       ntpc_session *ws = compile_src(buf, 0, "written");
-      CHECK(ws != NULL, "the written plan compiles:\n%s", buf);
+      CHECKF(ws != NULL, "the written plan compiles:\n%s", buf);
       if (ws) {
         const sh_program *p = ntpc_sharded(ws);
         double *want = calloc((size_t)g.W, sizeof *want), *got = calloc((size_t)g.W, sizeof *got);
         plan_tables_bytes_in(T, choice, want);
         compiler_bytes_in(p, got);
-        for (int rk = 0; rk < g.W; rk++) CHECK(want[rk] == got[rk], "written plan: rank %d bytes", rk);
+        for (int rk = 0; rk < g.W; rk++) CHECKF(want[rk] == got[rk], "written plan: rank %d bytes", rk);
         free(want);
         free(got);
         ntpc_session_free(ws);
@@ -592,16 +583,16 @@ static void test_failover(int W, const int32_t *failed, int nfailed) {
   plan_request rq = {.world = W, .prof = &prof, .nodes_of = 8, .failed = failed, .nfailed = nfailed};
   plan_failover f;
   bool ok = pm && plan_failover_solve(pm, ntpc_module(s), &rq, &f, ntpc_diag_sink(s));
-  CHECK(ok, "failover: %s", planner_said(s));
+  CHECKF(ok, "failover: %s", planner_said(s));
   if (ok) {
     const plan_solution *sv = &f.survivors;
-    CHECK(f.healthy.feasible && sv->feasible, "both plans exist");
-    CHECK(sv->world == W - nfailed, "%d survivors", sv->world);
+    CHECKF(f.healthy.feasible && sv->feasible, "both plans exist");
+    CHECKF(sv->world == W - nfailed, "%d survivors", sv->world);
     for (int32_t r = 0; r < sv->world; r++) {
-      for (int k = 0; k < nfailed; k++) CHECK(sv->phys[r] != failed[k], "a failed GPU has a rank");
-      if (r) CHECK(sv->phys[r] > sv->phys[r - 1], "ranks keep the physical order");
+      for (int k = 0; k < nfailed; k++) CHECKF(sv->phys[r] != failed[k], "a failed GPU has a rank");
+      if (r) CHECKF(sv->phys[r] > sv->phys[r - 1], "ranks keep the physical order");
     }
-    CHECK(f.ndegraded >= 1, "a degraded replica");
+    CHECKF(f.ndegraded >= 1, "a degraded replica");
     char *buf = NULL;
     size_t len = 0;
     FILE *fp = open_memstream(&buf, &len);
@@ -609,9 +600,9 @@ static void test_failover(int W, const int32_t *failed, int nfailed) {
     plan_write_plan(fp, pm, ntpc_module(s), sv, "survivors", NULL);
     fclose(fp);
     ntpc_session *ps = compile_src(buf, 0, "survivors");
-    CHECK(ps != NULL, "the survivors' plan compiles:\n%s", buf);
+    CHECKF(ps != NULL, "the survivors' plan compiles:\n%s", buf);
     if (ps) {
-      CHECK(ntpc_sharded(ps)->world == sv->world, "for the survivors");
+      CHECKF(ntpc_sharded(ps)->world == sv->world, "for the survivors");
       check_runs_equal(ps, "fp32", "survivors");
       ntpc_session_free(ps);
     }
@@ -657,7 +648,7 @@ int main(int argc, char **argv) {
   printf("planner: %d chosen plans compiled; on every rank the bytes received and the parameter bytes equal the "
          "compiler's, the activation arena is within the prediction (at most %.0f%% of it); %d run equal to the "
          "unsharded model\n", st.compiled, 100 * st.act_ratio, st.ran);
-  CHECK(st.cases >= 200, "at least 200 instances, got %d", st.cases);
+  CHECKF(st.cases >= 200, "at least 200 instances, got %d", st.cases);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

@@ -21,18 +21,10 @@
 #include "ntpc.h"
 #include "planner.h"
 
-static int failures;
+#include "check.h"
+
 static diag_sink *sink; /* the model's session's: the planner reports there */
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* a small trainable model in fp32 (byte_gpt) and one in bf16 with GQA and SwiGLU (llama3_70b) */
 static const struct {
@@ -80,29 +72,29 @@ static void test_memory(int m, const plan_model *pm, const plan_profile *prof) {
     plan_place fwd = plan_place_balanced(W, n, false);
     for (int32_t s = 0; s < plan_tables_nstates(F); s++)
       if (memcmp(plan_tables_state(F, s), &fwd, sizeof fwd) == 0) sf = s;
-    CHECK(sf >= 0 && st >= 0, "%s, W=%d: no state of groups of 2", models[m].file, W);
+    CHECKF(sf >= 0 && st >= 0, "%s, W=%d: no state of groups of 2", models[m].file, W);
     double sum[6] = {0};
     for (int32_t i = 0; sf >= 0 && st >= 0 && i < plan_model_layers(pm); i++) {
       double P = plan_tables_param_bytes(F, i, sf), got[6];
       for (int k = 0; k < 6; k++) sum[k] += got[k] = plan_tables_param_bytes(T[k], i, st);
       double K2 = n < 2 ? n : 2, K3 = n < 3 ? n : 3;
-      CHECK(got[0] == P * (1.0 + (eb + 12.0) / eb), "%s W=%d layer %d: zero 0 keeps %.17g, want %.17g", models[m].file,
+      CHECKF(got[0] == P * (1.0 + (eb + 12.0) / eb), "%s W=%d layer %d: zero 0 keeps %.17g, want %.17g", models[m].file,
             W, i, got[0], P * (1.0 + (eb + 12.0) / eb));
       double want[6] = {0, P + P + 12 * P / eb / n, P + P + 12 * P / eb * K2 / n, P + P / n + 12 * P / eb / n,
                         P + P * K2 / n + 12 * P / eb * K2 / n, P + P + 12 * P / eb * K3 / n};
       for (int k = 1; k < 6; k++)
-        CHECK(fabs(got[k] - want[k]) <= 1e-9 * want[k], "%s W=%d layer %d candidate %d: %.17g bytes, want %.17g",
+        CHECKF(fabs(got[k] - want[k]) <= 1e-9 * want[k], "%s W=%d layer %d candidate %d: %.17g bytes, want %.17g",
               models[m].file, W, i, k, got[k], want[k]);
     }
     /* the orders: zero 2 <= zero 1 <= zero 0; redundancy 2 above 1 once there are two replicas */
-    CHECK(sum[3] <= sum[1] && sum[1] <= sum[0], "%s W=%d: zero 2 %g, zero 1 %g, zero 0 %g", models[m].file, W, sum[3],
+    CHECKF(sum[3] <= sum[1] && sum[1] <= sum[0], "%s W=%d: zero 2 %g, zero 1 %g, zero 0 %g", models[m].file, W, sum[3],
           sum[1], sum[0]);
-    CHECK(n < 2 ? sum[2] == sum[1] : sum[2] > sum[1], "%s W=%d: redundancy 2 %g against 1 %g", models[m].file, W, sum[2],
+    CHECKF(n < 2 ? sum[2] == sum[1] : sum[2] > sum[1], "%s W=%d: redundancy 2 %g against 1 %g", models[m].file, W, sum[2],
           sum[1]);
-    CHECK(n < 2 || sum[4] > sum[3], "%s W=%d: zero 2 redundancy 2 %g against 1 %g", models[m].file, W, sum[4], sum[3]);
-    CHECK(sum[1] < prev1, "%s: zero 1 at %d replicas keeps %g, not less than %g at half as many", models[m].file, n,
+    CHECKF(n < 2 || sum[4] > sum[3], "%s W=%d: zero 2 redundancy 2 %g against 1 %g", models[m].file, W, sum[4], sum[3]);
+    CHECKF(sum[1] < prev1, "%s: zero 1 at %d replicas keeps %g, not less than %g at half as many", models[m].file, n,
           sum[1], prev1);
-    CHECK(sum[0] - sum[1] > saved, "%s: zero 1 at %d replicas saves %g, at half as many %g", models[m].file, n,
+    CHECKF(sum[0] - sum[1] > saved, "%s: zero 1 at %d replicas saves %g, at half as many %g", models[m].file, n,
           sum[0] - sum[1], saved);
     prev1 = sum[1];
     saved = sum[0] - sum[1];
@@ -134,7 +126,7 @@ static void test_search(int m, const plan_model *pm, const plan_profile *prof) {
         double ta = 0, tb = 0;
         int64_t ua = 0, ub = 0;
         bool fa = plan_dp_solve(&pb, a, &ta, &ua), fb = plan_exhaustive_solve(&pb, b, &tb, &ub);
-        CHECK(fa == fb && (!fa || ta == tb), "%s zero %d redundancy %d cap %d/4: DP %d %.9g, exhaustive %d %.9g",
+        CHECKF(fa == fb && (!fa || ta == tb), "%s zero %d redundancy %d cap %d/4: DP %d %.9g, exhaustive %d %.9g",
               models[m].file, zero, red, c, fa, ta, fb, tb);
         agree += fa == fb && (!fa || ta == tb);
       }
@@ -151,16 +143,16 @@ static void test_choice(int m, const plan_model *pm, const ir_module *mod, const
     ra.zero = PLAN_ZERO_AUTO;
     plan_solution s0, sa;
     bool ok0 = plan_solve(pm, mod, &r0, &s0, sink), oka = plan_solve(pm, mod, &ra, &sa, sink);
-    CHECK(ok0 && oka && s0.feasible && sa.feasible, "%s W=%d: no plan", models[m].file, W);
+    CHECKF(ok0 && oka && s0.feasible && sa.feasible, "%s W=%d: no plan", models[m].file, W);
     if (ok0 && oka && s0.feasible && sa.feasible) {
-      CHECK(s0.nalts == 1 && s0.zero == 0 && sa.nalts == 5, "%s W=%d: %d and %d candidates", models[m].file, W, s0.nalts,
+      CHECKF(s0.nalts == 1 && s0.zero == 0 && sa.nalts == 5, "%s W=%d: %d and %d candidates", models[m].file, W, s0.nalts,
             sa.nalts);
-      CHECK(sa.alts[0].zero == 0 && sa.alts[0].step_s == s0.step_s, "%s W=%d: zero 0 alone %.17g, among the "
+      CHECKF(sa.alts[0].zero == 0 && sa.alts[0].step_s == s0.step_s, "%s W=%d: zero 0 alone %.17g, among the "
             "candidates %.17g", models[m].file, W, s0.step_s, sa.alts[0].step_s);
       double fastest = INFINITY;
       for (int32_t a = 0; a < sa.nalts; a++)
         if (sa.alts[a].feasible && sa.alts[a].step_s < fastest) fastest = sa.alts[a].step_s;
-      CHECK(sa.step_s <= fastest * 1.04, "%s W=%d: chose %.9g s, the fastest is %.9g s", models[m].file, W, sa.step_s,
+      CHECKF(sa.step_s <= fastest * 1.04, "%s W=%d: chose %.9g s, the fastest is %.9g s", models[m].file, W, sa.step_s,
             fastest);
     }
     plan_solution_free(&s0);
@@ -173,11 +165,11 @@ int main(void) {
   if (!plan_profile_builtin("h100", &prof)) return 1;
   for (int m = 0; m < (int)(sizeof models / sizeof models[0]); m++) {
     ntpc_session *s = compile_model(m);
-    CHECK(s != NULL, "%s does not compile", models[m].file);
+    CHECKF(s != NULL, "%s does not compile", models[m].file);
     if (!s) continue;
     sink = ntpc_diag_sink(s);
     plan_model *pm = plan_model_new(ntpc_module(s), sink);
-    CHECK(pm != NULL, "%s: no planner model", models[m].file);
+    CHECKF(pm != NULL, "%s: no planner model", models[m].file);
     if (pm) {
       test_memory(m, pm, &prof);
       test_search(m, pm, &prof);

@@ -2,29 +2,15 @@
 # zero_cli.sh NTPC — `ntpc plan --train` with the distributed optimizer (docs/planner.md, "Training"):
 #  - --zero 0 reproduces the planner's figures from before ZeRO was priced (the lines below are what
 #    ntpc plan printed then, for the same commands), and writes no optimizer statement;
-#  - the plan written with ZeRO says 'optimizer zero Z redundancy K;' and ntpc check accepts it;
+#  - the plan written with ZeRO says 'optimizer zero Z redundancy K domain D;' and ntpc check accepts
+#    it, and the compiler's report agrees with the planner on the failures;
 #    the report names the stage, the memory with and without sharding, the sync and the failures;
 #  - bad --zero / --redundancy values are usage errors (exit 2, one line naming the option).
 # Run from the source root. Exit 0 when every check holds.
 ntpc=${1:?usage: zero_cli.sh NTPC}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "[FAIL] $*"; }
-
-# check NAME EXPECTED-EXIT COMMAND...: runs it, output in $tmp/out
-check() {
-  name=$1 want=$2
-  shift 2
-  "$@" >"$tmp/out" 2>&1
-  rc=$?
-  if [ "$rc" -eq "$want" ]; then ok; else bad "$name: exit $rc, expected $want"; sed 's/^/    | /' "$tmp/out"; fi
-}
-expect_text() {
-  if grep -qF -- "$2" "$tmp/out"; then ok; else bad "$1: output lacks: $2"; sed 's/^/    | /' "$tmp/out"; fi
-}
+. "$(dirname "$0")/../check.sh" # check NAME EXIT CMD..., expect_text NAME TEXT, ok, bad
 
 bg="examples/byte_gpt.ntp"
 files() { echo -o "$tmp/$1.ntp" --svg "$tmp/$1.svg"; }

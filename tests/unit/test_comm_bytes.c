@@ -10,16 +10,8 @@
 #include "ntprt.h"
 #include "shard.h"
 
-static int failures;
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fputc('\n', stderr);                                        \
-      failures++;                                                 \
-    }                                                             \
-  } while (0)
+#include "check.h"
+
 
 typedef struct totals {
   long long elems[8], steps[8], sent, received; /* per comm kind */
@@ -60,13 +52,13 @@ static void check_equal(ntpc_session *s) {
   ntp_cpu_result ref, got;
   char err[256];
   ntp_program *p = session_program(s, err, sizeof err);
-  CHECK(p != NULL, "%s", err);
+  CHECKF(p != NULL, "%s", err);
   if (!p) return;
-  CHECK(ntp_cpu_run(&p->global, 3, 0, &ref, err, sizeof err) == 0, "%s", err);
-  CHECK(ntp_sim_run(p, 3, &got, err, sizeof err) == 0, "%s", err);
+  CHECKF(ntp_cpu_run(&p->global, 3, 0, &ref, err, sizeof err) == 0, "%s", err);
+  CHECKF(ntp_sim_run(p, 3, &got, err, sizeof err) == 0, "%s", err);
   ntp_program_free(p);
   for (size_t o = 0; o < ref.n_outputs; o++)
-    CHECK(ntp_max_rel_error(&got.outputs[o], &ref.outputs[o]) < 1e-5, "output %zu differs", o);
+    CHECKF(ntp_max_rel_error(&got.outputs[o], &ref.outputs[o]) < 1e-5, "output %zu differs", o);
   ntp_cpu_result_free(&ref);
   ntp_cpu_result_free(&got);
 }
@@ -84,15 +76,15 @@ static void megatron_mlp(int world, int t) {
   if (!s) return;
   totals c = count(ntpc_sharded(s), NULL);
   long long N = B * S * D, groups = world / t;
-  CHECK(c.elems[COMM_ALL_REDUCE] == (t > 1 ? N : 0), "world %d tp %d: all-reduce elems %lld, want %lld", world, t,
+  CHECKF(c.elems[COMM_ALL_REDUCE] == (t > 1 ? N : 0), "world %d tp %d: all-reduce elems %lld, want %lld", world, t,
         c.elems[COMM_ALL_REDUCE], N);
-  CHECK(c.steps[COMM_ALL_REDUCE] == (t > 1 ? groups : 0), "one all-reduce per group");
+  CHECKF(c.steps[COMM_ALL_REDUCE] == (t > 1 ? groups : 0), "one all-reduce per group");
   /* ring all-reduce: each rank sends 2 (t-1)/t of its group's tensor (N / groups elements, fp32) */
   long long want = t > 1 ? world * (2 * (t - 1) * (N / groups) * 4 / t) : 0;
-  CHECK(c.sent == want, "world %d tp %d: sent %lld bytes, want %lld", world, t, c.sent, want);
+  CHECKF(c.sent == want, "world %d tp %d: sent %lld bytes, want %lld", world, t, c.sent, want);
   long long other = c.elems[COMM_ALL_GATHER] + c.elems[COMM_SEND_RECV] + c.elems[COMM_ALL_TO_ALL] +
                     c.elems[COMM_REDUCE_SCATTER];
-  CHECK(other == 0, "no other communication (%lld elems)", other);
+  CHECKF(other == 0, "no other communication (%lld elems)", other);
   check_equal(s);
   ntpc_session_free(s);
 }
@@ -111,13 +103,13 @@ static void sequence_parallel(void) {
   if (!s) return;
   long long N = B * S * D;
   totals f1 = count(ntpc_sharded(s), "f1"), f2 = count(ntpc_sharded(s), "f2");
-  CHECK(f1.elems[COMM_REDUCE_SCATTER] == N, "f1 reduce-scatter %lld elems, want %lld", f1.elems[COMM_REDUCE_SCATTER], N);
-  CHECK(f1.elems[COMM_ALL_REDUCE] == 0, "no all-reduce under sequence parallelism");
-  CHECK(f2.elems[COMM_ALL_GATHER] == N, "f2 all-gathers its input: %lld elems, want %lld", f2.elems[COMM_ALL_GATHER], N);
+  CHECKF(f1.elems[COMM_REDUCE_SCATTER] == N, "f1 reduce-scatter %lld elems, want %lld", f1.elems[COMM_REDUCE_SCATTER], N);
+  CHECKF(f1.elems[COMM_ALL_REDUCE] == 0, "no all-reduce under sequence parallelism");
+  CHECKF(f2.elems[COMM_ALL_GATHER] == N, "f2 all-gathers its input: %lld elems, want %lld", f2.elems[COMM_ALL_GATHER], N);
   /* all-gather: every rank receives what it does not hold, (t - 1) * N elements in all;
    * ring reduce-scatter: each rank receives (t - 1) / t of the tensor */
   long long want = (t - 1) * N * 4 + t * (N * 4 * (t - 1) / t);
-  CHECK(f2.received == want, "f2 received %lld bytes, want %lld", f2.received, want);
+  CHECKF(f2.received == want, "f2 received %lld bytes, want %lld", f2.received, want);
   check_equal(s);
   ntpc_session_free(s);
 }
@@ -134,7 +126,7 @@ static void embedding(void) {
   ntpc_session *s = compile(src);
   if (!s) return;
   totals c = count(ntpc_sharded(s), "embed");
-  CHECK(c.elems[COMM_ALL_REDUCE] == B * S * D, "embedding all-reduce %lld elems", c.elems[COMM_ALL_REDUCE]);
+  CHECKF(c.elems[COMM_ALL_REDUCE] == B * S * D, "embedding all-reduce %lld elems", c.elems[COMM_ALL_REDUCE]);
   /* 37 rows over 8 ranks: 5 on the first five, 4 on the rest */
   const sh_program *p = ntpc_sharded(s);
   int rows5 = 0, rows4 = 0;
@@ -146,7 +138,7 @@ static void embedding(void) {
       rows4 += n == 4;
     }
   }
-  CHECK(rows5 == 5 && rows4 == 3, "uneven vocabulary split: %d ranks with 5 rows, %d with 4", rows5, rows4);
+  CHECKF(rows5 == 5 && rows4 == 3, "uneven vocabulary split: %d ranks with 5 rows, %d with 4", rows5, rows4);
   check_equal(s);
   ntpc_session_free(s);
 }
@@ -173,8 +165,8 @@ static void redistribution_8_to_2(void) {
     want += (B / 4) * S * (N - (hi - lo)) * 4;
   }
   totals c = count(p, "l2");
-  CHECK(c.received == want, "redistribution received %lld bytes, slice overlap says %lld", c.received, want);
-  CHECK(c.sent == want, "sent %lld bytes, want %lld", c.sent, want);
+  CHECKF(c.received == want, "redistribution received %lld bytes, slice overlap says %lld", c.received, want);
+  CHECKF(c.sent == want, "sent %lld bytes, want %lld", c.sent, want);
   check_equal(s);
   ntpc_session_free(s);
 }
@@ -216,12 +208,12 @@ static void zero_bytes(int n, int zero, int k) {
         !strcmp(p->global->values[p->tensors[i].init_value].name, "f.w"))
       state += 12 * box_volume(&p->tensors[i].init_box);
   long long Pb = P + F * 4; /* the weight and its bias */
-  CHECK(syncs == (zero == 2 ? 2 : 1), "zero %d: %lld sync steps (one per parameter with ZeRO-2)", zero, syncs);
-  CHECK(sync_out == Pb * (n - 1 + k - 1) / n, "zero %d, %d replicas, K %d: rank 0 sends %lld in the sync, want %lld", zero,
+  CHECKF(syncs == (zero == 2 ? 2 : 1), "zero %d: %lld sync steps (one per parameter with ZeRO-2)", zero, syncs);
+  CHECKF(sync_out == Pb * (n - 1 + k - 1) / n, "zero %d, %d replicas, K %d: rank 0 sends %lld in the sync, want %lld", zero,
         n, k, sync_out, Pb * (n - 1 + k - 1) / n);
-  CHECK(gather_in == Pb * (n - k) / n, "zero %d, %d replicas, K %d: rank 0 gathers %lld, want %lld", zero, n, k,
+  CHECKF(gather_in == Pb * (n - k) / n, "zero %d, %d replicas, K %d: rank 0 gathers %lld, want %lld", zero, n, k,
         gather_in, Pb * (n - k) / n);
-  CHECK(state == 12 * (D * F) * k / n, "%d replicas, K %d: rank 0 keeps %lld bytes of W's state, want %lld", n, k,
+  CHECKF(state == 12 * (D * F) * k / n, "%d replicas, K %d: rank 0 keeps %lld bytes of W's state, want %lld", n, k,
         state, 12 * (D * F) * k / n);
   /* the memory check catches two tensors of one rank alive together at one place */
   char why[256];
@@ -233,12 +225,12 @@ static void zero_bytes(int n, int zero, int k) {
     if (a < 0) a = (int32_t)i;
     else if (t->def <= q->tensors[a].last_use && t->offset != q->tensors[a].offset) b = (int32_t)i;
   }
-  CHECK(sh_check_memory(q, why, sizeof why), "the memory plan is sound: %s", why);
-  CHECK(b >= 0, "two tensors of rank 0 alive together at different places%s", "");
+  CHECKF(sh_check_memory(q, why, sizeof why), "the memory plan is sound: %s", why);
+  CHECKF(b >= 0, "two tensors of rank 0 alive together at different places%s", "");
   if (b >= 0) {
     int64_t keep = q->tensors[b].offset;
     q->tensors[b].offset = q->tensors[a].offset;
-    CHECK(!sh_check_memory(q, why, sizeof why), "the memory check misses tensors t%d and t%d at one place", a, b);
+    CHECKF(!sh_check_memory(q, why, sizeof why), "the memory check misses tensors t%d and t%d at one place", a, b);
     q->tensors[b].offset = keep;
   }
   ntpc_session_free(s);
