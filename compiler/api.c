@@ -123,6 +123,13 @@ ntpc_status ntpc_set_domain_size(ntpc_session *s, int32_t domain_size) {
   return NTPC_OK;
 }
 
+void ntpc_set_rank_gpus(ntpc_session *s, const int32_t *gpus, int32_t n) {
+  int32_t *copy = n > 0 ? arena_alloc(&s->pool, (size_t)n * sizeof *copy) : NULL;
+  if (copy) memcpy(copy, gpus, (size_t)n * sizeof *copy);
+  s->pipe.gpu_of_rank = copy;
+  s->pipe.n_gpu_of_rank = copy ? n : 0;
+}
+
 ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule) {
   static const struct {
     const char *name;

@@ -64,6 +64,9 @@ ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char
  * redundancy. */
 ntpc_status ntpc_set_optimizer(ntpc_session *s, int32_t zero, int32_t redundancy);
 ntpc_status ntpc_set_domain_size(ntpc_session *s, int32_t domain_size);
+/* Rank r runs on GPU gpus[r] (copied; n entries, the world compiled for): a failure domain is a
+ * range of GPUs, so after a failure the survivors' domains stay their machines'. */
+void ntpc_set_rank_gpus(ntpc_session *s, const int32_t *gpus, int32_t n);
 /* Stop after n errors (default 20, as with clang's -ferror-limit; 0: no limit). */
 void ntpc_set_error_limit(ntpc_session *s, size_t n);
 /* The largest source (model or plan file) accepted: larger ones are an input error. */

@@ -77,6 +77,16 @@ check ck-zero 0 "$ntpc" train $ck $z --zero 2 --resume "$tmp/pck"
 later zero
 close straight zero
 
+# after a failure the survivors' failure domains are still their machines': eight replicas on two
+# nodes of four, GPU 1 lost, then the whole second node; every part kept a copy on the first node
+# (numbering the 7 survivors' domains anew would put both copies of some parts on the second)
+f8=$(echo "$fa" | sed 's/-D B=4/-D B=8/')
+check node-ref 0 "$ntpc" train $f8
+grep '^step' "$tmp/out" | awk '{ print $1, $2, $3, $4 }' >"$tmp/ref.log"
+check node-after-gpu 0 "$ntpc" train $f8 --plan tests/plans/byte_gpt_zero_dp8.ntp --fail-at 3:1,5:4,5:5,5:6,5:7
+if [ "$(grep -c '(no checkpoint read)' "$tmp/out")" = 2 ]; then ok; else bad "node-after-gpu: not two hand-overs without the checkpoint"; fi
+expect_same node-after-gpu
+
 # usage errors
 check bad-zero 2 "$ntpc" train $fa --plan tests/plans/byte_gpt_zero_dp4.ntp --zero 3
 expect_text bad-zero "--zero 3: expected a whole number from 0 to 2"

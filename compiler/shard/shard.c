@@ -219,6 +219,8 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
   p->zero = opt->set_optimizer ? opt->zero : plan ? plan->zero : 0;
   p->redundancy = opt->set_optimizer ? opt->redundancy : plan && plan->redundancy ? plan->redundancy : 1;
   p->domain_size = opt->domain_size ? opt->domain_size : plan && plan->domain_size ? plan->domain_size : 1;
+  if (opt->gpu_of_rank && opt->n_gpu_of_rank == world && (p->gpu_of_rank = arena_alloc(&p->pool, (size_t)world * sizeof *p->gpu_of_rank)))
+    memcpy(p->gpu_of_rank, opt->gpu_of_rank, (size_t)world * sizeof *p->gpu_of_rank);
   lower_forward(&L);
   lower_output_layouts(&L);
   lw_flush(&L);

@@ -86,6 +86,8 @@ typedef struct sh_pipe_options {
   bool set_optimizer;
   int32_t zero, redundancy;
   int32_t domain_size; /* GPUs per failure domain (a node, an NVL domain); 0: the plan's (else 1) */
+  const int32_t *gpu_of_rank; /* [n_gpu_of_rank]: the GPU each rank runs on (survivors); NULL: its number */
+  int32_t n_gpu_of_rank;      /* used when it is the world lowered for */
 } sh_pipe_options;
 #define NTP_MAX_STAGES 256
 typedef struct sh_stage {
@@ -205,6 +207,7 @@ typedef struct sh_program {
   /* the distributed optimizer: each parameter element's AdamW state on `redundancy` of the ranks
      that hold it (zero >= 1), failure domains of domain_size ranks */
   int32_t zero, redundancy, domain_size;
+  int32_t *gpu_of_rank; /* [world] the GPU each rank runs on, for its failure domain; NULL: rank r on GPU r */
   arena pool;
 } sh_program;
 
@@ -241,6 +244,8 @@ void sh_print_optimizer(const sh_program *p, FILE *out);
 /* weights[rank] = the bytes of the whole parameter slices each rank computes with (persistent, or
  * with the distributed optimizer gathered into its arena from the owners of their parts). */
 void sh_rank_weights(const sh_program *p, int64_t *weights);
+/* The failure domain of rank r: its GPU's number / domain_size (shard_zero.c). */
+int32_t sh_domain_of(const sh_program *p, int32_t r);
 /* "12.5 MiB" (shard_print.c) */
 const char *sh_human_bytes(int64_t b, char *buf, size_t cap);
 /* Backward steps on no path to an activation's gradient become W (the weight gradients). */

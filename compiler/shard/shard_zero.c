@@ -25,7 +25,10 @@
 
 #include "shard_internal.h"
 
-static int32_t domain_of(const sh_program *p, int32_t r) { return p->domain_size > 1 ? r / p->domain_size : r; }
+int32_t sh_domain_of(const sh_program *p, int32_t r) {
+  int32_t gpu = p->gpu_of_rank ? p->gpu_of_rank[r] : r; /* survivors keep their GPUs, and those their nodes */
+  return p->domain_size > 1 ? gpu / p->domain_size : gpu;
+}
 
 /* Part j of P of a cell: along its longest dimension (the first of equals), as even as can be. */
 static ntp_box cut_part(const ntp_box *cell, int32_t P, int32_t j) {
@@ -47,27 +50,35 @@ static int64_t longest(const ntp_box *cell) {
   return m;
 }
 
-/* The rotation offsets of a cell's copies: offs[0] = 0 (the part's own holder), then, copy by copy,
- * the unused offset that puts the most parts' new copy in a domain none of their copies is in yet. */
-static void choose_offsets(const sh_program *p, const int32_t *hr, const int32_t *h, int32_t n, int32_t P,
-                           int32_t K, int32_t *offs) {
-  offs[0] = 0;
-  for (int32_t c = 1; c < K; c++) {
-    int32_t best = -1, best_score = -1;
-    for (int32_t o = 1; o < n; o++) {
-      bool used = false;
-      for (int32_t i = 0; i < c; i++) used |= offs[i] == o;
-      if (used) continue;
-      int32_t score = 0;
-      for (int32_t j = 0; j < P; j++) {
-        bool fresh = true;
-        for (int32_t i = 0; i < c; i++) fresh &= domain_of(p, hr[h[(j + offs[i]) % n]]) != domain_of(p, hr[h[(j + o) % n]]);
-        score += fresh;
+/* The owners of a cell's P parts among its n holders h (by rank), K of each: part j's own holder,
+ * then copy by copy the holder that is not an owner of the part yet and, in this order, lies in
+ * a failure domain none of its owners is in, owns the fewest parts so far, comes soonest after the
+ * part's own holder. So a part's copies are in distinct domains wherever its holders span enough of
+ * them (whatever their number in each: the survivors of a failure), and the state stays balanced:
+ * with holders in one domain, each owns K parts of n (the rotations). owner[j * K + c]: an index in h. */
+static void choose_owners(const sh_program *p, const int32_t *hr, const int32_t *h, int32_t n, int32_t P, int32_t K,
+                          int32_t *owner) {
+  int32_t *load = calloc((size_t)n + 1, sizeof *load);
+  if (!load) ntp_out_of_memory();
+  for (int32_t j = 0; j < P; j++) owner[j * K] = j, load[j]++;
+  for (int32_t c = 1; c < K; c++)
+    for (int32_t j = 0; j < P; j++) {
+      int32_t best = -1;
+      int64_t best_key = INT64_MAX;
+      for (int32_t o = 1; o < n; o++) {
+        int32_t i = (j + o) % n;
+        bool taken = false, same_domain = false;
+        for (int32_t q = 0; q < c; q++) {
+          taken |= owner[j * K + q] == i;
+          same_domain |= sh_domain_of(p, hr[h[owner[j * K + q]]]) == sh_domain_of(p, hr[h[i]]);
+        }
+        int64_t key = ((int64_t)same_domain << 40) | ((int64_t)load[i] << 20) | o;
+        if (!taken && key < best_key) best = i, best_key = key;
       }
-      if (score > best_score) best = o, best_score = score;
+      owner[j * K + c] = best;
+      load[best]++;
     }
-    offs[c] = best;
-  }
+  free(load);
 }
 
 static bool failpoint(const char *name) {
@@ -78,9 +89,9 @@ static bool failpoint(const char *name) {
 size_t shard_zero_parts(const sh_program *p, int32_t v, const int32_t *hr, const ntp_box *hb, size_t nh, ntp_box whole,
                         ntp_dtype dt, int64_t *ring, sh_zero *z) {
   size_t before = z->n;
-  int32_t *h = malloc((nh + 1) * sizeof *h), offs[65];
+  int32_t *h = malloc((nh + 1) * sizeof *h), *owner = malloc((nh + 1) * 65 * sizeof *owner);
   box_grid grid;
-  if (!h || !box_grid_init(&grid, &whole, hb, nh)) ntp_out_of_memory();
+  if (!h || !owner || !box_grid_init(&grid, &whole, hb, nh)) ntp_out_of_memory();
   /* a deliberate bug for the tests (NTP_FAILPOINT=zero-two-owners): each part after the first
    * overlaps the one before by a slab that only the first holder's gradient reaches, as when the
    * holders disagree on where a part begins: that slab then has two owners that update it apart */
@@ -98,7 +109,7 @@ size_t shard_zero_parts(const sh_program *p, int32_t v, const int32_t *hr, const
     int64_t len = longest(&cell);
     int32_t P = len < n ? (int32_t)len : n, K = p->redundancy < n ? p->redundancy : n;
     if (P < 1) P = 1;
-    choose_offsets(p, hr, h, n, P, K, offs);
+    choose_owners(p, hr, h, n, P, K, owner);
     for (int32_t j = 0; j < P; j++) {
       ntp_box part = cut_part(&cell, P, j);
       bool partial = false;
@@ -107,7 +118,7 @@ size_t shard_zero_parts(const sh_program *p, int32_t v, const int32_t *hr, const
           if (part.lo[d] > cell.lo[d]) part.lo[d]--, done = 1, partial = true;
       }
       for (int32_t c = 0; c < K; c++) {
-        sh_zero_shard s = {.v = v, .rank = hr[h[(j + offs[c]) % n]], .box = part, .copy = c, .partial = partial};
+        sh_zero_shard s = {.v = v, .rank = hr[h[owner[j * K + c]]], .box = part, .copy = c, .partial = partial};
         VEC_PUSH(z->s, z->n, z->cap, s);
       }
     }
@@ -118,6 +129,7 @@ size_t shard_zero_parts(const sh_program *p, int32_t v, const int32_t *hr, const
   }
   box_grid_free(&grid);
   free(h);
+  free(owner);
   return z->n - before;
 }
 

@@ -73,18 +73,21 @@ static int64_t lost_elements(const state_cells *c, const bool *dead) {
 
 /* Which single-GPU (and, with domains, whole-domain) failures leave state without a copy. */
 static void print_failures(const sh_program *p, FILE *out) {
-  int32_t W = p->world, D = p->domain_size > 0 ? p->domain_size : 1, nd = (W + D - 1) / D;
-  bool *dead = calloc((size_t)W + 1, 1);
+  int32_t W = p->world, D = p->domain_size > 0 ? p->domain_size : 1, dmax = 0;
+  for (int32_t r = 0; r < W; r++) dmax = sh_domain_of(p, r) > dmax ? sh_domain_of(p, r) : dmax;
+  bool *dead = calloc((size_t)W + 1, 1), *used = calloc((size_t)dmax + 1, 1);
   state_cells c = {0};
-  if (!dead) ntp_out_of_memory();
+  if (!dead || !used) ntp_out_of_memory();
+  int32_t nd = 0;
+  for (int32_t r = 0; r < W; r++) nd += !used[sh_domain_of(p, r)], used[sh_domain_of(p, r)] = true;
   state_cells_build(p, &c);
   for (int pass = 0; pass < (D > 1 && nd > 1 ? 2 : 1); pass++) {
-    int32_t unit = pass ? D : 1, n = pass ? nd : W, bad = 0;
+    int32_t n = pass ? dmax + 1 : W, bad = 0, of = pass ? nd : W;
     char list[512] = "";
     size_t len = 0;
     for (int32_t u = 0; u < n; u++) {
-      memset(dead, 0, (size_t)W);
-      for (int32_t r = u * unit; r < (u + 1) * unit && r < W; r++) dead[r] = true;
+      if (pass && !used[u]) continue;
+      for (int32_t r = 0; r < W; r++) dead[r] = pass ? sh_domain_of(p, r) == u : r == u;
       int64_t lost = lost_elements(&c, dead);
       if (!lost) continue;
       if (bad++ < 6 && len < sizeof list - 64)
@@ -94,11 +97,12 @@ static void print_failures(const sh_program *p, FILE *out) {
     const char *what = pass ? "a failure domain's loss" : "a single GPU's loss";
     if (!bad) fprintf(out, "  %s: every element keeps a copy elsewhere, no checkpoint read\n", what);
     else
-      fprintf(out, "  %s: %d of %d leave state with no copy (the checkpoint is read): %s%s\n", what, bad, n, list,
+      fprintf(out, "  %s: %d of %d leave state with no copy (the checkpoint is read): %s%s\n", what, bad, of, list,
               bad > 6 ? ", ..." : "");
   }
   free(c.vol), free(c.first), free(c.rank);
   free(dead);
+  free(used);
 }
 
 void sh_rank_weights(const sh_program *p, int64_t *weights) {

@@ -16,7 +16,7 @@
 #include "train_failover.h"
 
 static ntpc_session *session(const train_source *src, bool grad, int32_t world, const char *plan_file,
-                             const char *plan_name, char *err, size_t cap) {
+                             const char *plan_name, const int32_t *gpus, char *err, size_t cap) {
   ntpc_session *s = ntpc_session_new();
   if (!s) {
     snprintf(err, cap, "out of memory");
@@ -35,6 +35,7 @@ static ntpc_session *session(const train_source *src, bool grad, int32_t world, 
     ntpc_set_pipeline(s, src->micro_batches > 1 ? src->micro_batches : 1, src->schedule);
   ntpc_want_grad(s, grad);
   ntpc_want_cuda(s, grad && src->kernels);
+  if (gpus) ntpc_set_rank_gpus(s, gpus, world); /* the survivors' failure domains are their GPUs' */
   if (!cli_optimizer_apply("ntpc train", s, &src->opt)) {
     snprintf(err, cap, "the distributed optimizer's options: %s", ntpc_last_error(s));
     ntpc_session_free(s);
@@ -58,7 +59,7 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   bool solved = false;
   char path[] = "/tmp/ntp-survivors-XXXXXX";
   int fd = -1;
-  ntpc_session *healthy = session(src, false, world, src->plan_file, src->plan_name, err, cap), *next = NULL;
+  ntpc_session *healthy = session(src, false, world, src->plan_file, src->plan_name, NULL, err, cap), *next = NULL;
   if (!healthy) return NULL;
   const ir_module *m = ntpc_module(healthy);
   if (m->active_plan >= 0 && (m->plans[m->active_plan].npipes || m->plans[m->active_plan].even_stages)) {
@@ -96,7 +97,7 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   if (keep.opt.zero < 0 && keep.opt.redundancy < 0 && hp && hp->zero_loc.first_line)
     keep.opt.zero = hp->zero, keep.opt.redundancy = hp->redundancy;
   if (keep.opt.domain_size < 0 && hp && hp->domain_size) keep.opt.domain_size = hp->domain_size;
-  if (!(next = session(&keep, true, f.survivors.world, path, "survivors", err, cap))) goto done;
+  if (!(next = session(&keep, true, f.survivors.world, path, "survivors", f.survivors.phys, err, cap))) goto done;
   if (!(prog = session_program(next, err, cap))) goto done;
   if (!(*phys = malloc((size_t)f.survivors.world * sizeof **phys))) {
     ntp_program_free(prog);
