@@ -541,7 +541,7 @@ static int open_run(train_run *r, ntpc_session *s, char *err, size_t cap) {
 }
 
 /* The model, the batch, where the ranks run and the optimizer, before step 1. */
-static void print_header(train_run *r) {
+static void print_header(train_run *r, const sh_program *sp) {
   const train_opts *o = r->o;
   const ntp_module *m = &r->prog->global;
   const ntp_host_tensor *ps;
@@ -560,6 +560,9 @@ static void print_header(train_run *r) {
     printf("backend %s: %d rank%s (each rank's forward, backward and AdamW on its slices, the gradients summed over "
            "their holders)\n", e->ops->label(e->be), w > 0 ? w : 1, w > 1 ? "s" : "");
   cli_verbose_exec(e);
+  if (sp && sp->zero) /* the distributed optimizer (docs/training.md) */
+    printf("optimizer state: ZeRO-%d, each part on %d of its element's replicas (failure domains of %d GPU%s)\n",
+           sp->zero, sp->redundancy, sp->domain_size, sp->domain_size == 1 ? "" : "s");
   const ntp_adamw *aw = &o->adamw;
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw->lr,
          (long long)aw->warmup, aw->lr * aw->min_lr_frac, aw->beta1, aw->beta2, aw->eps, aw->weight_decay, aw->clip);
@@ -667,7 +670,7 @@ static int train(const train_opts *o, ntpc_session *s) {
   char err[2048];
   train_run r = {.o = o, .first = NAN, .last = NAN};
   int rc = open_run(&r, s, err, sizeof err);
-  if (rc == 0) print_header(&r);
+  if (rc == 0) print_header(&r, ntpc_sharded(s));
   for (long step = r.tr ? (long)ntp_trainer_steps_taken(r.tr) : 0; rc == 0 && step < o->adamw.steps; step++, r.ran++) {
     bool dump_failed = false;
     if (train_step(&r, &step, &dump_failed, err, sizeof err) != 0) rc = dump_failed ? 2 : 1;
