@@ -87,6 +87,18 @@ check node-after-gpu 0 "$ntpc" train $f8 --plan tests/plans/byte_gpt_zero_dp8.nt
 if [ "$(grep -c '(no checkpoint read)' "$tmp/out")" = 2 ]; then ok; else bad "node-after-gpu: not two hand-overs without the checkpoint"; fi
 expect_same node-after-gpu
 
+# the C ABI of a training library with the distributed optimizer: ntpc train's losses
+z4="-D B=4 -D S=32 --plan tests/plans/byte_gpt_zero_dp4.ntp"
+check lib 0 "$ntpc" examples/byte_gpt.ntp $z4 --train -o "$tmp/z.so"
+check lib-cc 0 ${CC:-cc} -std=c17 -Wall -Wextra -Werror ${NTP_TEST_CFLAGS:-} tests/unit/train_abi.c -Iruntime -ldl -lm \
+  -o "$tmp/train_abi"
+check lib-train 0 "$tmp/train_abi" "$tmp/z.so" "$tmp/docs.bin" 4 3e-3
+grep '^step' "$tmp/out" >"$tmp/abi.log"
+check lib-cli 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 4 --lr 3e-3 --min-lr-frac 1 $z4
+grep '^step' "$tmp/out" | sed 's/  lr.*//' >"$tmp/cli.log"
+if [ -s "$tmp/abi.log" ] && cmp -s "$tmp/abi.log" "$tmp/cli.log"; then ok; else
+  bad "lib: the library's train steps differ from ntpc train's"; paste "$tmp/abi.log" "$tmp/cli.log"; fi
+
 # usage errors
 check bad-zero 2 "$ntpc" train $fa --plan tests/plans/byte_gpt_zero_dp4.ntp --zero 3
 expect_text bad-zero "--zero 3: expected a whole number from 0 to 2"
