@@ -6,9 +6,9 @@
  * redundancy K' the program changes in three places, and nothing else does:
  *  - the cells of a parameter (the common refinement of its holders' slices: replicas at unequal
  *    degrees hold different boxes) are each cut into parts, one per holder of the cell, and part j
- *    is owned by K holders: j's own and K-1 others at fixed offsets, chosen so that the owners of
- *    a part lie in different failure domains wherever the holders span several (each offset a
- *    rotation, so every holder owns K parts: the state is balanced);
+ *    is owned by K holders: j's own and K-1 others chosen so that the owners of a part lie in
+ *    different failure domains wherever the holders span several, the least loaded first (so the
+ *    state stays balanced: about K parts of n on each holder; choose_owners);
  *  - the gradient sync sums each part onto its owners only (a reduce-scatter; the same sums, in
  *    the same order, as the all-reduce made: the owners' copies stay equal bit for bit);
  *  - the owned parts are the persistent parameter slices, so the trainer keeps state (and runs
