@@ -237,6 +237,7 @@ typedef struct plan_solution {
   bool peaks_exact;           /* every candidate activation peak was searched (else: the first ones
                                  and the plan's own; the search then is exact for that reserve) */
   double tables_ms;           /* cost tables */
+  double need_min;            /* when infeasible: the smallest plan's memory per GPU (in why) */
   char why[256];              /* when infeasible */
   /* training, the distributed optimizer: the stage and redundancy priced (chosen, or forced) */
   int32_t zero, redundancy, domain_size;

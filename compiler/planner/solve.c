@@ -53,12 +53,14 @@ static void placement_of(const plan_place *pp, sh_placement *pl) {
   pl->recompute = pp->rc;
 }
 
-/* Training: every state once more with its activations recomputed (as long as the states fit
- * the search's 255). false when memory fails. */
+/* Training: the states once more with their activations recomputed, as many as the search's 255
+ * states hold, the first ones first: they are the fewest groups, the largest degrees, which
+ * recomputation serves best (it saves the most where the memory binds). Beyond 64 ranks the
+ * balanced states alone are 128: adding none of them then (as before) left a 65-GPU plan without
+ * recomputation, so more GPUs needed more memory per GPU than 64. false when memory fails. */
 bool pl_add_recompute_states(plan_place **st, int32_t *n, int32_t *cap) {
   int32_t base = *n;
-  if (2 * base > 255) return true;
-  for (int32_t k = 0; k < base; k++) {
+  for (int32_t k = 0; k < base && *n < 255; k++) {
     if ((*st)[k].rc) continue;
     plan_place r = (*st)[k];
     r.rc = true;

@@ -209,7 +209,7 @@ static int resilience(const plan_solution *s) { return s->domain_layers == 0 ? 2
 void pl_zero_solve(plan_tables *T, const plan_request *rq, plan_solution *out) {
   struct plan_zero_alt alt[PLAN_ZERO_MAX_ALTS];
   int32_t na = zero_candidates(rq, alt), best = -1;
-  plan_solution sol[PLAN_ZERO_MAX_ALTS];
+  plan_solution sol[PLAN_ZERO_MAX_ALTS] = {0};
   double fastest = INFINITY;
   if (rq->domain_size > 0) T->domain = rq->domain_size;
   for (int32_t a = 0; a < na; a++) {
@@ -232,7 +232,12 @@ void pl_zero_solve(plan_tables *T, const plan_request *rq, plan_solution *out) {
         (resilience(&sol[a]) == resilience(&sol[best]) && sol[a].step_s < sol[best].step_s))
       best = a;
   }
-  int32_t pick = best >= 0 ? best : na - 1; /* none fits: the report of the last (least memory) */
+  int32_t pick = best;
+  if (pick < 0) { /* none fits: the report of the candidate whose smallest plan needs least */
+    pick = 0;
+    for (int32_t a = 1; a < na; a++)
+      if (sol[a].need_min < sol[pick].need_min) pick = a;
+  }
   double search_ms = 0;
   int32_t dps = 0;
   for (int32_t a = 0; a < na; a++) search_ms += alt[a].search_ms, dps += sol[a].full_dps;
