@@ -136,7 +136,7 @@ ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char
     sh_schedule_kind kind;
   } kinds[] = {{"1f1b", SH_SCHED_1F1B}, {"gpipe", SH_SCHED_GPIPE}, {"interleaved", SH_SCHED_INTERLEAVED},
                {"zb-h1", SH_SCHED_ZBH1}, {"zbh1", SH_SCHED_ZBH1}};
-  if (micro_batches < 1 || micro_batches > NTP_MAX_MICRO_BATCHES) {
+  if (micro_batches < 0 || micro_batches > NTP_MAX_MICRO_BATCHES) {
     snprintf(s->last_error, sizeof s->last_error, "--micro-batches must be in 1..%d, got %d", NTP_MAX_MICRO_BATCHES,
              micro_batches);
     return NTPC_ERR_USAGE;

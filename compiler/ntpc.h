@@ -52,7 +52,7 @@ void ntpc_select_plan(ntpc_session *s, const char *plan_name);
  * 1); -1 (the default) does not shard (the IR still records the plans). */
 void ntpc_set_world(ntpc_session *s, int32_t world);
 /* Pipelining (docs/pipeline.md): the batch cut into micro_batches (1: whole) whose gradients
- * accumulate, ordered by a schedule: a name (gpipe, 1f1b, interleaved, zb-h1; NULL: the default)
+ * accumulate (0: the active plan's 'micro_batches' line, else 1), ordered by a schedule: a name (gpipe, 1f1b, interleaved, zb-h1; NULL: the default)
  * or the path of a CSV table (FILE.csv). NTPC_ERR_USAGE for a bad count or name, or a table that
  * cannot be opened. */
 #define NTP_MAX_MICRO_BATCHES 4096

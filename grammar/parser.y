@@ -114,6 +114,7 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %token KW_REPEAT "'repeat'" KW_AS "'as'" KW_WORLD "'world'" KW_TP "'tp'" KW_AUTO "'auto'"
 %token KW_DIAGONAL "'diagonal'" KW_SEQPAR "'sequence_parallel'" KW_RECOMPUTE "'recompute'" KW_BATCH "'batch'"
 %token KW_STAGE "'stage'" KW_STAGES "'stages'" KW_PIPELINE "'pipeline'" KW_RANKS "'ranks'"
+%token KW_MICRO_BATCHES "'micro_batches'"
 %token KW_OPTIMIZER "'optimizer'"
 %token AT_TP "'@tp'" ARROW "'->'" DOTDOT "'..'"
 %token <str> IDENT "name" PATH "dotted name"
@@ -327,6 +328,7 @@ pstmt:
   | KW_PIPELINE pipe_share '{' stages '}' {
       $$ = NEW(ast_pstmt); $$->kind = PST_PIPELINE; $$->loc = @1; $$->world = $2; $$->body = $4;
     }
+  | KW_MICRO_BATCHES expr ';'     { $$ = NEW(ast_pstmt); $$->kind = PST_MICRO_BATCHES; $$->loc = @$; $$->world = $2; }
   | KW_OPTIMIZER opt_settings ';' { $$ = NEW(ast_pstmt); $$->kind = PST_OPTIMIZER; $$->loc = @$; $$->settings = $2; }
   | error ';'                     { $$ = NULL; yyerrok; }
   ;

@@ -196,7 +196,7 @@ struct ast_stmt {
   bool is_output;
 };
 
-typedef enum { PST_WORLD, PST_RULE, PST_STAGE, PST_PIPELINE, PST_STAGES, PST_OPTIMIZER } ast_pstmt_kind;
+typedef enum { PST_WORLD, PST_RULE, PST_STAGE, PST_PIPELINE, PST_STAGES, PST_OPTIMIZER, PST_MICRO_BATCHES } ast_pstmt_kind;
 typedef struct ast_pstmt {
   ast_pstmt_kind kind;
   ntp_loc loc;

@@ -137,8 +137,8 @@ void ast_print(const ast_file *f, FILE *out) {
     fprintf(out, "plan %s for %s  # %s:%d\n", p->name, p->model, p->file, p->loc.first_line);
     for (const ast_pstmt *st = p->stmts; st; st = st->next) {
       indent(out, 1);
-      if (st->kind == PST_WORLD || st->kind == PST_STAGES) {
-        fputs(st->kind == PST_WORLD ? "world " : "stages ", out);
+      if (st->kind == PST_WORLD || st->kind == PST_STAGES || st->kind == PST_MICRO_BATCHES) {
+        fputs(st->kind == PST_WORLD ? "world " : st->kind == PST_STAGES ? "stages " : "micro_batches ", out);
         print_expr_inline(st->world, out);
       } else if (st->kind == PST_STAGE || st->kind == PST_PIPELINE) {
         print_stages(st, out);

@@ -150,6 +150,10 @@ typedef struct ir_plan {
   int32_t zero, redundancy;
   int32_t domain_size; /* 'domain D': GPUs per failure domain the copies are kept apart across; 0: not given */
   ntp_loc zero_loc;
+  /* 'micro_batches M;': the batch cut into M micro-batches unless the command line says otherwise
+     (ntpc_set_pipeline); 0 = not given (the batch whole) */
+  int32_t micro_batches;
+  ntp_loc mb_loc;
   ntp_loc loc;
 } ir_plan;
 

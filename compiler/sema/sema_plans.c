@@ -123,6 +123,13 @@ void sema_lower_plan(sema *s, const ast_plan *p, bool active) {
       lower_optimizer(s, st, &plan);
       continue;
     }
+    if (st->kind == PST_MICRO_BATCHES) {
+      if (plan.micro_batches) sema_error(s, st->loc, "'micro_batches' is given twice in plan '%s'", p->name);
+      int64_t mb;
+      if (sema_eval_bounded_from(s, st->world, "a micro-batch count", 1, NTP_MAX_MICRO_BATCHES, &mb))
+        plan.micro_batches = (int32_t)mb, plan.mb_loc = st->loc;
+      continue;
+    }
     if (st->kind == PST_STAGE || st->kind == PST_PIPELINE) {
       bool loose = st->kind == PST_STAGE; /* stages outside a pipeline block: the one pipeline */
       if (loose && (!plan.npipes || !loose_pipe)) {

@@ -212,10 +212,12 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
   }
   /* pipelined: stages or micro-batches. Its steps carry their micro-batch and phase, and the
    * schedule pass orders them (shard_schedule.c); other programs are as they always were. */
-  p->micro_batches = opt->micro_batches > 1 ? opt->micro_batches : 1;
+  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  /* the command line's count (ntpc_set_pipeline), else the plan's 'micro_batches' line */
+  int32_t mb = opt->micro_batches > 0 ? opt->micro_batches : plan && plan->micro_batches ? plan->micro_batches : 1;
+  p->micro_batches = mb;
   p->pipelined = p->pipes.npipes || p->micro_batches > 1 || opt->schedule != SH_SCHED_DEFAULT || opt->schedule_csv;
   L.M = p->pipelined ? p->micro_batches : 0;
-  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
   p->zero = opt->set_optimizer ? opt->zero : plan ? plan->zero : 0;
   p->redundancy = opt->set_optimizer ? opt->redundancy : plan && plan->redundancy ? plan->redundancy : 1;
   p->domain_size = opt->domain_size ? opt->domain_size : plan && plan->domain_size ? plan->domain_size : 1;

@@ -79,7 +79,7 @@ typedef enum { SH_PHASE_F, SH_PHASE_B, SH_PHASE_W } sh_phase;
 /* How a pipelined program's micro-batches are ordered on each rank (shard_schedule.c). */
 typedef enum { SH_SCHED_DEFAULT, SH_SCHED_GPIPE, SH_SCHED_1F1B, SH_SCHED_INTERLEAVED, SH_SCHED_ZBH1 } sh_schedule_kind;
 typedef struct sh_pipe_options {
-  int32_t micro_batches;       /* 0 or 1: the batch whole */
+  int32_t micro_batches;       /* 0: the plan's 'micro_batches' (else the batch whole) */
   sh_schedule_kind schedule;   /* default: 1F1B, interleaved 1F1B when a rank holds several chunks */
   const char *schedule_csv;    /* a schedule table from a file (overrides `schedule`) */
   /* the distributed optimizer (shard_zero.c): set_optimizer overrides the plan's 'optimizer' line */

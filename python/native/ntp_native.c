@@ -151,8 +151,8 @@ EXPORT int ntp_py_compile(const char *path, const char *source, const char *name
   ntpc_set_world(u->s, world > 0 ? world : 0); /* 0: the plan's world, else one rank */
   ntpc_want_grad(u->s, train != 0);
   ntpc_want_cuda(u->s, cuda != 0);
-  if (micro_batches > 1 || schedule) { /* a name, or a table (FILE.csv) */
-    if (ntpc_set_pipeline(u->s, micro_batches > 1 ? micro_batches : 1, schedule) != NTPC_OK) {
+  if (micro_batches >= 1 || schedule) { /* a name, or a table (FILE.csv); 0: the plan's count */
+    if (ntpc_set_pipeline(u->s, micro_batches, schedule) != NTPC_OK) {
       snprintf(last_error, sizeof last_error, "%s", ntpc_last_error(u->s));
       return NTPC_ERR_USAGE;
     }

@@ -71,7 +71,7 @@ class _Unit:
 
     def __init__(self, source: Union[str, PathLike], *, plan: Optional[PathLike], plan_name: Optional[str],
                  defines: Optional[Mapping[str, int]], model: Optional[str], world: Optional[int], train: bool,
-                 cuda: bool, gpu: Optional[str], micro_batches: int = 1, schedule: Optional[Union[str, PathLike]] = None,
+                 cuda: bool, gpu: Optional[str], micro_batches: int = 0, schedule: Optional[Union[str, PathLike]] = None,
                  optimizer: Tuple[int, int, int] = (-1, -1, -1)):
         self.h = None  # set before anything can raise: __del__ frees it
         path, text = _path_or_source(source)
@@ -265,7 +265,7 @@ def _format(format: str) -> bytes:
 def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, plan_name: Optional[str] = None,
             defines: Optional[Mapping[str, int]] = None, model: Optional[str] = None, world: Optional[int] = None,
             backend: str = "cpu", train: bool = False, seed: int = 0, loopback: bool = False, device: int = 0,
-            gpu: Optional[str] = None, micro_batches: int = 1,
+            gpu: Optional[str] = None, micro_batches: Optional[int] = None,
             schedule: Optional[Union[str, PathLike]] = None, zero: Optional[int] = None,
             redundancy: Optional[int] = None, domain_size: Optional[int] = None) -> Model:
     """Compiles a model (a .ntp path, or its source text) and makes it runnable.
@@ -277,7 +277,8 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     initialisation of parameters not loaded; gpu: the device profile (a built-in name or a profile
     file) 'tp auto' layers are planned for, and whose measured attention crossover picks the CUDA
     attention kernel (ntpc --gpu); micro_batches: cut the batch into this many micro-batches whose
-    gradients accumulate (a plan's pipeline stages run them concurrently); schedule: how they are
+    gradients accumulate (a plan's pipeline stages run them concurrently; default: the plan's
+    'micro_batches' line, else 1); schedule: how they are
     ordered on each rank, "gpipe", "1f1b", "interleaved", "zb-h1" or a CSV table's path (ntpc
     --micro-batches, --schedule; docs/pipeline.md); zero, redundancy, domain_size: with train, the
     distributed optimizer over the plan's 'optimizer' line (ZeRO stage 0 to 2, each part of the
@@ -293,7 +294,8 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     seed = K.whole("seed", seed, 0, 2**64 - 1)
     device = K.whole("device", device, 0, 2**31 - 1)
     train, loopback = K.flag("train", train), K.flag("loopback", loopback)
-    micro_batches = K.whole("micro_batches", micro_batches, 1, 4096)  # ntpc --micro-batches
+    # ntpc --micro-batches; None: the plan's 'micro_batches' line, else the batch whole
+    micro_batches = 0 if micro_batches is None else K.whole("micro_batches", micro_batches, 1, 4096)
     if schedule is not None and not isinstance(schedule, (str, os.PathLike)):
         raise TypeError(f"schedule must be a schedule's name or a CSV file's path, got {type(schedule).__name__}")
     opt = (zero, redundancy, domain_size)

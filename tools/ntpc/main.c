@@ -494,8 +494,8 @@ int main(int argc, char **argv) {
   if (o.world > 0) ntpc_set_world(s, (int32_t)o.world);
   else if (wants_shards || library || b->kernels || (o.plan && o.command) || o.micro_batches > 1 || o.schedule)
     ntpc_set_world(s, 0); /* micro-batches: a sharded program, if of one rank */
-  if (o.micro_batches > 1 || o.schedule) {
-    if (ntpc_set_pipeline(s, o.micro_batches > 1 ? (int32_t)o.micro_batches : 1, o.schedule) != NTPC_OK) {
+  if (o.micro_batches >= 1 || o.schedule) {
+    if (ntpc_set_pipeline(s, (int32_t)o.micro_batches, o.schedule) != NTPC_OK) {
       fprintf(stderr, "ntpc: error: %s\n", ntpc_last_error(s));
       rc = 2;
       goto out;

@@ -731,8 +731,7 @@ int ntpc_train_command(int argc, char **argv) {
   if (o.sharded || o.backend->kernels) ntpc_set_world(s, o.world);
   ntpc_want_cuda(s, o.backend->kernels);
   ntpc_want_grad(s, true);
-  if ((o.micro_batches > 1 || o.schedule) &&
-      ntpc_set_pipeline(s, o.micro_batches > 1 ? o.micro_batches : 1, o.schedule) != NTPC_OK) {
+  if ((o.micro_batches >= 1 || o.schedule) && ntpc_set_pipeline(s, o.micro_batches, o.schedule) != NTPC_OK) {
     fprintf(stderr, "ntpc train: error: %s\n", ntpc_last_error(s));
     ntpc_session_free(s);
     return 2;

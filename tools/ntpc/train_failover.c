@@ -31,8 +31,7 @@ static ntpc_session *session(const train_source *src, bool grad, int32_t world, 
   }
   if (plan_name) ntpc_select_plan(s, plan_name);
   ntpc_set_world(s, world);
-  if (src->micro_batches > 1 || src->schedule)
-    ntpc_set_pipeline(s, src->micro_batches > 1 ? src->micro_batches : 1, src->schedule);
+  if (src->micro_batches >= 1 || src->schedule) ntpc_set_pipeline(s, src->micro_batches, src->schedule);
   ntpc_want_grad(s, grad);
   ntpc_want_cuda(s, grad && src->kernels);
   if (gpus) ntpc_set_rank_gpus(s, gpus, world); /* the survivors' failure domains are their GPUs' */
