@@ -203,17 +203,18 @@ check rc-run 0 "$ntpc" run examples/byte_gpt.ntp --train $small --plan tests/pla
 n_ok=$(grep -c 'vs unsharded: .* ok$' "$tmp/out")
 if [ "$n_ok" -eq 37 ]; then ok; else bad "ntpc run --train with recompute: $n_ok of 37 outputs ok"; fi
 
-# ntpc plan --train: a training step's costs; the training program compiles under the plan
-check plan-fwd 0 "$ntpc" plan examples/byte_gpt.ntp --world 8 --gpu h200 -o "$tmp/pf.ntp" --svg "$tmp/pf.svg"
+# ntpc plan --train: a training step's costs; the training program compiles under the plan (the flat search:
+# --stages 1; pipelined plans are tests/planner/pipeline_cli.sh's)
+check plan-fwd 0 "$ntpc" plan examples/byte_gpt.ntp --stages 1 --world 8 --gpu h200 -o "$tmp/pf.ntp" --svg "$tmp/pf.svg"
 fwd=$(sed -n 's/^predicted step time (forward): \([0-9.]*\) us.*/\1/p' "$tmp/out")
-check plan-train 0 "$ntpc" plan examples/byte_gpt.ntp --world 8 --gpu h200 --train -o "$tmp/pt.ntp" --svg "$tmp/pt.svg"
+check plan-train 0 "$ntpc" plan examples/byte_gpt.ntp --stages 1 --world 8 --gpu h200 --train -o "$tmp/pt.ntp" --svg "$tmp/pt.svg"
 expect_text plan-train "compiler check: the training program (forward, backward, gradient sync) compiles for 8 ranks"
 expect_text plan-train "training state"
 trn=$(sed -n 's/^predicted step time (training: forward, backward, gradient sync): \([0-9.]*\) us.*/\1/p' "$tmp/out")
 if [ -n "$fwd" ] && [ -n "$trn" ] && awk "BEGIN { exit !($trn > 2.5 * $fwd) }"; then ok; else
   bad "plan --train: a training step of $trn us against a forward of $fwd us (expected more than 2.5 times)"; fi
 # where memory binds, the training plan recomputes layers; the plan trains as the model does unsharded
-check plan-rc 0 "$ntpc" plan examples/byte_gpt.ntp -D B=8 -D S=64 --world 4 --gpu h100 --train --mem-cap 0.004 -o "$tmp/prc.ntp" --svg "$tmp/prc.svg"
+check plan-rc 0 "$ntpc" plan examples/byte_gpt.ntp --stages 1 -D B=8 -D S=64 --world 4 --gpu h100 --train --mem-cap 0.004 -o "$tmp/prc.ntp" --svg "$tmp/prc.svg"
 expect_text plan-rc "memory binds"
 if grep -q 'recompute;' "$tmp/prc.ntp"; then ok; else bad "plan --train under a tight cap recomputes no layer"; cat "$tmp/prc.ntp"; fi
 pa="--data $tmp/docs.bin --steps 2 --seed 4 -D B=8 -D S=64"

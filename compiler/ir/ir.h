@@ -22,7 +22,7 @@
 #include "ntp_types.h"
 
 #define NTP_MAX_GROUPS 64
-#define NTP_MAX_PIPES 16 /* pipeline replicas in a plan (data parallel over pipelines) */
+#define NTP_MAX_PIPES 64 /* pipeline replicas in a plan (data parallel over pipelines): each has a group */
 #define NTP_MAX_MESH_DIMS 4
 
 /* Limits on what a source may ask for, checked by sema with a diagnostic, so that no size the

@@ -163,3 +163,30 @@ const char *pl_place_str_rows(const plan_place *pl, int64_t rows, char *buf, siz
 }
 
 const char *plan_place_str(const plan_place *pl, char *buf, size_t cap) { return pl_place_str_rows(pl, -1, buf, cap); }
+
+/* A step's model FLOPs, the way MFU is usually counted (PaLM, Megatron without recomputation):
+ * 2 x parameters x tokens forward (every parameter element one multiply-add per token: the
+ * embedding table counts once, as the tied head's GEMM), plus each attention core's
+ * 4 x rows x S^2 x heads x head size (causal or not), and a training step three times that (the
+ * backward's two GEMMs per forward one). Recomputation is not counted: it is overhead. */
+double plan_model_flops(const plan_model *pm, bool train) {
+  const ir_module *m = pm->m;
+  double params = 0, attn = 0;
+  for (size_t i = 0; i < m->n_ops; i++) {
+    const ir_op *op = &m->ops[i];
+    if (op->code == IR_PARAM) params += (double)shape_numel(&m->values[op->result].shape);
+    if (op->code == IR_ATTENTION) { /* its result: [rows, S, heads, head size] */
+      const ntp_shape *q = &m->values[op->result].shape;
+      if (q->ndim == 4) attn += 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)q->dim[1] * (double)q->dim[2] * (double)q->dim[3];
+    }
+  }
+  double fwd = 2.0 * params * (double)pm->tokens + attn;
+  return train ? 3 * fwd : fwd;
+}
+
+/* model FLOPs per second over the GPUs' dense peak in the model's dtype */
+double plan_mfu(const plan_model *pm, const plan_solution *s, const plan_profile *prof) {
+  double peak = prof->flops[pm->m->dtype];
+  if (!(peak > 0) || !(s->step_s > 0) || s->world < 1) return 0;
+  return plan_model_flops(pm, s->train) / s->step_s / (s->world * peak);
+}

@@ -14,6 +14,7 @@
 int32_t plan_model_layers(const plan_model *pm) { return pm->n; }
 const ir_layer *plan_model_layer(const plan_model *pm, int32_t i) { return &pm->m->layers[pm->L[i].ir]; }
 int32_t plan_model_ir_layer(const plan_model *pm, int32_t i) { return pm->L[i].ir; }
+int64_t plan_model_rows(const plan_model *pm) { return pm->samples; }
 
 void plan_model_free(plan_model *pm) {
   if (!pm) return;

@@ -140,6 +140,7 @@ void plan_model_free(plan_model *pm);
 int32_t plan_model_layers(const plan_model *pm);                 /* sharded layers (the chain) */
 const ir_layer *plan_model_layer(const plan_model *pm, int32_t i); /* i-th in the chain */
 int32_t plan_model_ir_layer(const plan_model *pm, int32_t i);      /* its index in the module */
+int64_t plan_model_rows(const plan_model *pm);                     /* batch rows entering the first layer */
 
 /* ================================ the search ================================ */
 
@@ -185,6 +186,14 @@ typedef struct plan_request {
   int32_t zero;
   int32_t redundancy;         /* ZeRO: GPUs that keep each optimizer shard; 0 = chosen (1 or 2) */
   int32_t domain_size;        /* GPUs per failure domain (a node, an NVL domain); 0 = nodes_of */
+  /* the 3D search (plan_solve_3d; docs/planner.md, "Pipelines"): the model at another batch, its
+     rows entering the first layer set to `rows` (a micro-batch), or NULL (and the pipeline search is
+     off); the models it returns are the caller's and live until the plan is written */
+  const plan_model *(*model_at_rows)(void *ctx, int64_t rows);
+  void *rows_ctx;
+  int32_t stages;             /* pipeline stages: 0 chosen, 1 none (the flat search alone), N exactly N */
+  int32_t micro_batches;      /* 0 chosen, else exactly this many per pipeline */
+  FILE *progress;             /* a progress line on long searches (stderr), or NULL */
 } plan_request;
 
 #define PLAN_ZERO_AUTO (-1)
@@ -252,6 +261,20 @@ typedef struct plan_solution {
     bool feasible, pruned;    /* pruned: its lower bound was slower than the chosen margin */
     double step_s, mem_peak, search_ms;
   } alts[PLAN_ZERO_MAX_ALTS];
+  /* the 3D search: pp_stages > 0 is a pipelined plan, `pp_replicas` copies of one pipeline of
+     pp_stages stages of pp_stage_world GPUs each (world = their product); layers[] are then placed
+     over a stage's GPUs and timed per micro-batch of micro_rows rows; pm_stage is the model at
+     those rows (the request's model_at_rows) */
+  int32_t pp_stages, pp_replicas, pp_stage_world, micro_batches;
+  int64_t micro_rows;
+  const plan_model *pm_stage;
+  int32_t *stage_first;       /* [pp_stages + 1]: the chain layer each stage starts at */
+  double *stage_time;         /* [pp_stages]: a micro-batch's forward and backward, its input received */
+  double *stage_sync, *stage_mem; /* [pp_stages]: the gradient sync; memory per GPU (busiest) */
+  int32_t *stage_inflight;    /* [pp_stages]: micro-batches whose activations it keeps (1F1B) */
+  double bubble_s, p2p_s;     /* the step's idle time in the schedule; stage inputs received, summed */
+  double flat_step_s;         /* the flat search's step, when it ran and fitted (else 0) */
+  int32_t structures;         /* pipeline structures priced (stage GPUs x stages x replicas x micro-batches) */
 } plan_solution;
 
 /* Healthy planning (request->nfailed == 0). `m` is the module pm was built from; a plan active
@@ -262,6 +285,17 @@ void plan_solution_free(plan_solution *s);
 /* The solution as the compiler's placements, for every layer of pm's module (out: [n_layers]): the
  * chain layers' as chosen, every other layer (a norm: it follows its input) one group of them all. */
 void plan_solution_placements(const plan_model *pm, const plan_solution *s, struct sh_placement *out);
+
+/* Healthy planning in three dimensions: the flat search above (worlds up to PLAN_FLAT_MAX) beside
+ * pipelines of stages of GPUs inside a node, replicated, with micro-batches (rq->model_at_rows),
+ * the faster taken (docs/planner.md, "Pipelines"). */
+#define PLAN_FLAT_MAX 16
+bool plan_solve_3d(const plan_model *pm, const ir_module *m, const plan_request *rq, plan_solution *out,
+                   struct diag_sink *diags);
+/* The model FLOPs of a step (6 x parameters x tokens, training; 2x forward) and the MFU at a step
+ * time: those FLOPs over the GPUs' dense peak (0 when the profile has none for the dtype). */
+double plan_model_flops(const plan_model *pm, bool train);
+double plan_mfu(const plan_model *pm, const plan_solution *s, const plan_profile *prof);
 
 /* Failure re-planning: the healthy plan, the survivors' plan (degraded groups, batch by
  * throughput) and the alternatives that drop degraded replicas. */

@@ -118,6 +118,11 @@ struct plan_tables {
   /* training: what the ZeRO pricing starts from (zero.c), so another stage re-prices without the
      forward's costs: [n*S] the working set of the forward, the collectives' time without the sync */
   double *famax, *tbase;
+  double *tsaved;            /* [n*S] training: the activations kept from the forward to the backward */
+  /* the 3D search: T is one stage of one pipeline replica; its parameters' other holders are the
+     same ranks of `outer` replicas, reached over outer_lv */
+  int32_t outer;
+  plan_level outer_lv;
   int32_t zero, red, domain; /* the ZeRO stage and redundancy priced; GPUs per failure domain */
   double const_act;          /* the working set of ops no layer places (act_reserve's floor) */
   double cutoff;             /* > 0: pl_solve_tables gives up when its lower bound is slower */
@@ -196,15 +201,27 @@ void pl_add_reads_plan(const plan_tables *T, const int32_t *choice, double *per_
 double pl_move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_t s_lo, int32_t s_hi, double *bytes,
                         double *per_rank_in);
 void pl_unary_eval(const plan_tables *T, int32_t i, int32_t s, unary_out *u, double *per_rank);
+double pl_stage_input_bytes(const plan_tables *T, int32_t i, int32_t s);
 
 /* zero.c: the distributed optimizer in a training step */
 double pl_train_costs(plan_tables *T, int32_t i, int32_t s, unary_out *u);
 void pl_zero_set(plan_tables *T, int32_t zero, int32_t red);
 void pl_zero_fill(const plan_tables *T, const int32_t *choice, plan_solution *out);
 void pl_zero_solve(plan_tables *T, const plan_request *rq, plan_solution *out);
+/* the ZeRO candidates a request allows, in search and preference order; how much optimizer state
+   survives failures (2 a domain's, 1 a GPU's, 0 neither) */
+int32_t pl_zero_candidates(const plan_request *rq, struct plan_zero_alt *alt);
+int pl_resilience(const plan_solution *s);
 
 /* write.c */
 const char *pl_fmt_bytes(double b, char *buf, size_t cap);
+const char *pl_fmt_time(double s, char *buf, size_t cap);
+/* write_stages.c: a pipelined plan's 'micro_batches' and stage lines; its stages, step and memory
+   in the report; ", MFU x% (y TFLOP/s per GPU)" and the line's end */
+void pl_write_stage_lines(FILE *out, const plan_model *pm, const ir_module *m, const plan_solution *s);
+void pl_write_stage_report(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof);
+void pl_write_mfu(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof);
+void pl_write_zero_report(FILE *out, const plan_solution *s);
 
 
 #endif

@@ -16,6 +16,11 @@ void plan_solution_free(plan_solution *s) {
   free(s->layers);
   free(s->rank_params);
   free(s->rank_act);
+  free(s->stage_first);
+  free(s->stage_time);
+  free(s->stage_sync);
+  free(s->stage_mem);
+  free(s->stage_inflight);
   memset(s, 0, sizeof *s);
 }
 

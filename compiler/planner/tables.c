@@ -162,6 +162,26 @@ double pl_move_eval(const plan_tables *T, const move *mv, int32_t lo, int32_t s_
   return t;
 }
 
+/* The 3D search: the bytes the busiest rank of layer i at state s receives when every value moved
+ * into it comes from another stage's GPUs (nothing is local there): a stage boundary's
+ * point-to-point transfer of one micro-batch, each way. */
+double pl_stage_input_bytes(const plan_tables *T, int32_t i, int32_t s) {
+  const plan_model *pm = T->pm;
+  double *per = calloc((size_t)T->W, sizeof *per), most = 0;
+  rbox *need = malloc(((size_t)T->W * 4 + 8) * sizeof *need);
+  for (int32_t e = pm->pmove_off[i]; per && need && e < pm->pmove_off[i + 1]; e++) {
+    const move *mv = &pm->moves[pm->pmove_ix[e]];
+    if (mv->at.kind != H_LAYER || mv->at.layer != i || mv->nprior) continue; /* once per value */
+    int nn = need_pieces(T, mv->at, s, mv->rs, mv->vs, mv->xf, need);
+    for (int k = 0; k < nn; k++) per[need[k].rank] += (double)box_volume(&need[k].box) * (double)dtype_bytes(mv->dt);
+  }
+  for (int32_t r = 0; per && r < T->W; r++)
+    if (per[r] > most) most = per[r];
+  free(per);
+  free(need);
+  return most;
+}
+
 /* Rank i of a group of t with b rows: kernel time, parameter bytes, activation bytes (the kind's cost). */
 void pl_core_rank(const plan_tables *T, const chain_layer *c, int t, int i, int64_t b, bool sp, double *time,
                       double *params, double *act) {
@@ -497,6 +517,7 @@ void plan_tables_free(plan_tables *t) {
   free(t->amax);
   free(t->pbytes);
   free(t->tsync);
+  free(t->tsaved);
   free(t->famax);
   free(t->tbase);
   free(t->rbytes);
@@ -567,6 +588,7 @@ static bool tables_alloc(plan_tables *T, int32_t n, int32_t S, int32_t W) {
   T->ubytes = calloc(ns, sizeof(double));
   T->pbytes = calloc(ns, sizeof(double));
   T->tsync = calloc(ns, sizeof(double));
+  T->tsaved = calloc(ns, sizeof(double));
   T->famax = calloc(ns, sizeof(double));
   T->tbase = calloc(ns, sizeof(double));
   T->trans = calloc((size_t)n, sizeof *T->trans);
@@ -575,7 +597,7 @@ static bool tables_alloc(plan_tables *T, int32_t n, int32_t S, int32_t W) {
   T->ptime = calloc(ns, sizeof(float));
   T->punits = calloc(ns, sizeof(int64_t));
   return T->node && T->st && T->pin && T->legal && T->tcomp && T->tcomm && T->pmax && T->amax && T->rbytes &&
-         T->ubytes && T->pbytes && T->tsync && T->famax && T->tbase && T->trans && T->tbytes && T->ftrans && T->ptime && T->punits;
+         T->ubytes && T->pbytes && T->tsync && T->tsaved && T->famax && T->tbase && T->trans && T->tbytes && T->ftrans && T->ptime && T->punits;
 }
 
 /* Layer i's unary entries at every state: those of an earlier layer alike (same >= 0), or
@@ -596,6 +618,7 @@ static bool unary_layer(plan_tables *T, int32_t i, int32_t same) {
       T->ubytes[k] = T->ubytes[kj];
       T->pbytes[k] = T->pbytes[kj];
       T->tsync[k] = T->tsync[kj];
+      T->tsaved[k] = T->tsaved[kj];
       T->famax[k] = T->famax[kj];
       T->tbase[k] = T->tbase[kj];
       any |= T->legal[k];

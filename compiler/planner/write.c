@@ -169,8 +169,11 @@ void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const 
   fprintf(out, "plan %s for %s {\n  world %d;\n", name, m->name, s->world);
   if (s->train && s->zero > 0) /* the domains its copies were placed across: the compiler places them so too */
     fprintf(out, "  optimizer zero %d redundancy %d domain %d;\n", s->zero, s->redundancy, s->domain_size);
+  if (s->pp_stages) pl_write_stage_lines(out, pm, m, s);
   fputc('\n', out);
-  if (needs_base_rule(m, s->world)) fprintf(out, "  *  tp %d;  // layers without a degree of their own\n", s->world);
+  /* a rule spreads over a stage's ranks, once per pipeline replica: their groups add up */
+  int32_t span = s->pp_stages ? s->pp_stage_world : s->world, reps = s->pp_stages ? s->pp_replicas : 1;
+  if (needs_base_rule(m, span * reps)) fprintf(out, "  *  tp %d;  // layers without a degree of their own\n", span);
   plan_rules R = {.pm = pm, .m = m};
   R.fam = malloc((size_t)n * sizeof *R.fam);
   R.spec = malloc((size_t)n * sizeof *R.spec);
@@ -204,7 +207,7 @@ const char *pl_fmt_bytes(double b, char *buf, size_t cap) {
   return buf;
 }
 
-static const char *fmt_time(double s, char *buf, size_t cap) {
+const char *pl_fmt_time(double s, char *buf, size_t cap) {
   if (s == 0) snprintf(buf, cap, "0");
   else if (s >= 1) snprintf(buf, cap, "%.3f s", s);
   else if (s >= 1e-3) snprintf(buf, cap, "%.3f ms", s * 1e3);
@@ -221,7 +224,7 @@ static const char *zero_name(int32_t zero, int32_t red, char *buf, size_t cap) {
 
 /* A training plan's state per GPU with and without ZeRO, its sync, the failures that need the
  * checkpoint, and the stages searched. */
-static void write_zero_report(FILE *out, const plan_solution *s) {
+void pl_write_zero_report(FILE *out, const plan_solution *s) {
   char b1[32], b2[32], b3[32], b4[32], b5[32], t1[32], z[64];
   fprintf(out, "training state per GPU: gradients %s (unsharded %s) + optimizer state %s (unsharded %s: fp32 "
           "masters, AdamW moments) + saved activations %s\n", pl_fmt_bytes(s->grad_bytes, b1, sizeof b1),
@@ -229,13 +232,13 @@ static void write_zero_report(FILE *out, const plan_solution *s) {
           pl_fmt_bytes(s->opt_full, b4, sizeof b4), pl_fmt_bytes(s->saved_bytes, b5, sizeof b5));
   if (s->zero == 0)
     fprintf(out, "optimizer: zero 0: every replica keeps its parameters' whole state; gradient sync: all-reduce of %s "
-            "per step, %s of the step\n", pl_fmt_bytes(s->sync_bytes, b1, sizeof b1), fmt_time(s->sync_s, t1, sizeof t1));
+            "per step, %s of the step\n", pl_fmt_bytes(s->sync_bytes, b1, sizeof b1), pl_fmt_time(s->sync_s, t1, sizeof t1));
   else
     fprintf(out, "optimizer: zero %d redundancy %d: the optimizer state%s of each element sharded over its replicas, "
             "each shard kept by %d; gradient sync: reduce-scatter %s sent + parameter all-gather %s received per "
             "step, %s of the step\n", s->zero, s->redundancy, s->zero == 2 ? " and gradients" : "", s->redundancy,
             pl_fmt_bytes(s->sync_bytes, b1, sizeof b1), pl_fmt_bytes(s->gather_bytes, b2, sizeof b2),
-            fmt_time(s->sync_s, t1, sizeof t1));
+            pl_fmt_time(s->sync_s, t1, sizeof t1));
   fprintf(out, "failures: one GPU: %s", s->lone_layers ? "needs the checkpoint" : "no checkpoint read");
   if (s->lone_layers) fprintf(out, " (%d layers keep one copy of some state)", s->lone_layers);
   fprintf(out, "; a failure domain of %d GPUs: %s", s->domain_size, s->domain_layers ? "needs the checkpoint" : "no checkpoint read");
@@ -246,7 +249,7 @@ static void write_zero_report(FILE *out, const plan_solution *s) {
   for (int32_t a = 0; a < s->nalts; a++) {
     const struct plan_zero_alt *al = &s->alts[a];
     fprintf(out, "%s %s ", a ? ";" : "", zero_name(al->zero, al->redundancy, z, sizeof z));
-    if (al->feasible) fprintf(out, "%s", fmt_time(al->step_s, t1, sizeof t1));
+    if (al->feasible) fprintf(out, "%s", pl_fmt_time(al->step_s, t1, sizeof t1));
     else fprintf(out, "%s", al->pruned ? "slower (bound)" : "does not fit");
     if (al->zero == s->zero && al->redundancy == s->redundancy) fprintf(out, " (chosen)");
   }
@@ -272,9 +275,9 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
     if (lo->pinned) snprintf(sp + strlen(sp), sizeof sp - strlen(sp), " (fixed)");
     snprintf(cells, sizeof cells, "%-10s %-30s %11s %11s %11s %10s %10s %10s %10s", pm->L[i].k->name,
              sp, pl_fmt_bytes(lo->param_bytes, b1, sizeof b1), pl_fmt_bytes(lo->act_bytes, b2, sizeof b2),
-             pl_fmt_bytes(lo->reduce_bytes + lo->redist_bytes, b3, sizeof b3), fmt_time(lo->compute_s, t1, sizeof t1),
-             fmt_time(lo->comm_s, t2, sizeof t2), fmt_time(lo->redist_s, t3, sizeof t3),
-             fmt_time(lo->compute_s + lo->comm_s + lo->redist_s, t4, sizeof t4));
+             pl_fmt_bytes(lo->reduce_bytes + lo->redist_bytes, b3, sizeof b3), pl_fmt_time(lo->compute_s, t1, sizeof t1),
+             pl_fmt_time(lo->comm_s, t2, sizeof t2), pl_fmt_time(lo->redist_s, t3, sizeof t3),
+             pl_fmt_time(lo->compute_s + lo->comm_s + lo->redist_s, t4, sizeof t4));
     long idx = member_index(plan_model_layer(pm, i)->name);
     int k = 0;
     for (; k < nr; k++)
@@ -314,20 +317,25 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
     fprintf(out, "%-24s %5d %s\n", name, rows[k].count, rows[k].cells);
   }
   free(rows);
+  if (s->pp_stages) {
+    pl_write_stage_report(out, pm, s, prof);
+    return;
+  }
   double maxp = 0, sent = 0;
   for (int32_t r = 0; r < s->world; r++)
     if (s->rank_params[r] > maxp) maxp = s->rank_params[r];
   for (int32_t i = 0; i < n; i++) sent += s->layers[i].reduce_bytes + s->layers[i].redist_bytes;
   fprintf(out, "\npredicted step time (%s): %s = compute %s + communication %s",
-          s->train ? "training: forward, backward, gradient sync" : "forward", fmt_time(s->step_s, t1, sizeof t1),
-          fmt_time(s->compute_s, t2, sizeof t2), fmt_time(s->comm_s, b1, sizeof b1));
-  fprintf(out, "; %.0f tokens/s (%lld tokens per step)\n", (double)pm->tokens / s->step_s, (long long)pm->tokens);
+          s->train ? "training: forward, backward, gradient sync" : "forward", pl_fmt_time(s->step_s, t1, sizeof t1),
+          pl_fmt_time(s->compute_s, t2, sizeof t2), pl_fmt_time(s->comm_s, b1, sizeof b1));
+  fprintf(out, "; %.0f tokens/s (%lld tokens per step)", (double)pm->tokens / s->step_s, (long long)pm->tokens);
+  pl_write_mfu(out, pm, s, prof);
   if (s->train) {
     fprintf(out, "memory per GPU: parameters %s + activations %s + training state %s = %s of %s (%s; busiest rank)\n",
             pl_fmt_bytes(maxp, b1, sizeof b1), pl_fmt_bytes(s->rank_act[0], b2, sizeof b2),
             pl_fmt_bytes(s->train_bytes, t1, sizeof t1), pl_fmt_bytes(s->mem_peak, t2, sizeof t2),
             pl_fmt_bytes(s->mem_cap, b3, sizeof b3), prof->device);
-    write_zero_report(out, s);
+    pl_write_zero_report(out, s);
   } else {
     fprintf(out, "memory per GPU: parameters %s + activations %s = %s of %s (%s; busiest rank)\n",
             pl_fmt_bytes(maxp, b1, sizeof b1), pl_fmt_bytes(s->rank_act[0], b2, sizeof b2),
@@ -339,7 +347,7 @@ void plan_write_report(FILE *out, const plan_model *pm, const plan_solution *s, 
     if (s->exact) fprintf(out, "the plan is optimal for the byte-exact memory cap\n");
     else
       fprintf(out, "no plan within the cap is faster than %s (%.2f%% below this one)\n",
-              fmt_time(s->lower_bound_s, t1, sizeof t1), 100 * (s->step_s - s->lower_bound_s) / s->step_s);
+              pl_fmt_time(s->lower_bound_s, t1, sizeof t1), 100 * (s->step_s - s->lower_bound_s) / s->step_s);
   } else {
     fprintf(out, "memory does not bind: the plan is the unconstrained optimum\n");
   }
@@ -453,7 +461,7 @@ static void svg_times(FILE *out, const plan_model *pm, const plan_solution *s, d
       y -= h;
       fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>%s %s: %s</title></rect>\n",
               left + i * bw, y, bw > 2 ? bw - 0.5 : bw, h, tc[k], plan_model_layer(pm, i)->name, tn[k],
-              fmt_time(v[k], b1, sizeof b1));
+              pl_fmt_time(v[k], b1, sizeof b1));
     }
   }
   for (int k = 0; k < 3; k++) svg_key(out, left + k * 120, y0, tc[k], tn[k]);
@@ -506,7 +514,7 @@ void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, con
   fprintf(out, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", width, height);
   svg_text(out, left, 26, "start", 16, "#000", title);
   snprintf(buf, sizeof buf, "predicted step %s (compute %s), %.0f tokens/s; peak %s of %s per GPU (%s)",
-           fmt_time(s->step_s, b1, sizeof b1), fmt_time(s->compute_s, b2, sizeof b2), (double)pm->tokens / s->step_s,
+           pl_fmt_time(s->step_s, b1, sizeof b1), pl_fmt_time(s->compute_s, b2, sizeof b2), (double)pm->tokens / s->step_s,
            pl_fmt_bytes(s->mem_peak, b3, sizeof b3), pl_fmt_bytes(s->mem_cap, b4, sizeof b4), prof->device);
   svg_text(out, left, 48, "start", 12, "#333", buf);
   double y0 = top;

@@ -53,16 +53,19 @@ static void price(const plan_tables *T, int32_t i, int32_t s, double P, double a
   const plan_place *pl = &T->st[s];
   double eb = (double)dtype_bytes(c->wdt), state = eb + 12.0;
   *z = (zero_price){.saved = pl->rc ? 0.0 : act, .amax = act, .grad = P, .opt = 12.0 * P / eb};
+  /* a pipeline's replicas (the 3D search: T is one stage of one replica) hold the same slices */
+  int32_t outer = T->outer > 1 ? T->outer : 1;
+  plan_level lv = outer > 1 && T->outer_lv == PLAN_INTER ? PLAN_INTER : sync_level(T, pl);
   if (T->zero == 0) { /* every replica keeps all: the expressions the planner always used */
-    z->n = pl->ngroups;
-    if (pl->ngroups > 1 && P > 0) {
-      z->sync = plan_allreduce_time(T->prof, sync_level(T, pl), pl->ngroups, P);
-      z->sync_bytes = 2.0 * (pl->ngroups - 1) / pl->ngroups * P;
+    int32_t n = z->n = pl->ngroups * outer;
+    if (n > 1 && P > 0) {
+      z->sync = plan_allreduce_time(T->prof, lv, n, P);
+      z->sync_bytes = 2.0 * (n - 1) / n * P;
     }
     z->pmax = P * (1.0 + state / eb) + z->saved; /* recomputed: no activations kept */
     return;
   }
-  int32_t n = z->n = groups_with_rows(pl, c->rows), K = T->red < n ? T->red : n;
+  int32_t n = z->n = groups_with_rows(pl, c->rows) * outer, K = T->red < n ? T->red : n;
   double share = n > 0 ? (double)K / n : 1;
   z->opt *= share;
   if (T->zero == 2) {
@@ -71,7 +74,6 @@ static void price(const plan_tables *T, int32_t i, int32_t s, double P, double a
   }
   z->pmax = P + z->grad + z->opt + z->saved;
   if (n > 1 && P > 0) {
-    plan_level lv = sync_level(T, pl);
     z->sync_bytes = (double)(n - 1 + K - 1) / n * P; /* the reduce-scatter, then K - 1 more copies */
     z->gather_bytes = (double)(n - 1) / n * P;
     z->sync = plan_coll_time(T->prof, lv, COMM_REDUCE_SCATTER, P, z->sync_bytes) +
@@ -100,6 +102,7 @@ double pl_train_costs(plan_tables *T, int32_t i, int32_t s, unary_out *u) {
   T->famax[k] = u->amax;
   zero_price z;
   price(T, i, s, u->pmax, u->amax, &z);
+  T->tsaved[k] = z.saved;
   u->comm += z.sync;
   u->pmax = z.pmax;
   u->amax = z.amax;
@@ -120,6 +123,7 @@ void pl_zero_set(plan_tables *T, int32_t zero, int32_t red) {
       zero_price z;
       price(T, i, s, T->pbytes[k], T->famax[k], &z);
       T->tsync[k] = z.sync;
+      T->tsaved[k] = z.saved;
       T->tcomm[k] = T->tbase[k] + z.sync;
       T->pmax[k] = z.pmax;
       T->amax[k] = z.amax;
@@ -173,6 +177,7 @@ void pl_zero_fill(const plan_tables *T, const int32_t *choice, plan_solution *ou
     lo->gather_bytes = z.gather_bytes;
     lo->replicas = z.n;
     lo->domains = holder_domains(T, &T->st[choice[i]], c->rows);
+    if (T->outer > 1 && T->outer_lv == PLAN_INTER && lo->domains < 2) lo->domains = 2; /* replicas on other nodes */
     out->grad_bytes += z.grad;
     out->opt_bytes += z.opt;
     out->saved_bytes += z.saved;
@@ -187,7 +192,7 @@ void pl_zero_fill(const plan_tables *T, const int32_t *choice, plan_solution *ou
 }
 
 /* the candidates a request allows, in the order they are searched and preferred on a tie */
-static int32_t zero_candidates(const plan_request *rq, struct plan_zero_alt *alt) {
+int32_t pl_zero_candidates(const plan_request *rq, struct plan_zero_alt *alt) {
   int32_t n = 0;
   for (int32_t z = 0; z <= 2; z++) {
     if (rq->zero != PLAN_ZERO_AUTO && rq->zero != z) continue;
@@ -200,7 +205,7 @@ static int32_t zero_candidates(const plan_request *rq, struct plan_zero_alt *alt
 }
 
 /* how much of the state survives failures: 2 a domain's, 1 a GPU's, 0 neither */
-static int resilience(const plan_solution *s) { return s->domain_layers == 0 ? 2 : s->lone_layers == 0 ? 1 : 0; }
+int pl_resilience(const plan_solution *s) { return s->domain_layers == 0 ? 2 : s->lone_layers == 0 ? 1 : 0; }
 
 /* Training: the plan at each ZeRO candidate the request allows (the tables built once, re-priced
  * for each), and the choice: of the candidates within ZERO_SLACK of the fastest step, the one
@@ -208,7 +213,7 @@ static int resilience(const plan_solution *s) { return s->domain_layers == 0 ? 2
  * whose lower bound is already slower than that margin is not searched (T->cutoff). */
 void pl_zero_solve(plan_tables *T, const plan_request *rq, plan_solution *out) {
   struct plan_zero_alt alt[PLAN_ZERO_MAX_ALTS];
-  int32_t na = zero_candidates(rq, alt), best = -1;
+  int32_t na = pl_zero_candidates(rq, alt), best = -1;
   plan_solution sol[PLAN_ZERO_MAX_ALTS] = {0};
   double fastest = INFINITY;
   if (rq->domain_size > 0) T->domain = rq->domain_size;
@@ -228,8 +233,8 @@ void pl_zero_solve(plan_tables *T, const plan_request *rq, plan_solution *out) {
   T->cutoff = 0;
   for (int32_t a = 0; a < na; a++) {
     if (!sol[a].feasible || sol[a].step_s > fastest * (1 + ZERO_SLACK)) continue;
-    if (best < 0 || resilience(&sol[a]) > resilience(&sol[best]) ||
-        (resilience(&sol[a]) == resilience(&sol[best]) && sol[a].step_s < sol[best].step_s))
+    if (best < 0 || pl_resilience(&sol[a]) > pl_resilience(&sol[best]) ||
+        (pl_resilience(&sol[a]) == pl_resilience(&sol[best]) && sol[a].step_s < sol[best].step_s))
       best = a;
   }
   int32_t pick = best;

@@ -6,6 +6,7 @@
 #    it, and the compiler's report agrees with the planner on the failures;
 #    the report names the stage, the memory with and without sharding, the sync and the failures;
 #  - bad --zero / --redundancy values are usage errors (exit 2, one line naming the option).
+# The flat search (--stages 1: no pipeline stages) is what these figures price.
 # Run from the source root. Exit 0 when every check holds.
 ntpc=${1:?usage: zero_cli.sh NTPC}
 tmp=$(mktemp -d)
@@ -17,18 +18,18 @@ files() { echo -o "$tmp/$1.ntp" --svg "$tmp/$1.svg"; }
 
 # --- zero 0: the figures from before (ntpc plan at 1f8be35, the same commands) ---
 # shellcheck disable=SC2046
-check old-8 0 "$ntpc" plan $bg --world 8 --gpu h200 --train --zero 0 $(files old8)
+check old-8 0 "$ntpc" plan $bg --stages 1 --world 8 --gpu h200 --train --zero 0 $(files old8)
 expect_text old-8 "predicted step time (training: forward, backward, gradient sync): 715.9 us = compute 616.4 us + communication 99.5 us; 715225 tokens/s (512 tokens per step)"
 expect_text old-8 "memory per GPU: parameters 471.2 KiB + activations 348.5 KiB + training state 3.7 MiB = 4.5 MiB of 131.32 GiB"
 if grep -q optimizer "$tmp/old8.ntp"; then bad "old-8: --zero 0 wrote an optimizer statement"; else ok; fi
 # shellcheck disable=SC2046
-check old-tight 0 "$ntpc" plan $bg -D B=8 -D S=64 --world 4 --gpu h100 --train --mem-cap 0.004 --zero 0 $(files oldt)
+check old-tight 0 "$ntpc" plan $bg --stages 1 -D B=8 -D S=64 --world 4 --gpu h100 --train --mem-cap 0.004 --zero 0 $(files oldt)
 expect_text old-tight "predicted step time (training: forward, backward, gradient sync): 866.8 us = compute 756.6 us + communication 110.2 us; 590706 tokens/s (512 tokens per step)"
 expect_text old-tight "memory per GPU: parameters 487.5 KiB + activations 684.5 KiB + training state 2.8 MiB = 3.9 MiB of 4.1 MiB"
 
 # --- ZeRO chosen where memory binds: faster than zero 0, and said in the plan and the report ---
 # shellcheck disable=SC2046
-check auto-tight 0 "$ntpc" plan $bg -D B=8 -D S=64 --world 4 --gpu h100 --train --mem-cap 0.004 $(files autot)
+check auto-tight 0 "$ntpc" plan $bg --stages 1 -D B=8 -D S=64 --world 4 --gpu h100 --train --mem-cap 0.004 $(files autot)
 expect_text auto-tight "optimizer stages searched: zero 0 866.8 us;"
 expect_text auto-tight "optimizer: zero 2 redundancy 1: the optimizer state and gradients of each element sharded over its replicas"
 expect_text auto-tight "training state per GPU: gradients"
@@ -38,7 +39,7 @@ check auto-tight-check 0 "$ntpc" check $bg -D B=8 -D S=64 --plan "$tmp/autot.ntp
 
 # --- forced: zero 1 redundancy 2 over two nodes of 4: one GPU and one node survive ---
 # shellcheck disable=SC2046
-check forced 0 "$ntpc" plan $bg -D B=8 --world 8 --nodes-of 4 --gpu h200 --train --zero 1 --redundancy 2 $(files forced)
+check forced 0 "$ntpc" plan $bg --stages 1 -D B=8 --world 8 --nodes-of 4 --gpu h200 --train --zero 1 --redundancy 2 $(files forced)
 expect_text forced "optimizer: zero 1 redundancy 2:"
 if grep -q '^  optimizer zero 1 redundancy 2 domain 4;$' "$tmp/forced.ntp"; then ok; else bad "forced: no optimizer line"; cat "$tmp/forced.ntp"; fi
 if grep -q "^optimizer stages searched" "$tmp/out"; then bad "forced: searched other stages"; else ok; fi

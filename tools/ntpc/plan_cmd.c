@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "plan_cmd.h"
 #include "outfile.h"
 #include "ntpc.h"
 #include "planner.h"
@@ -86,19 +87,7 @@ static bool is_ident(const char *s) {
   return true;
 }
 
-typedef struct plan_opts {
-  const char *file, *model, *plan_file, *plan_name, *gpu, *profile, *out, *svg, *name, *color, *fail;
-  const char *layer_times; /* --layer-times FILE */
-  const char *defines[256];
-  int ndefines;
-  long world, nodes_of, quanta;
-  double mem_cap_gib;
-  bool train; /* plan a training step (plan_request.train) */
-  /* training: --zero (PLAN_ZERO_AUTO: chosen), --redundancy (0: chosen), --domain-size (0: a node);
-     given: said on the command line (else a --plan's 'optimizer' statement decides) */
-  long zero, redundancy, domain_size;
-  bool zero_given, redundancy_given;
-} plan_opts;
+
 
 /* A session with the model compiled (and, when plan_file is set, that plan active). */
 static ntpc_session *compile_model(const plan_opts *o, const char *plan_file, const char *plan_name, int32_t world,
@@ -240,6 +229,28 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
   return 0;
 }
 
+/* A pipelined plan: checked by compiling its text, then written whole. */
+static int write_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
+                           const plan_rows_ctx *rows, const char *name, const char *header, const char *path) {
+  int rc = 0;
+  char *text = plan_check_pipelined(o, pm, m, sol, rows, name, header, &rc), err[512];
+  if (!text) return rc;
+  ntp_outfile out;
+  if (ntp_outfile_open(&out, path, ".ntp", err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
+    free(text);
+    return 2;
+  }
+  fputs(text, out.f);
+  free(text);
+  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
+    return 2;
+  }
+  printf("wrote %s\n", path);
+  return 0;
+}
+
 static int write_svg(const plan_model *pm, const plan_solution *sol, const plan_profile *prof, const char *title,
                      const char *path) {
   char err[512];
@@ -331,7 +342,15 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
     else if ((v = cli_option_value(argc, argv, &i, "--plan-name", &missing))) o.plan_name = v;
     else if ((v = cli_option_value(argc, argv, &i, "--plan", &missing))) o.plan_file = v;
     else if ((v = cli_option_value(argc, argv, &i, "--world", &missing))) {
-      if (!parse_long(v, 1, 1024, &o.world)) return usage_fail("--world expects a number of GPUs (1 to 1024), got '%s'", v);
+      if (!parse_long(v, 1, NTP_MAX_WORLD, &o.world))
+        return usage_fail("--world expects a number of GPUs (1 to 4096), got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--stages", &missing))) {
+      if (strcmp(v, "auto") == 0) o.stages = 0;
+      else if (!parse_long(v, 1, 128, &o.stages)) return usage_fail("--stages expects 1 to 128 or auto, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--micro-batches", &missing))) {
+      if (strcmp(v, "auto") == 0) o.micro_batches = 0;
+      else if (!parse_long(v, 1, NTP_MAX_MICRO_BATCHES, &o.micro_batches))
+        return usage_fail("--micro-batches expects 1 to 4096 or auto, got '%s'", v);
     } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) o.gpu = v;
     else if ((v = cli_option_value(argc, argv, &i, "--profile", &missing))) o.profile = v;
     else if ((v = cli_option_value(argc, argv, &i, "--mem-cap", &missing))) {
@@ -424,6 +443,7 @@ typedef struct plan_job {
   size_t seen; /* diagnostics already printed */
   int32_t W;
   double tokens;
+  const plan_rows_ctx *rows; /* the model at other batch rows (pipelines), or NULL */
 } plan_job;
 
 /* The healthy plan: search, report, check with the compiler, write. The exit status. */
@@ -440,7 +460,7 @@ static int plan_healthy(plan_job *j) {
   char b1[32], *header = NULL, *title = NULL;
   int rc = 0;
   plan_solution sol;
-  if (!plan_solve(pm, m, &j->rq, &sol, diags)) {
+  if (!plan_solve_3d(pm, m, &j->rq, &sol, diags)) {
     rc = planner_failed(s, &o, j->seen);
     goto done;
   }
@@ -457,7 +477,8 @@ static int plan_healthy(plan_job *j) {
                 m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), o.train ? "training" : "forward",
                 sol.step_s * 1e3, tokens / sol.step_s);
   title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
-  rc = write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile);
+  rc = sol.pp_stages ? write_pipelined(&o, pm, m, &sol, j->rows, name, header ? header : "", pfile)
+                     : write_plan_checked(s, &o, pm, m, &sol, name, header ? header : "", pfile);
   if (!rc) rc = write_svg(pm, &sol, &prof, title ? title : name, sfile);
   if (!rc && o.layer_times) rc = write_layer_times(pm, &sol, o.layer_times);
   plan_solution_free(&sol);
@@ -575,7 +596,7 @@ static int plan_world(ntpc_session *s, const plan_opts *o, size_t seen, int32_t 
     *W = (int32_t)inplan->world;
   }
   if (*W < 1) return usage_fail("%s", "how many GPUs? give --world W (or a --plan with a world)");
-  if (*W > 1024) return usage_fail("%s", "the planner plans worlds of at most 1024 GPUs");
+  if (*W > NTP_MAX_WORLD) return usage_fail("%s", "the planner plans worlds of at most 4096 GPUs");
   return -1;
 }
 
@@ -680,11 +701,26 @@ int ntpc_plan_command(int argc, char **argv) {
   plan_request rq = {.world = W, .prof = &prof, .mem_cap = o.mem_cap_gib * 1073741824.0, .nodes_of = (int32_t)o.nodes_of,
                      .quanta = (int32_t)o.quanta, .failed = nfailed ? failed : NULL, .nfailed = nfailed,
                      .train = o.train, .zero = (int32_t)o.zero, .redundancy = (int32_t)o.redundancy,
-                     .domain_size = (int32_t)o.domain_size};
+                     .domain_size = (int32_t)o.domain_size, .stages = (int32_t)o.stages,
+                     .micro_batches = (int32_t)o.micro_batches, .progress = stderr};
   optimizer_of_plan(&o, m, &rq);
+  /* the 3D search recompiles the model at its micro-batches' rows; without a batch dim it is off */
+  const char *why = NULL;
+  plan_rows_ctx *rows = nfailed || m->active_plan >= 0 ? NULL : plan_rows_new(&o, m, plan_model_rows(pm), &why);
+  if (rows) rq.model_at_rows = plan_rows_model, rq.rows_ctx = rows;
+  else if ((o.stages > 1 || o.micro_batches > 1) && !nfailed) {
+    fprintf(stderr, "ntpc plan: error: --stages and --micro-batches need pipelines: %s\n",
+            why ? why : "a --plan's rules or --fail keep the flat search");
+    free(pfile);
+    free(sfile);
+    plan_model_free(pm);
+    ntpc_session_free(s);
+    return 2;
+  }
   double tokens = plan_model_tokens(pm);
-  plan_job job = {s, &o, pm, m, rq, &prof, name, pfile, sfile, seen, W, tokens};
+  plan_job job = {s, &o, pm, m, rq, &prof, name, pfile, sfile, seen, W, tokens, rows};
   rc = nfailed ? plan_after_failure(&job) : plan_healthy(&job);
+  plan_rows_free(rows);
   free(pfile);
   free(sfile);
   plan_model_free(pm);

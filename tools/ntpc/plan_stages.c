@@ -1,0 +1,219 @@
+/* plan_stages.c — `ntpc plan`'s pipelines: the model compiled at other batch rows for the 3D
+ * search (its micro-batches), and a pipelined plan checked by compiling its text, as `ntpc
+ * check --plan` will read it (docs/planner.md, "Pipelines"). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "plan_cmd.h"
+#include "shard.h"
+
+typedef struct rows_model {
+  int64_t rows;
+  ntpc_session *s;
+  plan_model *pm;
+} rows_model;
+
+struct plan_rows_ctx {
+  const plan_opts *o;
+  const char *dim; /* the batch dim's name */
+  rows_model *made;
+  int n;
+};
+
+/* The dim that sets the batch: the one whose value is the rows; of several, the one named B. */
+plan_rows_ctx *plan_rows_new(const plan_opts *o, const ir_module *m, int64_t rows, const char **why) {
+  const char *dim = NULL;
+  int found = 0;
+  for (size_t i = 0; i < m->n_dims; i++)
+    if (m->dims[i].value == rows) {
+      found++;
+      if (!dim || strcmp(m->dims[i].name, "B") == 0) dim = m->dims[i].name;
+    }
+  if (!found) *why = "no dim of the model is its batch rows";
+  else if (found > 1 && strcmp(dim, "B") != 0) *why = "several dims equal the batch rows and none is named B";
+  if (!found || (found > 1 && strcmp(dim, "B") != 0)) return NULL;
+  plan_rows_ctx *c = calloc(1, sizeof *c);
+  if (c) c->o = o, c->dim = dim;
+  else *why = "out of memory";
+  return c;
+}
+
+/* the model file compiled with the batch dim at `rows` (no plan, no sharding: the planner's input) */
+static ntpc_session *compile_at(const plan_rows_ctx *c, int64_t rows) {
+  ntpc_session *s = ntpc_session_new();
+  if (!s) return NULL;
+  size_t dl = strlen(c->dim);
+  for (int i = 0; i < c->o->ndefines; i++) /* the user's other dims, then ours */
+    if (strncmp(c->o->defines[i], c->dim, dl) != 0 || c->o->defines[i][dl] != '=') ntpc_define_str(s, c->o->defines[i]);
+  char def[96];
+  snprintf(def, sizeof def, "%s=%lld", c->dim, (long long)rows);
+  ntpc_define_str(s, def);
+  if (c->o->model) ntpc_select_model(s, c->o->model);
+  ntpc_set_world(s, -1);
+  if (ntpc_compile_file(s, c->o->file) != NTPC_OK) {
+    ntpc_session_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+const plan_model *plan_rows_model(void *ctx, int64_t rows) {
+  plan_rows_ctx *c = ctx;
+  for (int i = 0; i < c->n; i++)
+    if (c->made[i].rows == rows) return c->made[i].pm;
+  rows_model *nm = realloc(c->made, (size_t)(c->n + 1) * sizeof *nm);
+  if (!nm) return NULL;
+  c->made = nm;
+  rows_model *r = &c->made[c->n];
+  *r = (rows_model){.rows = rows, .s = compile_at(c, rows)};
+  if (!r->s) return NULL;
+  diag_sink quiet = {0};
+  r->pm = plan_model_new(ntpc_module(r->s), &quiet);
+  diag_free(&quiet);
+  if (!r->pm) {
+    ntpc_session_free(r->s);
+    return NULL;
+  }
+  c->n++;
+  return r->pm;
+}
+
+void plan_rows_free(plan_rows_ctx *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n; i++) {
+    plan_model_free(c->made[i].pm);
+    ntpc_session_free(c->made[i].s);
+  }
+  free(c->made);
+  free(c);
+}
+
+static const char *gib(double b, char *buf, size_t cap) {
+  snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+  return buf;
+}
+
+/* the plan's text, in memory */
+static char *plan_text(const plan_model *pm, const ir_module *m, const plan_solution *sol, const char *name,
+                       const char *header) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return NULL;
+  plan_write_plan(f, pm, m, sol, name, header);
+  if (fclose(f) != 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+/* the text in a temporary file the compiler reads; its path in path[] */
+static bool temp_plan(const char *text, char *path, size_t cap) {
+  const char *dir = getenv("TMPDIR");
+  snprintf(path, cap, "%s/ntpc-plan-XXXXXX", dir && *dir ? dir : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0) return false;
+  FILE *f = fdopen(fd, "w");
+  bool ok = f && fputs(text, f) >= 0;
+  if (f) ok = fclose(f) == 0 && ok;
+  else close(fd);
+  if (!ok) unlink(path);
+  return ok;
+}
+
+/* the compiler's figures for the busiest GPU, and whether every rank fits the cap */
+static int report_program(const sh_program *p, const plan_solution *sol) {
+  double need_max = 0, prm = 0, arena = 0, recv = 0;
+  int32_t worst = 0;
+  int64_t *wts = calloc((size_t)p->world + 1, sizeof *wts); /* the whole slices: gathered with ZeRO */
+  if (wts) sh_rank_weights(p, wts);
+  for (int32_t r = 0; r < p->world; r++) {
+    double need = (double)(p->mem[r].param_bytes + p->mem[r].input_bytes + p->mem[r].arena_bytes);
+    if (need > need_max) need_max = need, worst = r;
+    double pr = (double)(p->mem[r].input_bytes + (wts ? wts[r] : p->mem[r].param_bytes));
+    if (pr > prm) prm = pr;
+    if ((double)p->mem[r].arena_bytes > arena) arena = (double)p->mem[r].arena_bytes;
+    if ((double)p->mem[r].bytes_received > recv) recv = (double)p->mem[r].bytes_received;
+  }
+  free(wts);
+  char b1[32], b2[32], b3[32], b4[32], b5[32];
+  printf("compiler check: the %s compiles for %d ranks (%d stage%s x %d replica%s, %d micro-batch%s); busiest GPU: "
+         "parameters %s, arena %s, %s in all on rank %d (predicted %s), received %s per step\n",
+         sol->train ? "training program (forward, backward, gradient sync)" : "plan", p->world, sol->pp_stages,
+         sol->pp_stages == 1 ? "" : "s", sol->pp_replicas, sol->pp_replicas == 1 ? "" : "s", sol->micro_batches,
+         sol->micro_batches == 1 ? "" : "es", gib(prm, b1, sizeof b1), gib(arena, b2, sizeof b2),
+         gib(need_max, b3, sizeof b3), worst, gib(sol->mem_peak, b4, sizeof b4), gib(recv, b5, sizeof b5));
+  if (need_max > sol->mem_cap) {
+    fprintf(stderr, "ntpc plan: internal error: the compiler's memory plan needs %s on rank %d, more than the cap %s: "
+            "the planner's memory bound failed (not written)\n", gib(need_max, b1, sizeof b1), worst,
+            gib(sol->mem_cap, b2, sizeof b2));
+    return 3;
+  }
+  return 0;
+}
+
+const char *plan_rows_dim(const plan_rows_ctx *c) { return c->dim; }
+
+/* Past CHECK_RANKS ranks, or with more than twice as many micro-batches as stages, compiling the
+ * whole plan takes minutes and gigabytes: the check compiles one replica of the pipeline with
+ * min(m, p) micro-batches of the plan's rows, whose every rank holds the same slices, runs the
+ * same micro-batch size and keeps as many micro-batches in flight (1F1B: min(p - i, m)) as in
+ * the whole plan, so its memory plan is theirs. */
+#define CHECK_RANKS 64
+
+char *plan_check_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
+                           const plan_rows_ctx *rows, const char *name, const char *header, int *rc) {
+  char *text = plan_text(pm, m, sol, name, header), path[512], *ctext = text, def[96] = "";
+  plan_solution one = *sol;
+  if (sol->world > CHECK_RANKS || sol->micro_batches > 2 * sol->pp_stages) {
+    one.pp_replicas = 1;
+    one.world = sol->pp_stages * sol->pp_stage_world;
+    one.micro_batches = sol->micro_batches < sol->pp_stages ? sol->micro_batches : sol->pp_stages;
+    snprintf(def, sizeof def, "%s=%lld", plan_rows_dim(rows), (long long)(sol->micro_rows * one.micro_batches));
+    ctext = text ? plan_text(pm, m, &one, name, header) : NULL;
+  }
+  if (!ctext || !temp_plan(ctext, path, sizeof path)) {
+    fprintf(stderr, "ntpc plan: error: cannot write a temporary plan file: %s\n", strerror(errno));
+    if (ctext != text) free(ctext);
+    free(text);
+    *rc = 2;
+    return NULL;
+  }
+  if (ctext != text) free(ctext);
+  if (*def)
+    printf("compiler check of one pipeline replica (%d ranks, %d micro-batch%s of %lld rows: the same stages, slices "
+           "and micro-batches in flight as every replica)\n", one.world, one.micro_batches,
+           one.micro_batches == 1 ? "" : "es", (long long)sol->micro_rows);
+  ntpc_session *s = ntpc_session_new();
+  ntpc_status st = NTPC_ERR_USAGE;
+  if (s) {
+    for (int i = 0; i < o->ndefines; i++) ntpc_define_str(s, o->defines[i]);
+    if (*def) ntpc_define_str(s, def);
+    if (o->model) ntpc_select_model(s, o->model);
+    ntpc_add_plan_file(s, path);
+    ntpc_select_plan(s, name);
+    ntpc_set_world(s, one.world);
+    ntpc_want_grad(s, sol->train);
+    st = ntpc_compile_file(s, o->file);
+  }
+  unlink(path);
+  const sh_program *p = st == NTPC_OK ? ntpc_sharded(s) : NULL;
+  if (!p) {
+    if (s) ntpc_print_diags(s, stderr, cli_color(o->color));
+    fprintf(stderr, "ntpc plan: internal error: the compiler rejects the pipelined plan chosen for it (not written)\n");
+    *rc = 3;
+  } else {
+    *rc = report_program(p, &one);
+  }
+  ntpc_session_free(s);
+  if (*rc) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
