@@ -3,15 +3,27 @@
  * for worlds of 8 and 16 GPUs (every balanced placement, 1..W groups, with and without
  * sequence parallelism), and for a 100-layer stack (-D L=49). Median of N runs.
  *
- *   bench_planner [FILE] [N] [--gpu NAME]     (default examples/gpt3_175b.ntp, 5 runs, h200)
+ * Then the 3D search (plan_solve_3d: pipelines of stages, replicas, micro-batches) on GPT-3 175B
+ * training at Megatron's batch (1536 rows of 2048 tokens) on A100s, from 64 to 16,384 GPUs, and
+ * the forward plan of examples/gpt3_175b.ntp at 1024 (targets: under 10 s at 1024 GPUs, under 60 s
+ * at 16,384). Each is one run: the time includes compiling the model at every micro-batch size.
+ *
+ *   bench_planner [FILE] [N] [--gpu NAME] [--3d-only]  (default examples/gpt3_175b.ntp, 5 runs, h200)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ir.h"
 #include "ntpc.h"
 #include "planner.h"
+
+static double pl_bench_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
 
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -63,11 +75,71 @@ static int bench(const char *file, const char *define, int world, int runs, cons
   return 0;
 }
 
+/* the model at other batch rows, for the 3D search: compiled again with B set */
+typedef struct rows_ctx {
+  const char *file, *define;
+  ntpc_session *s[64];
+  plan_model *pm[64];
+  int n;
+} rows_ctx;
+
+static const plan_model *model_at(void *vc, int64_t rows) {
+  rows_ctx *c = vc;
+  if (c->n == 64) return NULL;
+  char def[64];
+  snprintf(def, sizeof def, "B=%lld", (long long)rows);
+  ntpc_session *s = ntpc_session_new();
+  if (c->define) ntpc_define_str(s, c->define);
+  ntpc_define_str(s, def);
+  if (ntpc_compile_file(s, c->file) != NTPC_OK) {
+    ntpc_session_free(s);
+    return NULL;
+  }
+  c->s[c->n] = s;
+  return c->pm[c->n++] = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
+}
+
+static int bench_3d(const char *file, const char *batch, int world, bool train, const plan_profile *prof) {
+  rows_ctx c = {.file = file, .define = batch};
+  ntpc_session *s = ntpc_session_new();
+  ntpc_define_str(s, batch);
+  if (ntpc_compile_file(s, file) != NTPC_OK) {
+    ntpc_print_diags(s, stderr, 0);
+    ntpc_session_free(s);
+    return 1;
+  }
+  plan_model *pm = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
+  plan_request rq = {.world = world, .prof = prof, .train = train, .zero = train ? PLAN_ZERO_AUTO : 0,
+                     .model_at_rows = model_at, .rows_ctx = &c};
+  plan_solution sol = {0};
+  double t0 = pl_bench_now_ms();
+  bool ok = pm && plan_solve_3d(pm, ntpc_module(s), &rq, &sol, ntpc_diag_sink(s));
+  double ms = pl_bench_now_ms() - t0;
+  printf("%-36s %s W=%-5d  %7.2f s  ", file, batch, world, ms / 1e3);
+  if (!ok) printf("failed\n");
+  else if (!sol.feasible) printf("%s\n", sol.why);
+  else if (sol.pp_stages)
+    printf("%3d replicas x %3d stages x %d GPUs, %4d micro-batches of %lld; zero %d; step %8.3f s, MFU %4.1f%% (%d "
+           "structures)\n", sol.pp_replicas, sol.pp_stages, sol.pp_stage_world, sol.micro_batches,
+           (long long)sol.micro_rows, sol.zero, sol.step_s, 100 * plan_mfu(pm, &sol, prof), sol.structures);
+  else printf("flat plan; step %.3f s, MFU %4.1f%%\n", sol.step_s, 100 * plan_mfu(pm, &sol, prof));
+  plan_solution_free(&sol);
+  plan_model_free(pm);
+  ntpc_session_free(s);
+  for (int i = 0; i < c.n; i++) {
+    plan_model_free(c.pm[i]);
+    ntpc_session_free(c.s[i]);
+  }
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   const char *file = "examples/gpt3_175b.ntp", *gpu = "h200";
   int runs = 5;
+  bool only3d = false;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--gpu") == 0 && i + 1 < argc) gpu = argv[++i];
+    if (strcmp(argv[i], "--3d-only") == 0) only3d = true;
+    else if (strcmp(argv[i], "--gpu") == 0 && i + 1 < argc) gpu = argv[++i];
     else if (argv[i][0] >= '0' && argv[i][0] <= '9') runs = atoi(argv[i]);
     else file = argv[i];
   }
@@ -79,9 +151,17 @@ int main(int argc, char **argv) {
   }
   printf("planner on %s, %s profile, median of %d runs (target: search < 50 ms for 100 layers)\n", file, prof.name, runs);
   int rc = 0;
-  rc |= bench(file, NULL, 8, runs, &prof);
-  rc |= bench(file, NULL, 16, runs, &prof);
-  rc |= bench(file, "L=49", 8, runs, &prof);
-  rc |= bench(file, "L=49", 16, runs, &prof);
+  if (!only3d) {
+    rc |= bench(file, NULL, 8, runs, &prof);
+    rc |= bench(file, NULL, 16, runs, &prof);
+    rc |= bench(file, "L=49", 8, runs, &prof);
+    rc |= bench(file, "L=49", 16, runs, &prof);
+  }
+  plan_profile a100;
+  plan_profile_builtin("a100", &a100);
+  printf("\n3D search (plan_solve_3d), one run each; targets: under 10 s at 1024 GPUs, under 60 s at 16384\n");
+  rc |= bench_3d("examples/gpt3_175b.ntp", "B=8", 1024, false, &prof);
+  int worlds[] = {64, 256, 1024, 4096, 16384};
+  for (int k = 0; k < 5; k++) rc |= bench_3d("examples/gpt3_175b_train.ntp", "B=1536", worlds[k], true, &a100);
   return rc;
 }

@@ -282,13 +282,56 @@ static bool try_lambda(pp_ctx *C, const pp_shape *sh, double lam, int32_t *first
   return any;
 }
 
+/* Local improvement of a structure's best plan under the step's own formula (the DP weighs an
+ * approximation of it, the cut balances the slowest stage alone): each boundary moved anywhere
+ * between its neighbours, each layer put in each other state, the better kept, until neither
+ * helps (at most 4 rounds). */
+static void polish(pp_ctx *C, const pp_shape *sh, pp_plan *best) {
+  const plan_tables *T = sh->pt->T;
+  int32_t n = C->n, p = sh->p, *ch = best->choice, *first = best->first;
+  for (int round = 0; round < 4; round++) {
+    bool better = false;
+    for (int32_t i = 1; i < p; i++) {
+      for (int32_t c = first[i - 1] + 1; c < first[i + 1]; c++) {
+        if (c == first[i]) continue;
+        int32_t was = first[i];
+        first[i] = c;
+        pp_plan r = {.sh = *sh};
+        if (evaluate(C, sh, ch, first, &r) && r.step < best->step * (1 - 1e-12)) {
+          best->step = r.step, best->slowest = r.slowest, best->sync = r.sync, best->p2p = r.p2p, best->mem = r.mem;
+          better = true;
+        } else {
+          first[i] = was;
+        }
+      }
+    }
+    for (int32_t l = 0; l < n; l++)
+      for (int32_t s = 0; s < T->S; s++) {
+        int32_t was = ch[l];
+        if (s == was || !usable(sh, T, l, s)) continue;
+        ch[l] = s;
+        pp_plan r = {.sh = *sh};
+        if (evaluate(C, sh, ch, first, &r) && r.step < best->step * (1 - 1e-12)) {
+          best->step = r.step, best->slowest = r.slowest, best->sync = r.sync, best->p2p = r.p2p, best->mem = r.mem;
+          better = true;
+        } else {
+          ch[l] = was;
+        }
+      }
+    if (!better) break;
+  }
+}
+
 /* The best plan of one structure (best->choice: n entries, the caller's). */
 static void search_shape(pp_ctx *C, const pp_shape *sh, pp_plan *best) {
   set_pricing(C, sh);
   best->ok = false;
   int32_t first[PP_MAX_STAGES + 2];
   for (int32_t i = 0; i <= sh->p; i++) first[i] = (int32_t)((int64_t)C->n * i / sh->p);
-  if (try_lambda(C, sh, 0, first, best)) return; /* memory does not bind */
+  if (try_lambda(C, sh, 0, first, best)) { /* memory does not bind */
+    polish(C, sh, best);
+    return;
+  }
   /* the scale of lambda: seconds per byte of the fastest placements */
   const plan_tables *T = sh->pt->T;
   double tsum = 0, msum = 0;
@@ -306,6 +349,7 @@ static void search_shape(pp_ctx *C, const pp_shape *sh, pp_plan *best) {
     if (try_lambda(C, sh, mid, first, best)) hi = mid;
     else lo = mid;
   }
+  polish(C, sh, best);
 }
 
 /* the least memory any cut of the fastest-to-smallest placements needs (the report when nothing fits) */
@@ -687,4 +731,64 @@ bool plan_solve_3d(const plan_model *pm, const ir_module *m, const plan_request 
     plan_solution_free(&fs);
   }
   return true;
+}
+
+/* ---- tests: one structure, searched and enumerated ---- */
+
+/* every placement of every layer (an odometer over the usable states) and every cut into p stages */
+static void exhaust(pp_ctx *C, const pp_shape *sh, pp_plan *best) {
+  const plan_tables *T = sh->pt->T;
+  int32_t n = C->n, S = T->S, p = sh->p, *ch = C->work, first[PP_MAX_STAGES + 2];
+  for (int32_t l = 0; l < n; l++) ch[l] = 0;
+  for (;;) {
+    bool legal = true;
+    for (int32_t l = 0; l < n && legal; l++) legal = usable(sh, T, l, ch[l]);
+    for (int32_t i = 0; legal && i <= p; i++) first[i] = i < p ? i : n; /* the first cut */
+    while (legal) {
+      pp_plan r = {.sh = *sh};
+      if (evaluate(C, sh, ch, first, &r) && (!best->ok || r.step < best->step)) {
+        int32_t *keep = best->choice;
+        *best = r;
+        best->ok = true, best->choice = keep;
+        memcpy(best->choice, ch, (size_t)n * sizeof *ch);
+        memcpy(best->first, first, (size_t)(p + 1) * sizeof *first);
+      }
+      int32_t i = p - 1; /* the next cut: the last boundary that can move right, the ones after it reset */
+      while (i >= 1 && first[i] >= n - (p - i)) i--;
+      if (i < 1) break;
+      first[i]++;
+      for (int32_t j = i + 1; j < p; j++) first[j] = first[j - 1] + 1;
+    }
+    int32_t l = 0;
+    while (l < n && ++ch[l] == S) ch[l++] = 0;
+    if (l == n) break;
+  }
+}
+
+double plan_pipeline_shape(const plan_model *pm, const plan_request *rq, int32_t g, int32_t p, int32_t d, int32_t m,
+                           bool exhaustive, diag_sink *diags) {
+  pp_ctx C = {.rq = rq, .cap = pl_cap_of(rq), .W = g * p * d, .N = rq->nodes_of > 0 ? rq->nodes_of : 8, .n = pm->n,
+              .train = rq->train, .diags = diags, .t0 = pl_now_ms(), .need_min = INFINITY};
+  C.Smax = 4 * g + 8;
+  C.cur = malloc((size_t)C.Smax * sizeof *C.cur);
+  C.prev = malloc((size_t)C.Smax * sizeof *C.prev);
+  C.from = malloc((size_t)C.n * C.Smax * sizeof *C.from);
+  C.work = malloc((size_t)C.n * sizeof *C.work);
+  double step = INFINITY;
+  int64_t B = pm->samples;
+  pp_table *pt = C.cur && C.prev && C.from && C.work && B % ((int64_t)d * m) == 0 && p <= C.n && p <= PP_MAX_STAGES
+                     ? table_of(&C, pm, g, B / d / m) : NULL;
+  pp_plan r = {.choice = malloc((size_t)C.n * sizeof(int32_t))};
+  if (pt && r.choice) {
+    int32_t zero = rq->zero == PLAN_ZERO_AUTO ? 0 : rq->zero;
+    pp_shape sh = {.g = g, .p = p, .d = d, .m = m, .b = B / d / m, .zero = zero, .red = rq->redundancy > 0 ? rq->redundancy : 1,
+                   .pt = pt};
+    set_pricing(&C, &sh);
+    if (exhaustive) exhaust(&C, &sh, &r);
+    else search_shape(&C, &sh, &r);
+    if (r.ok) step = r.step;
+  }
+  free(r.choice);
+  free_ctx(&C);
+  return step;
 }

@@ -295,6 +295,11 @@ bool plan_solve_3d(const plan_model *pm, const ir_module *m, const plan_request 
 /* The model FLOPs of a step (6 x parameters x tokens, training; 2x forward) and the MFU at a step
  * time: those FLOPs over the GPUs' dense peak (0 when the profile has none for the dtype). */
 double plan_model_flops(const plan_model *pm, bool train);
+/* Tests: the step of one pipeline structure (g GPUs a stage, p stages, d replicas, m micro-batches)
+ * as the 3D search finds it, or by enumerating every placement of every layer and every cut into
+ * stages (tiny models only); INFINITY when nothing fits. */
+double plan_pipeline_shape(const plan_model *pm, const plan_request *rq, int32_t g, int32_t p, int32_t d, int32_t m,
+                           bool exhaustive, struct diag_sink *diags);
 double plan_mfu(const plan_model *pm, const plan_solution *s, const plan_profile *prof);
 
 /* Failure re-planning: the healthy plan, the survivors' plan (degraded groups, batch by

@@ -92,8 +92,10 @@ void plan_rows_free(plan_rows_ctx *c) {
   free(c);
 }
 
-static const char *gib(double b, char *buf, size_t cap) {
-  snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+static const char *gib(double b, char *buf, size_t cap) { /* as the planner's report writes bytes */
+  if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+  else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+  else snprintf(buf, cap, "%.1f KiB", b / 1024.0);
   return buf;
 }
 

@@ -1,0 +1,74 @@
+#!/bin/sh
+# pipeline_cli.sh NTPC — `ntpc plan` with pipeline stages (the 3D search; docs/planner.md, "Pipelines"):
+#  - forced stages and micro-batches on a small fp32 model: the plan says 'micro_batches M;' and its
+#    stages, `ntpc check` accepts it, and `ntpc train` under it gives the unsharded run's losses;
+#  - left to the planner, GPT-3 (4 blocks) on 16 A100s trains in stages, the report shows the stages,
+#    the step's parts and the MFU; at 1024 GPUs (Megatron's batch of 1536) the plan has replicas of
+#    the pipeline, is checked on one replica, and is written;
+#  - --stages 1 is the flat search; bad --stages / --micro-batches are usage errors (exit 2); a cap
+#    nothing fits is exit 1 with no file written.
+# Run from the source root. Exit 0 when every check holds.
+ntpc=${1:?usage: pipeline_cli.sh NTPC}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/../check.sh" # check NAME EXIT CMD..., expect_text NAME TEXT, ok, bad
+
+bg="examples/byte_gpt.ntp -D B=8 -D S=16 -D D=32 -D H=4 -D L=2"
+files() { echo -o "$tmp/$1.ntp" --svg "$tmp/$1.svg"; }
+python3 tools/make_tokens.py "$tmp/docs.bin" --text README.md >/dev/null || bad "make_tokens failed"
+
+# --- forced: 2 stages, 4 micro-batches; the plan trains as the unsharded model does ---
+# shellcheck disable=SC2046,SC2086
+check forced 0 "$ntpc" plan $bg --world 8 --train --stages 2 --micro-batches 4 $(files forced)
+expect_text forced "x 2 stages x"
+expect_text forced "4 micro-batches of 2 rows per replica, 1F1B"
+expect_text forced "compiler check: the training program (forward, backward, gradient sync) compiles for 8 ranks"
+if grep -q '^  micro_batches 4;$' "$tmp/forced.ntp" && [ "$(grep -c 'stage .* ranks' "$tmp/forced.ntp")" -ge 2 ]; then ok
+else bad "forced: the plan lacks its micro_batches or stage lines"; cat "$tmp/forced.ntp"; fi
+# shellcheck disable=SC2086
+check forced-check 0 "$ntpc" check $bg --plan "$tmp/forced.ntp" --train
+train() { # the per-step losses of three steps
+  # shellcheck disable=SC2086
+  "$ntpc" train $bg --data "$tmp/docs.bin" --steps 3 --init-std 0.02 "$@" | sed -n 's/^step *[0-9/]* *loss \([0-9.]*\).*/\1/p' | tr '\n' ' '
+}
+ref=$(train) pp=$(train --plan "$tmp/forced.ntp")
+echo "losses unsharded: $ref; staged plan: $pp"
+if [ -n "$ref" ] && python3 -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); sys.exit(not (len(a) == len(b) == 3 and all(abs(float(x) - float(y)) <= 1e-5 * abs(float(x)) for x, y in zip(a, b))))" "$ref" "$pp"
+then ok; else bad "the staged plan's losses ($pp) differ from the unsharded run's ($ref)"; fi
+
+# --- chosen by the planner: GPT-3's blocks on 16 A100s go into stages ---
+g3="examples/gpt3_175b_train.ntp -D L=4 --gpu a100 --train"
+# shellcheck disable=SC2046,SC2086
+check auto 0 "$ntpc" plan $g3 --world 16 $(files auto)
+expect_text auto "stage  layers"
+expect_text auto "x the slowest stage"
+expect_text auto "MFU"
+expect_text auto "without stages (the flat search): step"
+if grep -q '^  micro_batches ' "$tmp/auto.ntp"; then ok; else bad "auto: no stages chosen"; cat "$tmp/out"; fi
+# shellcheck disable=SC2046,SC2086
+check flat 0 "$ntpc" plan $g3 --world 16 --stages 1 $(files flat)
+if grep -q 'micro_batches\|stage ' "$tmp/flat.ntp"; then bad "--stages 1 wrote stages"; else ok; fi
+
+# --- 1024 GPUs at Megatron's batch: replicas of a pipeline, checked on one ---
+# shellcheck disable=SC2046
+check w1024 0 "$ntpc" plan examples/gpt3_175b_train.ntp --gpu a100 --world 1024 --train -D B=1536 $(files w1024)
+expect_text w1024 "compiler check of one pipeline replica"
+if [ "$(grep -c '^  pipeline {$' "$tmp/w1024.ntp")" -ge 2 ]; then ok; else bad "w1024: no pipeline replicas"; head -20 "$tmp/w1024.ntp"; fi
+
+# --- errors ---
+usage() { name=$1 msg=$2; shift 2
+  # shellcheck disable=SC2086
+  check "$name" 2 "$ntpc" plan $bg --world 8 -o "$tmp/u.ntp" --svg "$tmp/u.svg" "$@"
+  expect_text "$name" "$msg"
+}
+usage stages-0 "--stages expects 1 to 128 or auto, got '0'" --stages 0
+usage stages-x "--stages expects 1 to 128 or auto, got 'x'" --stages x
+usage mb-0 "--micro-batches expects 1 to 4096 or auto, got '0'" --micro-batches 0
+usage pinned "--stages and --micro-batches need pipelines: a --plan's rules or --fail keep the flat search" --stages 2 --plan "$tmp/forced.ntp"
+# shellcheck disable=SC2046,SC2086
+check nofit 1 "$ntpc" plan $bg --world 8 --train --mem-cap 0.0001 $(files nofit)
+expect_text nofit "does not fit: the smallest plan needs"
+if [ -e "$tmp/nofit.ntp" ]; then bad "nofit: a plan file was written"; else ok; fi
+
+echo "pipeline_cli.sh: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
