@@ -310,6 +310,7 @@ bool plan_failover_solve_unguarded(const plan_model *pm, const ir_module *m, con
     if (hit) out->degraded[out->ndegraded++] = g;
   }
   bool ok = survivors_solve(pm, m, rq, out->healthy.feasible ? &out->healthy : NULL, gone, &out->survivors, diags);
+  out->survivors.phys_world = W; /* the picture marks the GPUs that are gone */
   bool *drop = malloc((size_t)W + 1);
   for (int32_t d = 0; ok && drop && d <= out->ndegraded; d++) {
     if (d == out->ndegraded && out->ndegraded < 2) break; /* "all of them" is the one already listed */

@@ -537,13 +537,17 @@ static bool fill(pp_ctx *C, const pp_plan *r, plan_solution *out) {
   out->micro_rows = sh->b;
   out->pm_stage = sh->pt->pm;
   memcpy(out->stage_first, r->first, (size_t)(p + 1) * sizeof *out->stage_first);
-  double compute = 0, stage_params[PP_MAX_STAGES] = {0};
+  double compute = 0, stage_params[PP_MAX_STAGES] = {0}, stage_state[PP_MAX_STAGES] = {0};
   for (int32_t i = 0; i < p; i++) {
     stage_sum s = stage_of(C, sh, r->choice, i, r->first[i], r->first[i + 1]);
     out->stage_time[i] = s.t, out->stage_sync[i] = s.y, out->stage_mem[i] = s.mem;
     out->stage_inflight[i] = inflight(C, sh, i);
     if (s.mem > out->stage_mem[busiest]) busiest = i;
-    for (int32_t l = r->first[i]; l < r->first[i + 1]; l++) stage_params[i] += out->layers[l].param_bytes;
+    for (int32_t l = r->first[i]; l < r->first[i + 1]; l++) {
+      const plan_layer_out *lo = &out->layers[l];
+      stage_params[i] += lo->param_bytes;
+      stage_state[i] += lo->grad_bytes + lo->opt_bytes + lo->saved_bytes * out->stage_inflight[i];
+    }
   }
   for (int32_t l = 0; l < C->n; l++) compute += out->layers[l].compute_s;
   /* the training state of the busiest stage: its layers' shares, its micro-batches in flight */
@@ -556,11 +560,14 @@ static bool fill(pp_ctx *C, const pp_plan *r, plan_solution *out) {
     out->grad_full += lo->param_bytes, out->opt_full += 12.0 * lo->param_bytes / eb;
   }
   out->train_bytes = C->train ? out->grad_bytes + out->opt_bytes + out->saved_bytes : 0;
+  double *rs = out->rank_state ? realloc(out->rank_state, (size_t)W * sizeof *rs) : NULL;
+  if (rs || !out->rank_state) out->rank_state = rs;
   for (int32_t q = 0; q < W; q++) {
     int32_t i = (q / g) % p;
     out->phys[q] = q;
     out->rank_params[q] = stage_params[i];
-    out->rank_act[q] = out->stage_mem[i] - stage_params[i];
+    out->rank_act[q] = out->stage_mem[i] - stage_params[i] - stage_state[i];
+    if (rs) rs[q] = stage_state[i];
   }
   out->world = W;
   out->step_s = r->step;

@@ -235,6 +235,9 @@ typedef struct plan_solution {
   double const_s;             /* model-level work outside every layer */
   double *rank_params;        /* [world]: parameter + input bytes per rank */
   double *rank_act;           /* [world]: predicted activation peak per rank */
+  double *rank_state;         /* [world]: training state kept per rank (gradients, optimizer, saved
+                                 activations; in mem_peak, not in rank_act), or NULL */
+  int32_t phys_world;         /* survivors: the healthy world phys[] numbers GPUs of (0: world) */
   double act_reserve;         /* activation bytes reserved: the plan's peak working set */
   double mem_cap, mem_peak;   /* per GPU */
   double quantum;             /* bytes per memory unit of the DP (0: memory never bound) */

@@ -16,6 +16,7 @@ void plan_solution_free(plan_solution *s) {
   free(s->layers);
   free(s->rank_params);
   free(s->rank_act);
+  free(s->rank_state);
   free(s->stage_first);
   free(s->stage_time);
   free(s->stage_sync);
@@ -627,6 +628,9 @@ void pl_fill_solution(plan_tables *T, const int32_t *choice, double mem_cap, pla
   pl_zero_fill(T, choice, out);
   out->train = T->train;
   out->mem_peak += out->train_bytes;
+  free(out->rank_state);
+  if (T->train && (out->rank_state = malloc((size_t)W * sizeof *out->rank_state)))
+    for (int32_t r = 0; r < W; r++) out->rank_state[r] = out->train_bytes; /* the busiest layers' shares */
   out->const_s = T->const_time;
   out->compute_s += T->const_time;
   out->step_s = step;

@@ -413,11 +413,14 @@ static void svg_degrees(FILE *out, const plan_model *pm, const plan_solution *s,
   for (int32_t i = 0; i < n; i++)
     if (pl_place_max(&s->layers[i].place) > tmax) tmax = pl_place_max(&s->layers[i].place);
   svg_panel(out, y0, "TP degree per layer (largest group; dark top: sequence parallel)");
-  for (int32_t t = 1; t <= tmax; t = t < 4 ? t + 1 : t * 2) {
+  double last = INFINITY; /* the last label's y (none yet): labels 12 px apart at least, the top one always */
+  for (int32_t t = tmax; t >= 1; t = t > 4 ? (t % 2 ? t - 1 : t / 2) : t - 1) {
     double y = y0 + ph - ph * t / tmax;
     fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", left, y, left + pw, y);
+    if (last < INFINITY && y - last < 12) continue;
     snprintf(buf, sizeof buf, "%d", t);
     svg_text(out, left - 6, y + 4, "end", 10, "#333", buf);
+    last = y;
   }
   for (int32_t i = 0; i < n; i++) {
     const plan_layer_out *lo = &s->layers[i];
@@ -468,39 +471,60 @@ static void svg_times(FILE *out, const plan_model *pm, const plan_solution *s, d
   svg_text(out, left + pw / 2, y0 + ph + 16, "middle", 11, "#333", "layers, in order");
 }
 
-/* 3: memory per rank against capacity */
+/* 3: memory per GPU against capacity: parameters, training state, activations; after a failure
+ * every GPU of the healthy world, the failed ones crossed out. Labels at least 18 px apart. */
 static void svg_memory(FILE *out, const plan_solution *s, double y0) {
   const double left = SVG_LEFT, pw = SVG_PW, ph = SVG_PH;
-  int32_t W = s->world;
-  char buf[128], b1[32];
+  int32_t W = s->world, P = s->phys_world > W ? s->phys_world : W;
+  char buf[160], b1[32];
   double mmax = s->mem_cap;
-  for (int32_t r = 0; r < W; r++)
-    if (s->rank_params[r] + s->rank_act[r] > mmax) mmax = s->rank_params[r] + s->rank_act[r];
-  double gib = nice_ceil(mmax / 1073741824.0);
+  for (int32_t r = 0; r < W; r++) {
+    double tot = s->rank_params[r] + s->rank_act[r] + (s->rank_state ? s->rank_state[r] : 0);
+    if (tot > mmax) mmax = tot;
+  }
+  double gib = nice_ceil(mmax / 1073741824.0), rw = pw / (P > 0 ? P : 1);
+  int32_t every = 1;
+  while (every * rw < 18) every = every < 5 ? every + 1 : every * 2; /* 1, 2, 3, 4, 5, 10, 20, ... */
   svg_panel(out, y0, "memory per GPU (GiB) against capacity");
   svg_grid(out, y0, gib);
-  double rw = pw / (W > 0 ? W : 1);
-  for (int32_t r = 0; r < W; r++) {
-    double hp = ph * s->rank_params[r] / 1073741824.0 / gib, ha = ph * s->rank_act[r] / 1073741824.0 / gib;
-    double x = left + r * rw + rw * 0.15, w = rw * 0.7;
-    fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#4c78a8\"><title>rank %d (GPU %d): "
-                 "parameters %s</title></rect>\n", x, y0 + ph - hp, w, hp, r, s->phys ? s->phys[r] : r,
-            pl_fmt_bytes(s->rank_params[r], b1, sizeof b1));
-    fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#9ecae9\"><title>rank %d: activations "
-                 "%s</title></rect>\n", x, y0 + ph - hp - ha, w, ha, r, pl_fmt_bytes(s->rank_act[r], b1, sizeof b1));
-    if (W <= 64) {
-      snprintf(buf, sizeof buf, "%d", s->phys ? s->phys[r] : r);
-      svg_text(out, x + w / 2, y0 + ph + 14, "middle", 10, "#333", buf);
+  int32_t *rank_of = malloc((size_t)P * sizeof *rank_of); /* physical GPU -> rank, or -1: failed */
+  for (int32_t g = 0; rank_of && g < P; g++) rank_of[g] = P == W && !s->phys ? g : -1;
+  for (int32_t r = 0; rank_of && r < W; r++) rank_of[s->phys ? s->phys[r] : r] = r;
+  const char *col[3] = {"#4c78a8", "#72b7b2", "#9ecae9"};
+  const char *what[3] = {"parameters", "training state (gradients, optimizer, saved activations)", "activations"};
+  for (int32_t g = 0; g < P; g++) {
+    int32_t r = rank_of ? rank_of[g] : g;
+    double x = left + g * rw + rw * 0.15, w = rw * 0.7, y = y0 + ph;
+    if (r < 0) { /* a failed GPU: crossed out */
+      fprintf(out, "<g stroke=\"#d62728\" stroke-width=\"1.5\"><title>GPU %d: failed</title><line x1=\"%.2f\" "
+                   "y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/><line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/></g>\n",
+              g, x, y0 + ph - 14, x + w, y0 + ph - 2, x, y0 + ph - 2, x + w, y0 + ph - 14);
+    } else {
+      double v[3] = {s->rank_params[r], s->rank_state ? s->rank_state[r] : 0, s->rank_act[r]};
+      for (int k = 0; k < 3; k++) {
+        double h = ph * v[k] / 1073741824.0 / gib;
+        if (h <= 0) continue;
+        y -= h;
+        fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>GPU %d (rank %d): "
+                     "%s %s</title></rect>\n", x, y, w, h, col[k], g, r, what[k], pl_fmt_bytes(v[k], b1, sizeof b1));
+      }
+    }
+    if (g % every == 0) {
+      snprintf(buf, sizeof buf, "%d", g);
+      svg_text(out, x + w / 2, y0 + ph + 14, "middle", 10, r < 0 ? "#d62728" : "#333", buf);
     }
   }
+  free(rank_of);
   double yc = y0 + ph - ph * s->mem_cap / 1073741824.0 / gib;
   fprintf(out, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#d62728\" stroke-width=\"2\" "
                "stroke-dasharray=\"6,4\"/>\n", left, yc, left + pw, yc);
   snprintf(buf, sizeof buf, "capacity %s", pl_fmt_bytes(s->mem_cap, b1, sizeof b1));
   svg_text(out, left + pw - 4, yc - 4, "end", 11, "#d62728", buf);
-  svg_key(out, left, y0, "#4c78a8", "parameters");
-  svg_key(out, left + 120, y0, "#9ecae9", "activations (reserved)");
-  svg_text(out, left + pw / 2, y0 + ph + 30, "middle", 11, "#333", "GPUs (physical rank)");
+  svg_key(out, left, y0, col[0], "parameters");
+  if (s->rank_state) svg_key(out, left + 110, y0, col[1], "training state");
+  svg_key(out, left + (s->rank_state ? 240 : 110), y0, col[2], "activations (reserved)");
+  snprintf(buf, sizeof buf, "GPUs (physical rank%s)", P > W ? "; crossed out: failed" : "");
+  svg_text(out, left + pw / 2, y0 + ph + 30, "middle", 11, "#333", buf);
 }
 
 void plan_write_svg(FILE *out, const plan_model *pm, const plan_solution *s, const plan_profile *prof,

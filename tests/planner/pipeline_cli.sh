@@ -5,6 +5,8 @@
 #  - left to the planner, GPT-3 (4 blocks) on 16 A100s trains in stages, the report shows the stages,
 #    the step's parts and the MFU; at 1024 GPUs (Megatron's batch of 1536) the plan has replicas of
 #    the pipeline, is checked on one replica, and is written;
+#  - '-' writes the plan or the picture alone on stdout; the picture shows the training state, the
+#    GPUs a --fail lost, and labels that do not overlap;
 #  - --stages 1 is the flat search; bad --stages / --micro-batches are usage errors (exit 2); a cap
 #    nothing fits is exit 1 with no file written.
 # Run from the source root. Exit 0 when every check holds.
@@ -54,6 +56,35 @@ if grep -q 'micro_batches\|stage ' "$tmp/flat.ntp"; then bad "--stages 1 wrote s
 check w1024 0 "$ntpc" plan examples/gpt3_175b_train.ntp --gpu a100 --world 1024 --train -D B=1536 $(files w1024)
 expect_text w1024 "compiler check of one pipeline replica"
 if [ "$(grep -c '^  pipeline {$' "$tmp/w1024.ntp")" -ge 2 ]; then ok; else bad "w1024: no pipeline replicas"; head -20 "$tmp/w1024.ntp"; fi
+
+# --- outputs: '-' is stdout (the report then on stderr); the picture's memory panel ---
+# shellcheck disable=SC2086
+"$ntpc" plan $bg --world 8 --train --svg - -o "$tmp/dash.ntp" >"$tmp/dash.svg" 2>"$tmp/dash.err"; rc=$?
+if [ $rc -eq 0 ] && head -1 "$tmp/dash.svg" | grep -q '^<?xml' && grep -q "predicted step time" "$tmp/dash.err" &&
+   ! grep -q "predicted step time" "$tmp/dash.svg"; then ok; else bad "--svg -: the picture is not alone on stdout (exit $rc)"; fi
+# shellcheck disable=SC2086
+"$ntpc" plan $bg --world 8 -o - >"$tmp/dash2.ntp" 2>/dev/null
+if head -3 "$tmp/dash2.ntp" | grep -q '^plan '; then ok; else bad "-o -: no plan on stdout"; head -3 "$tmp/dash2.ntp"; fi
+check two-dashes 2 "$ntpc" plan examples/byte_gpt.ntp --world 8 -o - --svg -
+expect_text two-dashes "only one of -o, --svg and --layer-times can be '-' (stdout)"
+if grep -q "training state" "$tmp/dash.svg"; then ok; else bad "the training plan's picture shows no training state"; fi
+# shellcheck disable=SC2046
+check fail-svg 0 "$ntpc" plan examples/gpt3_175b.ntp --world 16 --gpu h200 --fail 3,9 $(files fail)
+if grep -q "GPU 3: failed" "$tmp/fail.svg" && grep -q "GPU 9: failed" "$tmp/fail.svg"; then ok
+else bad "the --fail picture does not mark GPUs 3 and 9"; fi
+# the axis labels of every panel at least 10 px apart (64 GPUs: the degrees 1..64, 64 memory bars)
+# shellcheck disable=SC2046
+check labels 0 "$ntpc" plan examples/gpt3_175b_train.ntp -D L=8 --gpu a100 --world 64 --train --stages 1 $(files labels)
+if python3 - "$tmp/labels.svg" <<'PY'
+import re, sys
+s = open(sys.argv[1]).read()
+pts = [(float(x), float(y)) for x, y in re.findall(r'<text x="([0-9.]+)" y="([0-9.]+)" font-size="10"', s)]
+close = [(a, b) for i, a in enumerate(pts) for b in pts[i + 1:]
+         if (a[0] == b[0] and abs(a[1] - b[1]) < 10) or (a[1] == b[1] and abs(a[0] - b[0]) < 14)]
+print("overlapping labels:", close[:4]) if close else None
+sys.exit(1 if close else 0)
+PY
+then ok; else bad "labels overlap in the picture"; fi
 
 # --- errors ---
 usage() { name=$1 msg=$2; shift 2

@@ -21,17 +21,22 @@
 static const char plan_usage[] =
     "usage: ntpc plan FILE [options]\n"
     "\n"
-    "Chooses the TP degree (groups, sequence parallelism) of every layer to minimise the predicted\n"
-    "forward step time within each GPU's memory, prints the plan, and writes it as a plan file and\n"
-    "an SVG picture. Layers with 'tp auto' in --plan (or every layer, without --plan) are chosen;\n"
-    "other rules of --plan are kept.\n"
+    "Chooses how the model is split over the GPUs to minimise the predicted step time within each\n"
+    "GPU's memory: a forward step, or with --train a training step (forward, backward, gradient\n"
+    "sync, optimizer state). Searched together: pipeline stages of GPUs inside a node (uneven layer\n"
+    "counts), each layer's placement inside a stage (TP groups, unequal ones included, sequence\n"
+    "parallelism, recomputation), replicas of the pipeline, micro-batches, and the ZeRO stage of\n"
+    "the distributed optimizer; without stages, every layer's placement over all the GPUs. Prints\n"
+    "the plan with its predicted time, MFU, memory and communication, and writes it as a plan file\n"
+    "(checked by compiling the model with it) and an SVG picture. Layers with 'tp auto' in --plan\n"
+    "(or every layer, without --plan) are chosen; other rules of --plan are kept.\n"
     "\n"
-    "options:\n"
+"options:\n"
     "  -D NAME=VALUE      override dim NAME (repeatable)\n"
     "  --model NAME       the model to plan when the file holds several\n"
     "  --plan FILE        a plan whose 'tp auto' rules the planner decides (others are kept)\n"
     "  --plan-name NAME   the plan to read from --plan (default: its first for the model)\n"
-    "  --world W          GPUs (default: the --plan's world)\n"
+    "  --world W          GPUs, 1 to 4096 (default: the --plan's world)\n"
     "  --gpu NAME         built-in device profile: h100, h200, a100, b200 (default h100)\n"
     "  --profile FILE     a device profile file (format: docs/planner.md)\n"
     "  --mem-cap GIB      memory per GPU in GiB (default: the profile's capacity)\n"
@@ -39,13 +44,15 @@ static const char plan_usage[] =
     "  --fail R1,R2,...   re-plan for the GPUs that survive these physical ranks\n"
     "  --train            plan a training step: forward + backward, the gradients' sync over the\n"
     "                     replicas, gradients, fp32 masters and AdamW moments, saved activations\n"
+    "  --stages N         pipeline stages: 1 (none: the flat search), N, or auto (default)\n"
+    "  --micro-batches M  micro-batches per pipeline replica, or auto (default)\n"
     "  --zero Z           training: the optimizer's ZeRO stage, 0, 1, 2 or auto (default auto:\n"
     "                     chosen with the placements, or the --plan's 'optimizer' statement)\n"
     "  --redundancy K     training with ZeRO: GPUs keeping each optimizer shard, or auto (1 or 2)\n"
     "  --domain-size D    GPUs per failure domain, a node or an NVL domain (default: --nodes-of)\n"
     "  --name PLAN        name of the written plan (default MODEL_wW_GPU, + _failR1_R2)\n"
-    "  -o FILE            the plan file (default PLAN.ntp in the current directory)\n"
-    "  --svg FILE         the picture (default PLAN.svg in the current directory)\n"
+    "  -o FILE            the plan file (default PLAN.ntp in the current directory; - stdout)\n"
+    "  --svg FILE         the picture (default PLAN.svg in the current directory; - stdout)\n"
     "  --layer-times FILE the predicted time of every layer, one 'layer NAME SECONDS' a line\n"
     "                     (bench/cost_model_error.sh compares them with measured layer times)\n"
     "  --quanta N         memory resolution of the search (default 1024 units of the free memory)\n"
@@ -140,6 +147,37 @@ static int planner_failed(ntpc_session *s, const plan_opts *o, size_t from) {
   return 1;
 }
 
+/* An output file, or stdout for '-': the plan, the picture or the layer times alone on stdout
+ * (the report then goes to stderr: ntpc_plan_command moved it). Files are written to a temporary
+ * name and renamed into place. */
+static FILE *plan_stdout; /* the real stdout while a '-' output holds it */
+typedef struct out_file {
+  ntp_outfile f;
+  FILE *fp;
+} out_file;
+
+static int out_open(out_file *o, const char *path, const char *ext) {
+  char err[512];
+  if (strcmp(path, "-") == 0) return o->fp = plan_stdout ? plan_stdout : stdout, 0;
+  if (ntp_outfile_open(&o->f, path, ext, err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
+    return 2;
+  }
+  o->fp = o->f.f;
+  return 0;
+}
+
+static int out_commit(out_file *o, const char *path) {
+  char err[512];
+  if (strcmp(path, "-") == 0) return fflush(o->fp) == 0 && !ferror(o->fp) ? 0 : 2;
+  if (ntp_outfile_commit(&o->f, !ferror(o->f.f), err, sizeof err) != 0) {
+    fprintf(stderr, "ntpc plan: error: %s\n", err);
+    return 2;
+  }
+  printf("wrote %s\n", path);
+  return 0;
+}
+
 /* Checks the solution with the compiler in memory (its placements lowered, the memory planned and
  * both verified, as a compile with the written plan would), prints the compiler's own figures,
  * and writes the plan file whole. Returns 0 (written), 2 or 3 (errors; nothing written). The
@@ -215,57 +253,34 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
             "planner's activation bound failed (not written)\n", gib(shortfall, b1, sizeof b1), short_rank);
     return 3;
   }
-  ntp_outfile out;
-  if (ntp_outfile_open(&out, path, ".ntp", err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
-    return 2;
-  }
-  plan_write_plan(out.f, pm, m, sol, name, header);
-  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
-    return 2;
-  }
-  printf("wrote %s\n", path);
-  return 0;
+  out_file out;
+  if (out_open(&out, path, ".ntp")) return 2;
+  plan_write_plan(out.fp, pm, m, sol, name, header);
+  return out_commit(&out, path);
 }
 
 /* A pipelined plan: checked by compiling its text, then written whole. */
 static int write_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
                            const plan_rows_ctx *rows, const char *name, const char *header, const char *path) {
   int rc = 0;
-  char *text = plan_check_pipelined(o, pm, m, sol, rows, name, header, &rc), err[512];
+  char *text = plan_check_pipelined(o, pm, m, sol, rows, name, header, &rc);
   if (!text) return rc;
-  ntp_outfile out;
-  if (ntp_outfile_open(&out, path, ".ntp", err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
+  out_file out;
+  if (out_open(&out, path, ".ntp")) {
     free(text);
     return 2;
   }
-  fputs(text, out.f);
+  fputs(text, out.fp);
   free(text);
-  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
-    return 2;
-  }
-  printf("wrote %s\n", path);
-  return 0;
+  return out_commit(&out, path);
 }
 
 static int write_svg(const plan_model *pm, const plan_solution *sol, const plan_profile *prof, const char *title,
                      const char *path) {
-  char err[512];
-  ntp_outfile out;
-  if (ntp_outfile_open(&out, path, NULL, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
-    return 2;
-  }
-  plan_write_svg(out.f, pm, sol, prof, title);
-  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
-    return 2;
-  }
-  printf("wrote %s\n", path);
-  return 0;
+  out_file out;
+  if (out_open(&out, path, NULL)) return 2;
+  plan_write_svg(out.fp, pm, sol, prof, title);
+  return out_commit(&out, path);
 }
 
 /* --layer-times FILE: the predicted seconds of every planned layer ("layer NAME SECONDS": its
@@ -273,23 +288,14 @@ static int write_svg(const plan_model *pm, const plan_solution *sol, const plan_
  * model-level work as "layer (model) SECONDS": what bench/cost_model_error.sh compares with the
  * device times NTP_CUDA_PROFILE=layers measures. */
 static int write_layer_times(const plan_model *pm, const plan_solution *sol, const char *path) {
-  char err[512];
-  ntp_outfile out;
-  if (ntp_outfile_open(&out, path, NULL, err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
-    return 2;
-  }
+  out_file out;
+  if (out_open(&out, path, NULL)) return 2;
   for (int32_t i = 0; i < sol->nlayers; i++) {
     const plan_layer_out *l = &sol->layers[i];
-    fprintf(out.f, "layer %s %.9g\n", plan_model_layer(pm, i)->name, l->compute_s + l->comm_s + l->redist_s);
+    fprintf(out.fp, "layer %s %.9g\n", plan_model_layer(pm, i)->name, l->compute_s + l->comm_s + l->redist_s);
   }
-  fprintf(out.f, "layer (model) %.9g\n", sol->const_s);
-  if (ntp_outfile_commit(&out, !ferror(out.f), err, sizeof err) != 0) {
-    fprintf(stderr, "ntpc plan: error: %s\n", err);
-    return 2;
-  }
-  printf("wrote %s\n", path);
-  return 0;
+  fprintf(out.fp, "layer (model) %.9g\n", sol->const_s);
+  return out_commit(&out, path);
 }
 
 /* "3,9" -> ranks; false on a malformed list */
@@ -403,6 +409,9 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
     return usage_fail("%s", "--redundancy shards the optimizer's state: it needs --zero 1 or 2");
   if (o.out && !*o.out) return usage_fail("%s", "-o needs a file name");
   if (o.svg && !*o.svg) return usage_fail("%s", "--svg needs a file name");
+  int dashes = (o.out && strcmp(o.out, "-") == 0) + (o.svg && strcmp(o.svg, "-") == 0) +
+               (o.layer_times && strcmp(o.layer_times, "-") == 0);
+  if (dashes > 1) return usage_fail("%s", "only one of -o, --svg and --layer-times can be '-' (stdout)");
   *po = o;
   return -1;
 }
@@ -719,7 +728,22 @@ int ntpc_plan_command(int argc, char **argv) {
   }
   double tokens = plan_model_tokens(pm);
   plan_job job = {s, &o, pm, m, rq, &prof, name, pfile, sfile, seen, W, tokens, rows};
+  bool dash = (o.out && strcmp(o.out, "-") == 0) || (o.svg && strcmp(o.svg, "-") == 0) ||
+              (o.layer_times && strcmp(o.layer_times, "-") == 0);
+  int keep = -1;
+  if (dash) { /* the '-' output alone on stdout; the report on stderr */
+    fflush(stdout);
+    keep = dup(STDOUT_FILENO);
+    plan_stdout = keep >= 0 ? fdopen(keep, "w") : NULL;
+    if (plan_stdout) dup2(STDERR_FILENO, STDOUT_FILENO);
+  }
   rc = nfailed ? plan_after_failure(&job) : plan_healthy(&job);
+  if (plan_stdout) { /* stdout back, for a caller in the same process */
+    fflush(stdout);
+    dup2(fileno(plan_stdout), STDOUT_FILENO);
+    fclose(plan_stdout);
+    plan_stdout = NULL;
+  }
   plan_rows_free(rows);
   free(pfile);
   free(sfile);
