@@ -31,7 +31,7 @@
 #define NTP_MAX_REPEAT 65536                   /* iterations of one 'repeat' */
 #define NTP_MAX_OPS (1 << 22)                  /* ops of the unrolled model */
 #define NTP_MAX_TENSOR_ELEMS (INT64_C(1) << 40) /* elements of one tensor (4 TiB in fp32) */
-#define NTP_MAX_MODEL_ELEMS (INT64_C(1) << 48)  /* elements of all the model's tensors together */
+#define NTP_MAX_MODEL_ELEMS (INT64_C(1) << 52)  /* elements of all the model's tensors together */
 
 /* The op, dtype and shape tables: runtime/core/ntp_types.h (shared with the runtime). */
 

@@ -229,13 +229,13 @@ static bool plannable(const ir_module *m, diag_sink *diags) {
       pl_model_error(m, m->outputs[o].loc, diags, "explicit layouts are not planned: the planner chooses the TP degrees of layers");
       return false;
     }
-  /* every box and byte count below stays far from int64 overflow: at most 1 TiB per tensor */
+  /* every box and byte count below stays far from int64 overflow: at most 16 TiB per tensor */
   for (size_t v = 0; v < m->n_values; v++) {
     double bytes = (double)dtype_bytes(m->values[v].dtype);
     for (int d = 0; d < m->values[v].shape.ndim; d++) bytes *= (double)m->values[v].shape.dim[d];
-    if (bytes > 1099511627776.0) {
+    if (bytes > 17592186044416.0) {
       char msg[200];
-      snprintf(msg, sizeof msg, "a tensor of %.3g bytes: the planner plans tensors of at most 1 TiB",
+      snprintf(msg, sizeof msg, "a tensor of %.3g bytes: the planner plans tensors of at most 16 TiB",
                bytes);
       pl_model_error(m, m->ops[m->values[v].def].loc, diags, msg);
       return false;

@@ -41,6 +41,7 @@ typedef struct pp_shape {
   int32_t g, p, d, m, zero, red;
   int64_t b;
   pp_table *pt;
+  const plan_request *rq;
 } pp_shape;
 
 typedef struct pp_plan {
@@ -77,7 +78,12 @@ static double st_of(const plan_tables *T, size_t k) { return T->pmax[k] - sv_of(
 /* a state a structure may take: legal on the stage, and its groups over every replica within the
  * compiler's NTP_MAX_GROUPS */
 static bool usable(const pp_shape *sh, const plan_tables *T, int32_t l, int32_t s) {
-  return T->legal[(size_t)l * T->S + s] && sh->d * T->st[s].ngroups <= NTP_MAX_GROUPS;
+  const plan_place *pl = &T->st[s];
+  const plan_request *rq = sh->rq;
+  if (rq->stage_tp > 0 && (pl->ngroups != 1 || pl->size[0] != rq->stage_tp)) return false;
+  if ((rq->recompute < 0 && pl->rc) || (rq->recompute > 0 && !pl->rc)) return false;
+  if ((rq->seq_parallel < 0 && pl->sp) || (rq->seq_parallel > 0 && !pl->sp)) return false;
+  return T->legal[(size_t)l * T->S + s] && sh->d * pl->ngroups <= NTP_MAX_GROUPS;
 }
 
 static int32_t inflight(const pp_ctx *C, const pp_shape *sh, int32_t i) {
@@ -493,7 +499,7 @@ static void search_structures(pp_ctx *C, const plan_model *pm, int32_t zero, int
           C->priced++;
           progress(C, false);
           if (!pt) continue;
-          pp_shape sh = {.g = g, .p = p, .d = d, .m = (int32_t)m, .b = bs[j], .zero = zero, .red = red, .pt = pt};
+          pp_shape sh = {.g = g, .p = p, .d = d, .m = (int32_t)m, .b = bs[j], .zero = zero, .red = red, .pt = pt, .rq = rq};
           if (C->top[PP_TOP - 1].ok && lower_bound(C, &sh) >= C->top[PP_TOP - 1].step) continue;
           pp_plan r = {.choice = malloc((size_t)C->n * sizeof(int32_t))};
           if (!r.choice) continue;
@@ -789,7 +795,7 @@ double plan_pipeline_shape(const plan_model *pm, const plan_request *rq, int32_t
   if (pt && r.choice) {
     int32_t zero = rq->zero == PLAN_ZERO_AUTO ? 0 : rq->zero;
     pp_shape sh = {.g = g, .p = p, .d = d, .m = m, .b = B / d / m, .zero = zero, .red = rq->redundancy > 0 ? rq->redundancy : 1,
-                   .pt = pt};
+                   .pt = pt, .rq = rq};
     set_pricing(&C, &sh);
     if (exhaustive) exhaust(&C, &sh, &r);
     else search_shape(&C, &sh, &r);

@@ -194,6 +194,11 @@ typedef struct plan_request {
   int32_t stages;             /* pipeline stages: 0 chosen, 1 none (the flat search alone), N exactly N */
   int32_t micro_batches;      /* 0 chosen, else exactly this many per pipeline */
   FILE *progress;             /* a progress line on long searches (stderr), or NULL */
+  /* the 3D search restricted to a known configuration (a published one, priced as it ran): every
+     layer one group of stage_tp GPUs (0: any placement), recomputed (1) or not (-1) or either (0),
+     sequence parallel likewise */
+  int32_t stage_tp;
+  int8_t recompute, seq_parallel;
 } plan_request;
 
 #define PLAN_ZERO_AUTO (-1)

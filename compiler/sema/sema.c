@@ -654,7 +654,7 @@ static void check_sizes(sema *s, ntp_loc model_loc) {
   }
   free(big);
   if (total > NTP_MAX_MODEL_ELEMS)
-    sema_error(s, model_loc, "the model's tensors hold %lld elements together; at most 2^48 are supported",
+    sema_error(s, model_loc, "the model's tensors hold %lld elements together; at most 2^52 are supported",
                (long long)total);
 }
 
