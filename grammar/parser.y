@@ -362,6 +362,14 @@ stage_last:
 stages:
     %empty                        { $$ = NULL; }
   | stages stage                  { $$ = $1; APPEND(ast_pstmt, $$, $2); }
+  | stages pattern KW_TP tpspec options ';' { /* a rule of this pipeline alone */
+      ast_pstmt *r = $5 ? $5 : NEW(ast_pstmt);
+      r->kind = PST_RULE; r->loc = @2; r->loc.last_line = @6.last_line; r->loc.last_column = @6.last_column;
+      r->pattern = $2; r->pattern_loc = @2;
+      r->tp = NEW(ast_tp); r->tp->loc = @4;
+      if ($4) r->tp->degrees = $4; else r->tp->is_auto = true;
+      $$ = $1; APPEND(ast_pstmt, $$, r);
+    }
   | stages error ';'              { $$ = $1; yyerrok; }
   ;
 

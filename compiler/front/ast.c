@@ -121,6 +121,13 @@ static void print_stages(const ast_pstmt *st, FILE *out) {
     fputs("}\n", out);
     return;
   }
+  if (st->kind == PST_RULE) { /* a rule of this pipeline */
+    fprintf(out, "%s tp", st->pattern);
+    for (const ast_expr *d = st->tp->degrees; d; d = d->next) fputc(' ', out), print_expr_inline(d, out);
+    if (st->tp->is_auto) fputs(" auto", out);
+    fputc('\n', out);
+    return;
+  }
   fprintf(out, "stage %s .. %s ranks ", st->pattern, st->last);
   print_expr_inline(st->rank_lo, out);
   fputs(" .. ", out);

@@ -116,6 +116,7 @@ typedef struct ir_rule {
   bool recompute; /* training: the layer's activations are recomputed in its backward */
   int32_t nbatch;
   int64_t batch[NTP_MAX_GROUPS];
+  int32_t pipe; /* written inside pipeline block `pipe`: that pipeline's layers alone; -1 every pipeline */
   ntp_loc loc;
 } ir_rule;
 

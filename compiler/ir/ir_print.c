@@ -157,6 +157,7 @@ void ir_print(const ir_module *m, FILE *out) {
       ir_print_tp(&rule->tp, out);
       if (rule->seq_parallel) fputs(", sequence_parallel", out);
       if (rule->recompute) fputs(", recompute", out);
+      if (rule->pipe >= 0) fprintf(out, " (pipeline %d)", rule->pipe);
       if (rule->nbatch) {
         fputs(", batch (", out);
         for (int b = 0; b < rule->nbatch; b++) fprintf(out, "%s%lld", b ? ", " : "", (long long)rule->batch[b]);

@@ -100,6 +100,35 @@ static void lower_optimizer(sema *s, const ast_pstmt *st, ir_plan *plan) {
   if (!plan->redundancy) plan->redundancy = 1;
 }
 
+/* A rule, `PATTERN tp SPEC [, OPTION]...;`, of every pipeline (pipe -1) or of one. false: skipped
+ * (reported). */
+static bool lower_rule(sema *s, const ast_pstmt *st, int32_t pipe, ir_rule *out) {
+  ir_rule r = {.pattern = st->pattern, .seq_parallel = st->seq_parallel, .recompute = st->recompute, .pipe = pipe,
+               .loc = st->loc};
+  if (!sema_lower_tp(s, st->tp, &r.tp)) return false;
+  if (st->batch) {
+    ir_tp b;
+    if (!lower_tp_list(s, st->batch, &b, "a batch share")) return false;
+    r.nbatch = b.n;
+    memcpy(r.batch, b.groups, sizeof b.groups);
+    if (r.tp.kind == TP_DEGREES && r.tp.n > 1 && r.nbatch != r.tp.n)
+      sema_error(s, st->batch_loc, "batch split has %d shares but the rule has %d groups", r.nbatch, r.tp.n);
+  }
+  bool matched = false;
+  for (size_t l = 0; l < s->m->n_layers && !matched; l++) matched = ir_glob_match(r.pattern, s->m->layers[l].name);
+  if (!matched) {
+    const char **cands = malloc((s->m->n_layers + 1) * sizeof *cands);
+    for (size_t l = 0; cands && l < s->m->n_layers; l++) cands[l] = s->m->layers[l].name;
+    const char *near = cands ? nearest_name(r.pattern, cands, s->m->n_layers) : NULL;
+    free(cands);
+    if (near) sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'; did you mean '%s'?", r.pattern,
+                         s->m->name, near);
+    else sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'", r.pattern, s->m->name);
+  }
+  *out = r;
+  return true;
+}
+
 void sema_lower_plan(sema *s, const ast_plan *p, bool active) {
   const char *saved = s->file;
   s->file = p->file;
@@ -155,31 +184,16 @@ void sema_lower_plan(sema *s, const ast_plan *p, bool active) {
         scap = 0;
       }
       ir_pipeline *pipe = &plan.pipes[plan.npipes - 1];
-      for (const ast_pstmt *g = loose ? st : st->body; g; g = loose ? NULL : g->next) lower_stage(s, g, pipe, &scap);
+      for (const ast_pstmt *g = loose ? st : st->body; g; g = loose ? NULL : g->next) {
+        ir_rule r;
+        if (g->kind != PST_RULE) lower_stage(s, g, pipe, &scap);
+        else if (lower_rule(s, g, (int32_t)plan.npipes - 1, &r)) VEC_PUSH(plan.rules, plan.nrules, cap, r);
+      }
       if (!loose && !pipe->nstages) sema_error(s, st->loc, "a pipeline without stages");
       continue;
     }
-    ir_rule r = {.pattern = st->pattern, .seq_parallel = st->seq_parallel, .recompute = st->recompute, .loc = st->loc};
-    if (!sema_lower_tp(s, st->tp, &r.tp)) continue;
-    if (st->batch) {
-      ir_tp b;
-      if (!lower_tp_list(s, st->batch, &b, "a batch share")) continue;
-      r.nbatch = b.n;
-      memcpy(r.batch, b.groups, sizeof b.groups);
-      if (r.tp.kind == TP_DEGREES && r.tp.n > 1 && r.nbatch != r.tp.n)
-        sema_error(s, st->batch_loc, "batch split has %d shares but the rule has %d groups", r.nbatch, r.tp.n);
-    }
-    bool matched = false;
-    for (size_t l = 0; l < s->m->n_layers && !matched; l++) matched = ir_glob_match(r.pattern, s->m->layers[l].name);
-    if (!matched) {
-      const char **cands = malloc((s->m->n_layers + 1) * sizeof *cands);
-      for (size_t l = 0; cands && l < s->m->n_layers; l++) cands[l] = s->m->layers[l].name;
-      const char *near = cands ? nearest_name(r.pattern, cands, s->m->n_layers) : NULL;
-      free(cands);
-      if (near) sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'; did you mean '%s'?", r.pattern,
-                           s->m->name, near);
-      else sema_error(s, st->pattern_loc, "rule '%s' matches no layer of model '%s'", r.pattern, s->m->name);
-    }
+    ir_rule r;
+    if (!lower_rule(s, st, -1, &r)) continue;
     VEC_PUSH(plan.rules, plan.nrules, cap, r);
   }
   /* degrees against the world, now that it is known */

@@ -94,6 +94,27 @@ static void place_shares(placement_ctx *c, sh_placement *pl, const ir_rule *rule
   }
 }
 
+/* The most specific rule written inside pipeline block `pi` for the layer, or NULL. Its groups and
+ * batch shares are that pipeline's; sequence parallelism and recomputation are the layer's, so
+ * they must agree with the rule that sets them for every pipeline. */
+static const ir_rule *pipe_rule(placement_ctx *c, const ir_plan *plan, const char *layer, int32_t pi,
+                                const sh_placement *pl, const ir_rule *global) {
+  const ir_rule *own = NULL;
+  int best = -1;
+  for (size_t r = 0; plan && r < plan->nrules; r++) {
+    const ir_rule *x = &plan->rules[r];
+    if (x->pipe != pi || !ir_glob_match(x->pattern, layer)) continue;
+    int spec = ir_pattern_specificity(x->pattern);
+    if (spec >= best) best = spec, own = x;
+  }
+  if (own && (own->seq_parallel != pl->seq_parallel || own->recompute != pl->recompute))
+    place_error(c, plan->file, own->loc,
+                "sequence_parallel and recompute are the layer's, not a pipeline's: a rule inside a pipeline block "
+                "must say them as %s does for '%s'", global ? "the plan's rule for every pipeline" : "the layer's default",
+                layer);
+  return own;
+}
+
 bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_placement *out, diag_sink *diags) {
   placement_ctx ctx = {diags}, *c = &ctx;
   const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
@@ -119,7 +140,7 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
     int best = -1;
     const ir_rule *rule = NULL;
     for (size_t r = 0; plan && r < plan->nrules; r++) {
-      if (!ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
+      if (plan->rules[r].pipe >= 0 || !ir_glob_match(plan->rules[r].pattern, ly->name)) continue;
       int spec = ir_pattern_specificity(plan->rules[r].pattern);
       if (spec >= best) { /* more specific wins; among equals, the later */
         best = spec;
@@ -162,7 +183,8 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
       else snprintf(where, sizeof where, "stage %d (ranks %d..%d)", ch, st->rank_lo, st->rank_hi - 1);
       int64_t groups[NTP_MAX_GROUPS];
       bool dummy;
-      int k = span_groups(c, tp, n, file, where, groups, &dummy);
+      const ir_rule *own = pipe_rule(c, plan, ly->name, pi, pl, rule); /* a rule of this pipeline alone */
+      int k = span_groups(c, own ? own->tp : tp, n, own ? plan->file : file, where, groups, &dummy);
       if (ng + k > NTP_MAX_GROUPS) {
         place_error(c, file, pl->tp_loc, "%d groups: at most %d are supported", ng + k, NTP_MAX_GROUPS);
         break;
@@ -176,7 +198,7 @@ bool shard_place(const ir_module *m, int32_t world_opt, int32_t *world, sh_place
       pl->chunk[pi] = ch;
       pl->pipe_share[pi] = pp->share;
       pl->ngroups = ng + k;
-      place_shares(c, pl, rule, file, ng, k);
+      place_shares(c, pl, own ? own : rule, own ? plan->file : file, ng, k);
       ng += k;
     }
   }

@@ -38,6 +38,11 @@ echo "losses unsharded: $ref; staged plan: $pp"
 if [ -n "$ref" ] && python3 -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); sys.exit(not (len(a) == len(b) == 3 and all(abs(float(x) - float(y)) <= 1e-5 * abs(float(x)) for x, y in zip(a, b))))" "$ref" "$pp"
 then ok; else bad "the staged plan's losses ($pp) differ from the unsharded run's ($ref)"; fi
 
+# a plan with rules of one pipeline (its last stage one GPU short) trains as the unsharded model does
+uneven=$(train --plan tests/plans/byte_gpt_pp_uneven7.ntp)
+echo "losses with pipelines of 4 and 3 GPUs: $uneven"
+if [ -n "$uneven" ] && [ "$uneven" = "$ref" ]; then ok; else bad "pipeline rules: losses ($uneven) differ from $ref"; fi
+
 # --- chosen by the planner: GPT-3's blocks on 16 A100s go into stages ---
 g3="examples/gpt3_175b_train.ntp -D L=4 --gpu a100 --train"
 # shellcheck disable=SC2046,SC2086
