@@ -120,6 +120,23 @@ expect_text fail-ckpt "back to the checkpoint of step 2"
 same_losses fail-ckpt
 check fail-nockpt 1 "$ntpc" train $fa --plan examples/plans/byte_gpt_7.ntp --fail-at 4:3
 expect_text fail-nockpt "no checkpoint to fall back on"
+# pipeline stages (2 replicas x 2 stages x 2 GPUs, 2 micro-batches): GPU 3 lost (its stage one GPU
+# short, the layers cut again), then GPU 4 (the other replica's first stage); the stages' state from
+# the other replica; a single pipeline losing its only copies goes back to its checkpoint
+ppf="--plan tests/plans/byte_gpt_pp_two4.ntp --micro-batches 2"
+check fail-pp 0 "$ntpc" train $fa $ppf --fail-at 4:3 --save-params "$tmp/fpp.st"
+expect_text fail-pp "pipeline {"
+expect_text fail-pp "(no checkpoint read)"
+same_losses fail-pp
+if "$py" tests/emu/compare_params.py "$tmp/fref.st" "$tmp/fpp.st" 1e-5 >"$tmp/cmp" 2>&1; then ok; else
+  bad "after a stage's failure the parameters differ from the uninterrupted run's: $(cat "$tmp/cmp")"; fi
+check fail-pp-twice 0 "$ntpc" train $fa $ppf --fail-at 3:3,5:4
+expect_text fail-pp-twice "re-plans for the 6 survivors"
+same_losses fail-pp-twice
+rm -rf "$tmp/fppck"
+check fail-pp-ckpt 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_pp2.ntp --fail-at 4:1 --checkpoint "$tmp/fppck" --checkpoint-every 2
+expect_text fail-pp-ckpt "back to the checkpoint of step 2"
+same_losses fail-pp-ckpt
 check fail-usage 2 "$ntpc" train $fa --fail-at 4:1
 expect_text fail-usage "--fail-at needs a sharded run"
 

@@ -325,6 +325,14 @@ bool plan_failover_solve(const plan_model *pm, const ir_module *m, const plan_re
                          struct diag_sink *diags);
 void plan_failover_free(plan_failover *f);
 
+/* Re-planning a pipelined plan (hp: the healthy program, compiled under it) for the survivors of
+ * rq->failed (physical ranks): each replica keeps its stages' surviving GPUs, a degraded one runs
+ * each stage as one group of them with its layers cut again to even out the stages' times, a
+ * replica that lost a whole stage is dropped. Writes the survivors' plan (`plan survivors`) to out;
+ * phys[new rank] = physical rank, *world the survivors kept. false with why. */
+bool plan_failover_stages(const plan_model *pm, const ir_module *m, const struct sh_program *hp, const plan_request *rq,
+                          FILE *out, int32_t **phys, int32_t *world, char *why, size_t cap);
+
 /* ================================ output ================================ */
 
 /* The plan file: `plan NAME for MODEL { world W; rules }` (rules compressed into patterns

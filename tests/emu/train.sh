@@ -6,7 +6,7 @@
 # one GPU, and through NCCL with its communicators aborted and shrunk, or created again), at 8
 # ranks with every layer its own way through NCCL (its overlap line showing more collectives with
 # compute in flight than step order, and the same bits in step order), and
-# of a bf16 GPT at 7 ranks, and with the distributed optimizer (ZeRO-2, redundancy 2) on one GPU and
+# of a bf16 GPT at 7 ranks, pipeline stages losing a GPU (loopback and NCCL), and with the distributed optimizer (ZeRO-2, redundancy 2) on one GPU and
 # through NCCL losing a GPU; each step's loss and the trained parameters are compared with the CPU
 # run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
 # the parameters' scale: bf16 activations make a gradient that is within their rounding step move
@@ -97,6 +97,17 @@ for how in shrink initall; do
   ! grep 'ntp-emu: error' "$tmp/fail8_$how.out" || { echo "[FAIL] fail8_$how: the emulator reported an error"; fail=1; }
 done
 unset NTP_EMU_FAIL_GPUS NTP_NCCL_NO_SHRINK
+# pipeline stages (two replicas of two stages of two GPUs) losing GPU 3, before step 2: the replica's
+# last stage one GPU short, its layers cut again, the state from the other replica; on one GPU and
+# through NCCL (shrunk)
+pp="$gpt --plan tests/plans/byte_gpt_pp_two4.ntp --backend cuda"
+train ppfail7 $pp --loopback --fail-at 2:3 && same cpu ppfail7 1e-5 1e-5
+export NTP_EMU_FAIL_GPUS=3
+train ppfail8 $pp --fail-at 2:3 && same cpu ppfail8 1e-5 1e-5
+unset NTP_EMU_FAIL_GPUS
+for r in ppfail7 ppfail8; do
+  grep -q '(no checkpoint read)' "$tmp/$r.out" || { echo "[FAIL] $r: no hand-over from the other replica"; fail=1; }
+done
 # the distributed optimizer (ZeRO-2, each part of the state on both replicas of (4, 3)): on one GPU,
 # and through NCCL with GPU 5 failing before step 2, its parts then taken from their other owners
 zero="$gpt --plan tests/plans/byte_gpt_zero2_43.ntp --backend cuda"

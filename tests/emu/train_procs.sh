@@ -13,7 +13,8 @@
 #   processes through NCCL) and take step 2 again with the same batch: the CPU run's losses and
 #   parameters; and GPU 6's process killed before step 3 as well; and a plan whose only copy of some
 #   state was on the killed GPU, which goes back to the checkpoint that rank 0's process wrote;
-#   and the distributed optimizer (ZeRO-2, redundancy 2) losing a process: no checkpoint read.
+#   and the distributed optimizer (ZeRO-2, redundancy 2) losing a process: no checkpoint read; and
+#   pipeline stages losing a process (the stage cut again, the state from the other replica).
 # fp32 within 1e-5 (AdamW's eps 1e-4, as in train.sh). Run by CTest with the emulator's environment.
 set -u
 ntpc=$1 py=$2
@@ -120,6 +121,14 @@ check kill2 "3 6"
 for r in 0 1 2 4 5 7; do
   n=$(grep -c '(no checkpoint read)' "$tmp/kill2.$r.out")
   [ "$n" = 2 ] || { echo "[FAIL] kill2: rank $r took $n hand-overs, not 2"; fail=1; }
+done
+# pipeline stages (two replicas of two stages of two GPUs): GPU 3's process killed before step 2,
+# the replica's last stage one GPU short with its layers cut again, the state from the other replica
+procs ppkill 8 $gpt --plan tests/plans/byte_gpt_pp_two4.ntp --backend cuda --fail-at 2:3
+grep -E '^(step|  communicators|  resumed)' "$tmp/ppkill.0.out"
+check ppkill 3
+for r in 0 1 2 4 5 6 7; do
+  grep -q '(no checkpoint read)' "$tmp/ppkill.$r.out" || { echo "[FAIL] ppkill: rank $r took no hand-over from the other replica"; fail=1; }
 done
 # the distributed optimizer across processes (ZeRO-2, each part of the state on both replicas of
 # (4, 3)): GPU 5's process killed before step 2, its parts taken from their other owners' processes

@@ -749,13 +749,6 @@ int ntpc_train_command(int argc, char **argv) {
     ntpc_session_free(s);
     return st == NTPC_ERR_INPUT ? 1 : st == NTPC_ERR_USAGE ? 2 : 3;
   }
-  const sh_program *sp = ntpc_sharded(s);
-  if (o.nfail && sp && sp->pipes.npipes) { /* refused before step 1, not at the failure */
-    fprintf(stderr, "ntpc train: error: --fail-at with pipeline stages: re-planning stages for the survivors is not "
-                    "supported yet (docs/pipeline.md#failures)\n");
-    ntpc_session_free(s);
-    return 2;
-  }
   rc = train(&o, s);
   ntpc_session_free(s);
   return rc;

@@ -61,13 +61,8 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   ntpc_session *healthy = session(src, false, world, src->plan_file, src->plan_name, NULL, err, cap), *next = NULL;
   if (!healthy) return NULL;
   const ir_module *m = ntpc_module(healthy);
-  if (m->active_plan >= 0 && (m->plans[m->active_plan].npipes || m->plans[m->active_plan].even_stages)) {
-    /* the survivors' stages are the 3D planner's to choose (docs/pipeline.md#failures) */
-    snprintf(err, cap, "the plan has pipeline stages: re-planning stages for the survivors is not supported yet; "
-                       "restart from a checkpoint (--checkpoint, --resume) with a plan for the %d survivors",
-             world - nfailed);
-    goto done;
-  }
+  const sh_program *hp = ntpc_sharded(healthy);
+  bool staged = hp && hp->pipes.npipes; /* the survivors' stages: plan_failover_stages */
   if (!(pm = plan_model_new(m, ntpc_diag_sink(healthy)))) {
     snprintf(err, cap, "the planner cannot read the model");
     goto done;
@@ -75,7 +70,7 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   plan_profile prof;
   plan_profile_builtin("h100", &prof);
   plan_request rq = {.world = world, .prof = &prof, .failed = failed, .nfailed = nfailed, .train = true};
-  if (!(solved = plan_failover_solve(pm, m, &rq, &f, ntpc_diag_sink(healthy))) || !f.survivors.feasible) {
+  if (!staged && (!(solved = plan_failover_solve(pm, m, &rq, &f, ntpc_diag_sink(healthy))) || !f.survivors.feasible)) {
     snprintf(err, cap, "no plan for the %d survivors%s%s", world - nfailed, solved ? ": " : "",
              solved ? f.survivors.why : "");
     goto done;
@@ -86,29 +81,38 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
     goto done;
   }
   fd = -1; /* the FILE owns it */
-  plan_write_plan(out, pm, m, &f.survivors, "survivors", "the survivors' plan (ntpc train --fail-at)");
-  if (fclose(out) != 0) {
-    snprintf(err, cap, "cannot write the survivors' plan to %s", path);
+  int32_t nworld = 0, *sphys = NULL;
+  char why[256] = "";
+  bool written = true;
+  if (staged) {
+    written = plan_failover_stages(pm, m, hp, &rq, out, &sphys, &nworld, why, sizeof why);
+  } else {
+    plan_write_plan(out, pm, m, &f.survivors, "survivors", "the survivors' plan (ntpc train --fail-at)");
+    nworld = f.survivors.world;
+    if ((sphys = malloc((size_t)nworld * sizeof *sphys))) memcpy(sphys, f.survivors.phys, (size_t)nworld * sizeof *sphys);
+  }
+  if (fclose(out) != 0 || !written || !sphys) {
+    snprintf(err, cap, written ? "cannot write the survivors' plan to %s" : "no staged plan for the survivors: %s",
+             written ? path : why);
+    free(sphys);
     goto done;
   }
   train_source keep = *src; /* the healthy plan's distributed optimizer goes on on the survivors */
-  const ir_plan *hp = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
-  if (keep.opt.zero < 0 && keep.opt.redundancy < 0 && hp && hp->zero_loc.first_line)
-    keep.opt.zero = hp->zero, keep.opt.redundancy = hp->redundancy;
-  if (keep.opt.domain_size < 0 && hp && hp->domain_size) keep.opt.domain_size = hp->domain_size;
-  if (!(next = session(&keep, true, f.survivors.world, path, "survivors", f.survivors.phys, err, cap))) goto done;
-  if (!(prog = session_program(next, err, cap))) goto done;
-  if (!(*phys = malloc((size_t)f.survivors.world * sizeof **phys))) {
-    ntp_program_free(prog);
-    prog = NULL;
-    snprintf(err, cap, "out of memory");
+  const ir_plan *hpl = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  if (keep.opt.zero < 0 && keep.opt.redundancy < 0 && hpl && hpl->zero_loc.first_line)
+    keep.opt.zero = hpl->zero, keep.opt.redundancy = hpl->redundancy;
+  if (keep.opt.domain_size < 0 && hpl && hpl->domain_size) keep.opt.domain_size = hpl->domain_size;
+  if (!(next = session(&keep, true, nworld, path, "survivors", sphys, err, cap)) ||
+      !(prog = session_program(next, err, cap))) {
+    free(sphys);
     goto done;
   }
-  memcpy(*phys, f.survivors.phys, (size_t)f.survivors.world * sizeof **phys);
+  *phys = sphys;
   FILE *in = fopen(path, "r"); /* the plan, for the log */
   char line[512];
   while (in && fgets(line, sizeof line, in))
-    if (line[0] == ' ' && strchr(line, ';') && !strstr(line, "optimizer")) printf("  %s", line);
+    if (line[0] == ' ' && (strchr(line, ';') || strchr(line, '{') || strchr(line, '}')) && !strstr(line, "optimizer"))
+      printf("  %s", line);
   if (in) fclose(in);
   if (keep.opt.zero > 0)
     printf("  the distributed optimizer goes on: zero %d, redundancy %d\n", keep.opt.zero,

@@ -1,0 +1,199 @@
+/* failover_stages.c — re-planning a pipelined plan for the GPUs that survive a failure
+ * (docs/pipeline.md, "Failures"; `ntpc train --fail-at` on a staged plan).
+ *
+ * Every pipeline replica keeps its stages' surviving GPUs. A replica whose stage lost every GPU is
+ * dropped (its other GPUs idle: the survivors' world leaves them out). A replica that lost some
+ * runs each stage as one tensor-parallel group of the GPUs it has left (reduced, non-uniform TP:
+ * heads, hidden columns and vocabulary rows split unevenly), and — beyond the NTP paper, which kept
+ * the stages' layers and restarted instead — its layers are cut again so the stages' times even out:
+ * the cut that minimises the slowest stage (an exact partition over the layer chain, each layer
+ * timed by the planner's tables at its stage's GPU count, each stage within the memory cap). The
+ * other replicas keep their stages and the plan's rules; the degraded replica's placements are rules
+ * inside its pipeline block, sequence parallelism and recomputation as the healthy plan had them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner_internal.h"
+
+#define FS_MAX_STAGES 64
+
+typedef struct fs_pipe {
+  int32_t nstages, kept[FS_MAX_STAGES], first_ir[FS_MAX_STAGES + 1];
+  int32_t ranks[FS_MAX_STAGES][NTP_MAX_GROUPS]; /* the stage's surviving GPUs (physical), in order */
+  bool dropped, degraded;
+} fs_pipe;
+
+/* Layer l's time and memory on a stage of n GPUs as one group (sp and rc as the healthy plan had
+ * them); tabs[n] built on first use. */
+static plan_tables *table_for(const plan_model *pm, const plan_request *rq, int32_t n, plan_tables **tabs,
+                              diag_sink *diags) {
+  if (tabs[n]) return tabs[n];
+  plan_place st[4];
+  for (int v = 0; v < 4; v++) {
+    st[v] = plan_place_balanced(n, 1, v & 1);
+    st[v].rc = (v & 2) != 0;
+  }
+  return tabs[n] = pl_tables_build(pm, rq->prof, n, NULL, rq->nodes_of, st, 4, NULL, rq->train, diags);
+}
+
+static int32_t state_of_layer(const sh_placement *hp) { return (hp->seq_parallel ? 1 : 0) + (hp->recompute ? 2 : 0); }
+
+/* The exact cut of the chain into the stages of sizes n[0..p) minimising the slowest stage's time
+ * (each stage within the cap); first[i] chain layers. false when no cut fits. */
+static bool recut(const plan_model *pm, const plan_request *rq, const sh_program *hp, const int32_t *n, int32_t p,
+                  plan_tables **tabs, int32_t *first, diag_sink *diags) {
+  int32_t L = pm->n;
+  double cap = pl_cap_of(rq);
+  double *best = malloc((size_t)(p + 1) * (L + 1) * sizeof *best);
+  int32_t *arg = malloc((size_t)(p + 1) * (L + 1) * sizeof *arg);
+  double *t = calloc((size_t)p * (L + 1), sizeof *t), *mem = calloc((size_t)p * (L + 1), sizeof *mem);
+  bool ok = best && arg && t && mem;
+  for (int32_t i = 0; ok && i < p; i++) { /* prefix sums of each layer's time and memory at stage i's size */
+    plan_tables *T = table_for(pm, rq, n[i], tabs, diags);
+    if (!T) ok = false;
+    for (int32_t l = 0; ok && l < L; l++) {
+      size_t k = (size_t)l * T->S + state_of_layer(&hp->placements[plan_model_ir_layer(pm, l)]);
+      bool legal = T->legal[k];
+      t[(size_t)i * (L + 1) + l + 1] = t[(size_t)i * (L + 1) + l] + (legal ? T->tcomp[k] + T->tcomm[k] : INFINITY);
+      mem[(size_t)i * (L + 1) + l + 1] = mem[(size_t)i * (L + 1) + l] + T->pmax[k] + T->amax[k];
+    }
+  }
+  for (int32_t i = 0; ok && i <= p; i++)
+    for (int32_t e = 0; e <= L; e++) best[(size_t)i * (L + 1) + e] = INFINITY;
+  if (ok) best[0] = 0;
+  for (int32_t i = 1; ok && i <= p; i++) /* best[i][e]: the slowest of stages 0..i-1 over layers [0, e) */
+    for (int32_t e = i; e <= L - (p - i); e++)
+      for (int32_t a = i - 1; a < e; a++) {
+        const double *ti = t + (size_t)(i - 1) * (L + 1), *mi = mem + (size_t)(i - 1) * (L + 1);
+        double st = ti[e] - ti[a], prev = best[(size_t)(i - 1) * (L + 1) + a], v = st > prev ? st : prev;
+        if (mi[e] - mi[a] > cap || !(v < best[(size_t)i * (L + 1) + e])) continue;
+        best[(size_t)i * (L + 1) + e] = v;
+        arg[(size_t)i * (L + 1) + e] = a;
+      }
+  ok = ok && isfinite(best[(size_t)p * (L + 1) + L]);
+  for (int32_t i = p, e = L; ok && i > 0; i--) first[i] = e, e = arg[(size_t)i * (L + 1) + e];
+  if (ok) first[0] = 0;
+  free(best);
+  free(arg);
+  free(t);
+  free(mem);
+  return ok;
+}
+
+static void write_rule(FILE *out, const char *indent, const char *pattern, const ir_tp *tp, bool sp, bool rc,
+                       const ir_rule *r) {
+  fprintf(out, "%s%s ", indent, pattern);
+  ir_print_tp(tp, out);
+  if (sp) fputs(", sequence_parallel", out);
+  if (rc) fputs(", recompute", out);
+  for (int b = 0; r && b < r->nbatch; b++) fprintf(out, "%s%lld%s", b ? ", " : ", batch (", (long long)r->batch[b],
+                                                   b + 1 == r->nbatch ? ")" : "");
+  fputs(";\n", out);
+}
+
+/* the IR layer each stage of the degraded replica starts at: after the previous stage's last chain layer */
+static void stage_starts(const plan_model *pm, const ir_module *m, const int32_t *first, int32_t p, int32_t *first_ir) {
+  first_ir[0] = 0;
+  for (int32_t i = 1; i < p; i++) first_ir[i] = plan_model_ir_layer(pm, first[i] - 1) + 1;
+  first_ir[p] = (int32_t)m->n_layers;
+}
+
+static void write_pipe(FILE *out, const ir_module *m, const sh_program *hp, const fs_pipe *fp, int32_t pi,
+                       const int32_t *new_rank, int32_t newpi) {
+  const ir_plan *plan = &m->plans[m->active_plan];
+  fputs("  pipeline {\n", out);
+  for (int32_t i = 0; i < fp->nstages; i++) {
+    int32_t lo = new_rank[fp->ranks[i][0]], hi = new_rank[fp->ranks[i][fp->kept[i] - 1]];
+    fprintf(out, "    stage %s .. %s ranks %d..%d;\n", m->layers[fp->first_ir[i]].name,
+            m->layers[fp->first_ir[i + 1] - 1].name, lo, hi);
+  }
+  for (size_t r = 0; !fp->degraded && r < plan->nrules; r++) /* the healthy replica's own rules */
+    if (plan->rules[r].pipe == pi)
+      write_rule(out, "    ", plan->rules[r].pattern, &plan->rules[r].tp, plan->rules[r].seq_parallel,
+                 plan->rules[r].recompute, &plan->rules[r]);
+  for (int32_t i = 0; fp->degraded && i < fp->nstages; i++) /* every layer: one group of the stage's GPUs */
+    for (int32_t l = fp->first_ir[i]; l < fp->first_ir[i + 1]; l++) {
+      ir_tp tp = {.kind = TP_DEGREES, .n = 1};
+      tp.groups[0] = fp->kept[i];
+      write_rule(out, "    ", m->layers[l].name, &tp, hp->placements[l].seq_parallel, hp->placements[l].recompute, NULL);
+    }
+  fputs("  }\n", out);
+  (void)newpi;
+}
+
+bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_program *hp, const plan_request *rq,
+                          FILE *out, int32_t **phys, int32_t *world, char *why, size_t cap) {
+  const sh_pipes *pp = &hp->pipes;
+  const ir_plan *plan = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  *phys = NULL;
+  if (!plan || !pp->npipes) return snprintf(why, cap, "the plan has no pipelines"), false;
+  bool *dead = calloc((size_t)hp->world, 1);
+  int32_t *new_rank = malloc((size_t)hp->world * sizeof *new_rank), nkept = 0;
+  fs_pipe *fps = calloc((size_t)pp->npipes, sizeof *fps);
+  plan_tables **tabs = calloc(NTP_MAX_GROUPS + 1, sizeof *tabs);
+  diag_sink quiet = {0}; /* a stage too small for a layer: its cut is kept */
+  bool ok = dead && new_rank && fps && tabs;
+  for (int32_t k = 0; ok && k < rq->nfailed; k++) dead[rq->failed[k]] = true;
+  for (int32_t pi = 0; ok && pi < pp->npipes; pi++) {
+    const sh_pipeline *P = &pp->pipe[pi];
+    fs_pipe *fp = &fps[pi];
+    if (P->v > 1 || P->nstages > FS_MAX_STAGES) {
+      snprintf(why, cap, "interleaved stages (or more than %d) are not re-planned", FS_MAX_STAGES);
+      ok = false;
+      break;
+    }
+    fp->nstages = P->nstages;
+    for (int32_t i = 0; i < P->nstages; i++) {
+      const sh_stage *st = &P->stages[i];
+      for (int32_t r = st->rank_lo; r < st->rank_hi; r++)
+        if (!dead[r] && fp->kept[i] < NTP_MAX_GROUPS) fp->ranks[i][fp->kept[i]++] = r;
+      fp->dropped |= fp->kept[i] == 0;
+      fp->degraded |= fp->kept[i] < st->rank_hi - st->rank_lo;
+      fp->first_ir[i] = st->first_layer;
+    }
+    fp->first_ir[P->nstages] = (int32_t)m->n_layers;
+    nkept += !fp->dropped;
+    if (fp->dropped || !fp->degraded) continue;
+    int32_t first[FS_MAX_STAGES + 1];
+    if (!recut(pm, rq, hp, fp->kept, fp->nstages, tabs, first, &quiet)) continue; /* none fits: keep the cut */
+    stage_starts(pm, m, first, fp->nstages, fp->first_ir);
+  }
+  if (ok && !nkept) snprintf(why, cap, "every pipeline replica lost a whole stage"), ok = false;
+  int32_t W = 0;
+  for (int32_t r = 0; ok && r < hp->world; r++) new_rank[r] = -1;
+  for (int32_t pi = 0; ok && pi < pp->npipes; pi++) /* the survivors, numbered in physical order */
+    for (int32_t r = 0; !fps[pi].dropped && r < hp->world; r++)
+      if (pp->pipe_of_rank[r] == pi && !dead[r]) new_rank[r] = 0;
+  for (int32_t r = 0; ok && r < hp->world; r++)
+    if (new_rank[r] == 0) new_rank[r] = W++;
+  if (ok && !(*phys = malloc((size_t)W * sizeof **phys))) ok = false;
+  for (int32_t r = 0; ok && r < hp->world; r++)
+    if (new_rank[r] >= 0) (*phys)[new_rank[r]] = r;
+  if (ok) {
+    *world = W;
+    fprintf(out, "plan survivors for %s {\n  world %d;\n", m->name, W);
+    if (hp->micro_batches > 1) fprintf(out, "  micro_batches %d;\n", hp->micro_batches);
+    if (plan->zero_loc.first_line)
+      fprintf(out, "  optimizer zero %d redundancy %d%s%.0d;\n", plan->zero, plan->zero ? plan->redundancy : 1,
+              plan->domain_size ? " domain " : "", plan->domain_size);
+    for (int32_t pi = 0, np = 0; pi < pp->npipes; pi++)
+      if (!fps[pi].dropped) write_pipe(out, m, hp, &fps[pi], pi, new_rank, np++);
+    for (size_t r = 0; r < plan->nrules; r++)
+      if (plan->rules[r].pipe < 0)
+        write_rule(out, "  ", plan->rules[r].pattern, &plan->rules[r].tp, plan->rules[r].seq_parallel,
+                   plan->rules[r].recompute, &plan->rules[r]);
+    fputs("}\n", out);
+  }
+  for (int32_t n = 0; tabs && n <= NTP_MAX_GROUPS; n++) plan_tables_free(tabs[n]);
+  free(tabs);
+  diag_free(&quiet);
+  free(dead);
+  free(new_rank);
+  free(fps);
+  if (!ok) {
+    free(*phys);
+    *phys = NULL;
+  }
+  return ok;
+}
