@@ -137,6 +137,22 @@ rm -rf "$tmp/fppck"
 check fail-pp-ckpt 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_pp2.ntp --fail-at 4:1 --checkpoint "$tmp/fppck" --checkpoint-every 2
 expect_text fail-pp-ckpt "back to the checkpoint of step 2"
 same_losses fail-pp-ckpt
+# --join-at: a failed GPU repaired and back: the planner returns to the healthy plan (or re-plans for
+# the larger world while others are still down), the newcomer's state from the ranks that hold it;
+# the uninterrupted run's losses and parameters
+check join 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_two4.ntp --fail-at 2:3 --join-at 4:3 --save-params "$tmp/fj.st"
+expect_text join "step    4: GPU 3 back, repaired; the planner re-plans for the 8 GPUs:"
+expect_text join "the healthy plan (tests/plans/byte_gpt_two4.ntp), every GPU back"
+same_losses join
+if "$py" tests/emu/compare_params.py "$tmp/fref.st" "$tmp/fj.st" 1e-5 >"$tmp/cmp" 2>&1; then ok; else
+  bad "after a repair the parameters differ from the uninterrupted run's: $(cat "$tmp/cmp")"; fi
+check join-partial 0 "$ntpc" train $fa $ppf --fail-at 2:3,3:6 --join-at 5:6
+expect_text join-partial "step    5: GPU 6 back, repaired; the planner re-plans for the 7 GPUs:"
+same_losses join-partial
+check join-notdown 1 "$ntpc" train $fa --plan tests/plans/byte_gpt_two4.ntp --fail-at 2:3 --join-at 3:5
+expect_text join-notdown "--join-at 3:5: GPU 5 is not down"
+check join-usage 2 "$ntpc" train $fa --plan tests/plans/byte_gpt_two4.ntp --join-at 3:5
+expect_text join-usage "--join-at brings back a GPU --fail-at failed: give --fail-at too"
 check fail-usage 2 "$ntpc" train $fa --fail-at 4:1
 expect_text fail-usage "--fail-at needs a sharded run"
 

@@ -72,7 +72,11 @@ static const char train_usage[] =
     "                     communicators are aborted and the survivors' shrunk; the survivors re-plan\n"
     "                     (as ntpc plan --fail), take the parameters and optimizer state from the\n"
     "                     surviving replicas (the --checkpoint when a failed GPU held the only copy)\n"
-    "                     and go on with the same batches\n"
+    "                     and go on with the same batches (pipeline stages: a stage one GPU short\n"
+    "                     has its replica's layers cut again)\n"
+    "  --join-at S:R,...  a GPU --fail-at failed is back before step S, repaired: the planner\n"
+    "                     returns to the healthy plan (or re-plans the larger world), the state is\n"
+    "                     handed to the newcomer from the ranks that hold it\n"
     "  --dump DIR         write step 1's inputs, parameters, loss and every gradient (grad.NAME)\n"
     "                     as raw files + manifest.tsv (the format of 'ntpc run --dump')\n"
     "  --quiet, -q        no progress line\n"
@@ -101,6 +105,9 @@ typedef struct train_opts {
   long fail_step[64];    /* --fail-at: before step fail_step[i] (1-based), GPU fail_rank[i] fails */
   int32_t fail_rank[64];
   int nfail;
+  long join_step[64];    /* --join-at: before step join_step[i], GPU join_rank[i] is back, repaired */
+  int32_t join_rank[64];
+  int njoin;
 } train_opts;
 
 static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntpc train", fmt, arg); }
@@ -143,18 +150,30 @@ static bool whole(const char **p, long lo, long hi, long *out) {
   return true;
 }
 
+/* STEP:RANK[,STEP:RANK...] into steps[], ranks[] (at most 64 in all); false when malformed */
+static bool events(const char *v, long *steps, int32_t *ranks, int *n) {
+  for (const char *p = v;;) {
+    long st, r;
+    if (*n == 64 || !whole(&p, 1, 1000000000, &st) || *p++ != ':' || !whole(&p, 0, 4095, &r)) return false;
+    steps[*n] = st;
+    ranks[(*n)++] = (int32_t)r;
+    if (!*p) return true;
+    if (*p++ != ',') return false;
+  }
+}
+
 /* --fail-at STEP:RANK[,STEP:RANK...] */
 static int set_fail_at(train_opts *o, ntpc_session *s, const char *v) {
   (void)s;
-  for (const char *p = v;;) {
-    long st, r;
-    if (o->nfail == 64 || !whole(&p, 1, 1000000000, &st) || *p++ != ':' || !whole(&p, 0, 4095, &r)) break;
-    o->fail_step[o->nfail] = st;
-    o->fail_rank[o->nfail++] = (int32_t)r;
-    if (!*p) return -1;
-    if (*p++ != ',') break;
-  }
+  if (events(v, o->fail_step, o->fail_rank, &o->nfail)) return -1;
   return usage("--fail-at %s: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)", v);
+}
+
+/* --join-at STEP:RANK[,STEP:RANK...]: a failed GPU repaired */
+static int set_join_at(train_opts *o, ntpc_session *s, const char *v) {
+  (void)s;
+  if (events(v, o->join_step, o->join_rank, &o->njoin)) return -1;
+  return usage("--join-at %s: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)", v);
 }
 
 static int set_rank(train_opts *o, ntpc_session *s, const char *v) {
@@ -271,7 +290,7 @@ static const valued_option valued[] = {
     PATH("--data", data), PATH("--model", model), PATH("--params", params), PATH("--save-params", save_params),
     PATH("--dump", dump), PATH("--checkpoint", ckpt), PATH("--resume", resume),
     {"--rank", 0, set_rank}, {"--backend", 0, set_backend}, {"--plan-name", 0, set_plan_name},
-    {"--plan", 0, set_plan}, {"--fail-at", 0, set_fail_at}, {"--world", 0, set_world},
+    {"--plan", 0, set_plan}, {"--fail-at", 0, set_fail_at}, {"--join-at", 0, set_join_at}, {"--world", 0, set_world},
     {"--micro-batches", 0, set_micro_batches}, {"--schedule", 0, set_schedule},
     {"--params-format", 0, set_params_format}, {"--color", 0, set_color},
     {"--checkpoint-every", 0, set_checkpoint_every}, {"--init-std", 0, set_init_std}, {"--seed", 0, set_seed}};
@@ -349,6 +368,9 @@ static int check_options(const train_opts *o) {
   if (o->loopback && !o->backend->devices)
     return usage("--loopback is an option of a backend with devices (--backend cuda)%s", "");
   if (o->nfail && !o->sharded) return usage("--fail-at needs a sharded run (--plan or --world)%s", "");
+  if (o->njoin && !o->nfail) return usage("--join-at brings back a GPU --fail-at failed: give --fail-at too%s", "");
+  if (o->njoin && o->rank >= 0)
+    return usage("--join-at: a repaired GPU rejoins runs with every rank in this process (not --rank)%s", "");
   if (o->rank >= 0 && (!o->backend->devices || o->loopback || !o->sharded))
     return usage("--rank runs one rank of a sharded run on its own device: it needs a backend with devices "
                  "(--backend cuda) and --plan or --world, without --loopback%s", "");
@@ -536,7 +558,8 @@ static int open_run(train_run *r, ntpc_session *s, char *err, size_t cap) {
   r->given[r->bi.targets] = &r->hg;
   r->fr = (failover_run){.src = {o->file, o->model, o->plan_file, o->plan_name, o->defines, o->ndefines,
                                  o->backend->kernels, o->micro_batches, o->schedule, o->opt},
-                         .ckpt = o->ckpt, .phys_rank = o->rank, .seed = o->seed};
+                         .ckpt = o->ckpt, .phys_rank = o->rank, .seed = o->seed, .backend = o->backend->name,
+                         .loopback = o->loopback};
   return 0;
 }
 
@@ -597,6 +620,12 @@ static int train_step(train_run *r, long *step, bool *dump_failed, char *err, si
       return -1;
     *step = (long)ntp_trainer_steps_taken(r->tr); /* the checkpoint's, when the run went back to it */
   }
+  int32_t back[64];
+  int nback = 0;
+  for (int k = 0; k < o->njoin; k++)
+    if (o->join_step[k] == *step + 1) back[nback++] = o->join_rank[k];
+  if (nback && train_rejoin(&r->fr, *step + 1, back, nback, &r->prog, &r->tr, &r->phys, &o->adamw, err, cap) != 0)
+    return -1;
   int64_t pos, epoch;
   ntp_tokens_position(r->data, &pos, &epoch);
   ntp_train_stats st;

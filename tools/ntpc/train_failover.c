@@ -227,6 +227,67 @@ fail:
   return -1;
 }
 
+/* the healthy plan's own program (every failed GPU back): the source compiled as at the start */
+static ntp_program *healthy_program(const train_source *src, int32_t world, int32_t **phys, char *err, size_t cap) {
+  ntpc_session *s = session(src, true, world, src->plan_file, src->plan_name, NULL, err, cap);
+  ntp_program *p = s ? session_program(s, err, cap) : NULL;
+  ntpc_session_free(s);
+  if (p && !(*phys = malloc((size_t)world * sizeof **phys))) {
+    ntp_program_free(p);
+    return snprintf(err, cap, "out of memory"), NULL;
+  }
+  for (int32_t r = 0; p && r < world; r++) (*phys)[r] = r;
+  if (p) printf("    the healthy plan (%s), every GPU back\n", src->plan_file ? src->plan_file : "--world");
+  return p;
+}
+
+int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
+                 int32_t **phys, const ntp_adamw *aw, char *err, size_t cap) {
+  for (int k = 0; k < nnow; k++) {
+    int32_t at = -1;
+    for (int32_t j = 0; j < fr->nfailed; j++)
+      if (fr->failed[j] == now[k]) at = j;
+    if (at < 0) return snprintf(err, cap, "--join-at %ld:%d: GPU %d is not down", step, now[k], now[k]), -1;
+    fr->failed[at] = fr->failed[--fr->nfailed];
+  }
+  printf("step %4ld: GPU", step);
+  for (int k = 0; k < nnow; k++) printf(" %d", now[k]);
+  printf(" back, repaired; the planner re-plans for the %d GPUs:\n", fr->world0 - fr->nfailed);
+  double t0 = train_now_s();
+  int32_t *nphys = NULL;
+  ntp_program *np = fr->nfailed ? train_replan(&fr->src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap)
+                                : healthy_program(&fr->src, fr->world0, &nphys, err, cap);
+  if (!np) return -1;
+  int *devs = malloc((size_t)np->world * sizeof *devs); /* rank r on its physical GPU */
+  for (int32_t r = 0; devs && r < np->world; r++) devs[r] = nphys[r];
+  /* backends with devices put rank r on its physical GPU (the others read no device field) */
+  ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback, .devices = fr->loopback ? NULL : devs};
+  bool dead[4096] = {false};
+  for (int32_t j = 0; j < fr->nfailed; j++) dead[fr->failed[j]] = true;
+  ntp_trainer *ntr = NULL;
+  int64_t moved = 0, missing = 0;
+  if (!devs || ntp_trainer_new(np, aw, fr->seed, NULL, &x, &ntr, err, cap) != 0 ||
+      ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0 ||
+      (missing && snprintf(err, cap, "internal: %lld elements have no copy though no GPU failed", (long long)missing))) {
+    if (!devs) snprintf(err, cap, "out of memory");
+    free(devs);
+    ntp_trainer_free(ntr);
+    ntp_program_free(np);
+    free(nphys);
+    return -1;
+  }
+  free(devs);
+  printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state handed to the new plan's slices "
+         "from the ranks that hold them (no checkpoint read)\n", np->world, train_now_s() - t0, (double)moved / 1024.0);
+  ntp_trainer_free(*tr);
+  fr->keep[fr->nkeep++] = *prog;
+  free(*phys);
+  *tr = ntr;
+  *prog = np;
+  *phys = nphys;
+  return 0;
+}
+
 void failover_run_free(failover_run *fr) {
   for (int k = 0; k < fr->nkeep; k++) ntp_program_free(fr->keep[k]);
   fr->nkeep = 0;

@@ -33,6 +33,8 @@ typedef struct failover_run {
   int nkeep;
   bool fired[64];    /* per --fail-at entry: happened (a run that went back to a checkpoint does not fail twice) */
   double detected;   /* one rank per process: when the backend reported the lost peer */
+  const char *backend; /* where a repaired world's ranks run: a fresh executor (--backend, --loopback) */
+  bool loopback;
 } failover_run;
 
 /* GPUs `now` fail before step `step` (1-based): their ranks are let go on the executor
@@ -43,6 +45,13 @@ typedef struct failover_run {
  * with err. What happens is printed. */
 int train_fail_over(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
                     int32_t **phys, const ntp_adamw *aw, ntp_tokens *data, char *err, size_t cap);
+/* GPUs `now` (failed before) are back, repaired, before step `step`: the planner re-plans for the
+ * larger world (the healthy plan itself when none is down any more), a fresh executor runs it
+ * (NCCL: communicators over the new world's GPUs, ncclCommInitAll), and its trainer takes every
+ * element of the state from the ranks that hold it (the newcomers' from their replicas). *tr, *prog
+ * and *phys are replaced. 0, or -1 with err. */
+int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
+                 int32_t **phys, const ntp_adamw *aw, char *err, size_t cap);
 /* seconds on a monotonic clock (when a lost peer was reported: fr->detected) */
 double train_now_s(void);
 /* the programs kept */
