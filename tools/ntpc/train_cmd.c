@@ -22,6 +22,7 @@
 #include "outfile.h"
 #include "session_program.h"
 #include "train_failover.h"
+#include "train_straggler.h"
 
 static const char train_usage[] =
     "usage: ntpc train FILE --data TOKENS [options]\n"
@@ -74,6 +75,8 @@ static const char train_usage[] =
     "                     surviving replicas (the --checkpoint when a failed GPU held the only copy)\n"
     "                     and go on with the same batches (pipeline stages: a stage one GPU short\n"
     "                     has its replica's layers cut again)\n"
+    "  --slow R:F,...     GPU R runs F times slower (the run's timeline): found within 3 steps, the\n"
+    "                     plan is re-split around it (its rows to the others), the state moved live\n"
     "  --join-at S:R,...  a GPU --fail-at failed is back before step S, repaired: the planner\n"
     "                     returns to the healthy plan (or re-plans the larger world), the state is\n"
     "                     handed to the newcomer from the ranks that hold it\n"
@@ -108,6 +111,7 @@ typedef struct train_opts {
   long join_step[64];    /* --join-at: before step join_step[i], GPU join_rank[i] is back, repaired */
   int32_t join_rank[64];
   int njoin;
+  double *slow;          /* --slow GPU:FACTOR: per GPU (4096) its time per operation, 1 healthy */
 } train_opts;
 
 static int usage(const char *fmt, const char *arg) { return cli_usage_error("ntpc train", fmt, arg); }
@@ -138,41 +142,24 @@ static void print_usage(void) {
   printf(train_usage, adamw, backends);
 }
 
-/* A decimal whole number in [lo, hi] at *p, which advances past its digits (no sign, no
- * spaces, no other base: what the user wrote is what is used). */
-static bool whole(const char **p, long lo, long hi, long *out) {
-  long x = 0;
-  const char *q = *p;
-  for (; *q >= '0' && *q <= '9'; q++)
-    if ((x = x * 10 + (*q - '0')) > hi) return false;
-  if (q == *p || x < lo) return false;
-  *p = q, *out = x;
-  return true;
-}
-
-/* STEP:RANK[,STEP:RANK...] into steps[], ranks[] (at most 64 in all); false when malformed */
-static bool events(const char *v, long *steps, int32_t *ranks, int *n) {
-  for (const char *p = v;;) {
-    long st, r;
-    if (*n == 64 || !whole(&p, 1, 1000000000, &st) || *p++ != ':' || !whole(&p, 0, 4095, &r)) return false;
-    steps[*n] = st;
-    ranks[(*n)++] = (int32_t)r;
-    if (!*p) return true;
-    if (*p++ != ',') return false;
-  }
-}
-
 /* --fail-at STEP:RANK[,STEP:RANK...] */
 static int set_fail_at(train_opts *o, ntpc_session *s, const char *v) {
   (void)s;
-  if (events(v, o->fail_step, o->fail_rank, &o->nfail)) return -1;
+  if (train_parse_events(v, o->fail_step, o->fail_rank, &o->nfail)) return -1;
   return usage("--fail-at %s: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)", v);
+}
+
+/* --slow GPU:FACTOR[,GPU:FACTOR...]: a straggler (FACTOR 1 to 100 times slower) */
+static int set_slow(train_opts *o, ntpc_session *s, const char *v) {
+  (void)s;
+  if ((o->slow || (o->slow = malloc(4096 * sizeof *o->slow))) && straggler_parse(v, o->slow)) return -1;
+  return usage("--slow %s: expected GPU:FACTOR[,GPU:FACTOR...] (GPUs 0 to 4095, factors 1 to 100)", v);
 }
 
 /* --join-at STEP:RANK[,STEP:RANK...]: a failed GPU repaired */
 static int set_join_at(train_opts *o, ntpc_session *s, const char *v) {
   (void)s;
-  if (events(v, o->join_step, o->join_rank, &o->njoin)) return -1;
+  if (train_parse_events(v, o->join_step, o->join_rank, &o->njoin)) return -1;
   return usage("--join-at %s: expected STEP:RANK[,STEP:RANK...] (steps 1 to 10^9, ranks 0 to 4095, at most 64)", v);
 }
 
@@ -290,7 +277,7 @@ static const valued_option valued[] = {
     PATH("--data", data), PATH("--model", model), PATH("--params", params), PATH("--save-params", save_params),
     PATH("--dump", dump), PATH("--checkpoint", ckpt), PATH("--resume", resume),
     {"--rank", 0, set_rank}, {"--backend", 0, set_backend}, {"--plan-name", 0, set_plan_name},
-    {"--plan", 0, set_plan}, {"--fail-at", 0, set_fail_at}, {"--join-at", 0, set_join_at}, {"--world", 0, set_world},
+    {"--plan", 0, set_plan}, {"--fail-at", 0, set_fail_at}, {"--join-at", 0, set_join_at}, {"--slow", 0, set_slow}, {"--world", 0, set_world},
     {"--micro-batches", 0, set_micro_batches}, {"--schedule", 0, set_schedule},
     {"--params-format", 0, set_params_format}, {"--color", 0, set_color},
     {"--checkpoint-every", 0, set_checkpoint_every}, {"--init-std", 0, set_init_std}, {"--seed", 0, set_seed}};
@@ -368,6 +355,8 @@ static int check_options(const train_opts *o) {
   if (o->loopback && !o->backend->devices)
     return usage("--loopback is an option of a backend with devices (--backend cuda)%s", "");
   if (o->nfail && !o->sharded) return usage("--fail-at needs a sharded run (--plan or --world)%s", "");
+  if (o->slow && (!o->sharded || o->rank >= 0))
+    return usage("--slow needs a sharded run with every rank in this process (--plan or --world, not --rank)%s", "");
   if (o->njoin && !o->nfail) return usage("--join-at brings back a GPU --fail-at failed: give --fail-at too%s", "");
   if (o->njoin && o->rank >= 0)
     return usage("--join-at: a repaired GPU rejoins runs with every rank in this process (not --rank)%s", "");
@@ -499,6 +488,7 @@ typedef struct train_run {
   ntp_host_tensor ht, hg;
   const ntp_host_tensor **given;
   failover_run fr;
+  straggler_watch_state *sw; /* --slow: the GPUs' measured speeds */
   double first, last, total_s;
   long ran;                /* steps of this run (a resumed one starts where its checkpoint stopped) */
   long long ckpt_failed;   /* the step whose checkpoint could not be written */
@@ -658,6 +648,9 @@ static int train_step(train_run *r, long *step, bool *dump_failed, char *err, si
   printf("step %4lld/%lld  loss %.6f  lr %.3e  grad norm %.4f  %.0f tokens/s\n", (long long)st.step,
          (long long)o->adamw.steps, st.loss, st.lr, st.grad_norm, (double)n / st.seconds);
   fflush(stdout);
+  if (o->slow && (r->sw || (r->sw = calloc(1, sizeof *r->sw))) &&
+      train_absorb_straggler(r->sw, &r->fr, o->slow, *step + 1, &r->prog, &r->tr, &r->phys, &o->adamw, err, cap) != 0)
+    return -1;
   if (o->ckpt && ((o->ckpt_every && st.step % o->ckpt_every == 0) || *step + 1 == o->adamw.steps)) {
     if (ntp_checkpoint_save(o->ckpt, r->tr, r->data, r->ckpt_err, sizeof r->ckpt_err) != 0) {
       r->ckpt_failed = st.step; /* the run stops here; what can be saved still is (finish_run) */
@@ -718,6 +711,7 @@ static int train(const train_opts *o, ntpc_session *s) {
   ntp_tokens_close(r.data);
   ntp_program_free(r.prog);
   failover_run_free(&r.fr);
+  free(r.sw);
   free(r.phys);
   return rc;
 }

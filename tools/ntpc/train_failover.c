@@ -15,7 +15,7 @@
 #include "session_program.h"
 #include "train_failover.h"
 
-static ntpc_session *session(const train_source *src, bool grad, int32_t world, const char *plan_file,
+ntpc_session *train_session(const train_source *src, bool grad, int32_t world, const char *plan_file,
                              const char *plan_name, const int32_t *gpus, char *err, size_t cap) {
   ntpc_session *s = ntpc_session_new();
   if (!s) {
@@ -58,7 +58,7 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   bool solved = false;
   char path[] = "/tmp/ntp-survivors-XXXXXX";
   int fd = -1;
-  ntpc_session *healthy = session(src, false, world, src->plan_file, src->plan_name, NULL, err, cap), *next = NULL;
+  ntpc_session *healthy = train_session(src, false, world, src->plan_file, src->plan_name, NULL, err, cap), *next = NULL;
   if (!healthy) return NULL;
   const ir_module *m = ntpc_module(healthy);
   const sh_program *hp = ntpc_sharded(healthy);
@@ -102,7 +102,7 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   if (keep.opt.zero < 0 && keep.opt.redundancy < 0 && hpl && hpl->zero_loc.first_line)
     keep.opt.zero = hpl->zero, keep.opt.redundancy = hpl->redundancy;
   if (keep.opt.domain_size < 0 && hpl && hpl->domain_size) keep.opt.domain_size = hpl->domain_size;
-  if (!(next = session(&keep, true, nworld, path, "survivors", sphys, err, cap)) ||
+  if (!(next = train_session(&keep, true, nworld, path, "survivors", sphys, err, cap)) ||
       !(prog = session_program(next, err, cap))) {
     free(sphys);
     goto done;
@@ -125,6 +125,21 @@ done:
   ntpc_session_free(next);
   ntpc_session_free(healthy);
   return prog;
+}
+
+bool train_parse_events(const char *v, long *steps, int32_t *ranks, int *n) {
+  for (const char *p = v;;) {
+    char *end;
+    long st = strtol(p, &end, 10), r;
+    if (*n == 64 || end == p || *p < '0' || *p > '9' || st < 1 || st > 1000000000 || *end != ':') return false;
+    p = end + 1;
+    r = strtol(p, &end, 10);
+    if (end == p || *p < '0' || *p > '9' || r > 4095) return false;
+    steps[*n] = st;
+    ranks[(*n)++] = (int32_t)r;
+    if (!*(p = end)) return true;
+    if (*p++ != ',') return false;
+  }
 }
 
 double train_now_s(void) {
@@ -229,7 +244,7 @@ fail:
 
 /* the healthy plan's own program (every failed GPU back): the source compiled as at the start */
 static ntp_program *healthy_program(const train_source *src, int32_t world, int32_t **phys, char *err, size_t cap) {
-  ntpc_session *s = session(src, true, world, src->plan_file, src->plan_name, NULL, err, cap);
+  ntpc_session *s = train_session(src, true, world, src->plan_file, src->plan_name, NULL, err, cap);
   ntp_program *p = s ? session_program(s, err, cap) : NULL;
   ntpc_session_free(s);
   if (p && !(*phys = malloc((size_t)world * sizeof **phys))) {

@@ -52,11 +52,18 @@ int train_fail_over(failover_run *fr, long step, const int32_t *now, int nnow, n
  * and *phys are replaced. 0, or -1 with err. */
 int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_program **prog, ntp_trainer **tr,
                  int32_t **phys, const ntp_adamw *aw, char *err, size_t cap);
+/* STEP:RANK[,STEP:RANK...] (decimal; steps 1 to 10^9, ranks 0 to 4095) appended to steps[], ranks[]
+ * (at most 64 in all); false when malformed */
+bool train_parse_events(const char *v, long *steps, int32_t *ranks, int *n);
 /* seconds on a monotonic clock (when a lost peer was reported: fr->detected) */
 double train_now_s(void);
 /* the programs kept */
 void failover_run_free(failover_run *fr);
 
+/* The model compiled from src under `plan_file` (and `plan_name`) for `world` ranks, with the
+ * gradient pass when grad, its ranks on GPUs gpus[] (NULL: their numbers); NULL with err. */
+ntpc_session *train_session(const train_source *src, bool grad, int32_t world, const char *plan_file,
+                            const char *plan_name, const int32_t *gpus, char *err, size_t cap);
 /* The training program for the GPUs that survive `failed` (physical ranks of the healthy world
  * `world`): re-planned from the healthy plan, compiled with the gradient pass; *phys[r] is the
  * physical rank of its rank r (free it). NULL with a message in err. The plan's rules are

@@ -1,0 +1,340 @@
+/* train_straggler.c — `ntpc train --slow GPU:FACTOR`: a GPU that is slow, not failed
+ * (docs/training.md, "Stragglers").
+ *
+ * Times. In the CPU simulation every rank runs in this process, so a rank's time is taken on the
+ * simulated timeline: each compute step costs its floating-point operations at its GPU's speed
+ * (1 / FACTOR for a --slow one), a rank runs its steps in order, and a step waits for what it reads,
+ * sent by other ranks (every transfer waits for its source; the rule of the pipeline timeline,
+ * compiler/shard/shard_timeline.c, with every step counted). A step's time is the last rank's end;
+ * each rank's busy time over its work (its steps' operations) is its measured speed.
+ *
+ * Detection: a GPU whose measured speed stays below 1 / STRAG_RATIO of the median's for
+ * STRAG_STEPS steps in a row is a straggler.
+ *
+ * The re-split (no restart, the state moved live as after a failure): every layer's group that
+ * holds the straggler is cut into consecutive pieces so that the straggler is a group of its own,
+ * and the batch rows go one at a time to the group that finishes them soonest (its GPUs times its
+ * slowest GPU's speed): the straggler keeps the rows it can do at its pace, its former group-mates
+ * run at full speed. The loss is the mean over
+ * the whole batch whatever the split, so the trajectory is the uninterrupted run's (within fp32
+ * rounding). Flat plans (no pipeline stages) in this version. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "ir.h"
+#include "session_program.h"
+#include "shard.h"
+#include "train_straggler.h"
+
+#define STRAG_RATIO 1.2 /* slower than the median by this factor */
+#define STRAG_STEPS 3   /* for this many steps in a row */
+
+static double box_vol(const ntp_box *b) {
+  double v = 1;
+  for (int d = 0; d < b->ndim; d++) v *= (double)(b->hi[d] - b->lo[d]);
+  return v;
+}
+
+/* a compute step's operations (GEMMs 2 M N K, attention 4 S per output element, else a pass) */
+static double step_flops(const ntp_program *p, const ntp_step *st) {
+  const ntp_op *op = &st->op;
+  if (op->code == IR_PARAM || op->code == IR_INPUT || op->code == IR_CONST) return 0;
+  double out = box_vol(&p->tensors[op->result].box);
+  if (op->code == IR_MATMUL) {
+    const ntp_box *a = &p->tensors[op->args[0]].box;
+    int d = a->ndim - 1;
+    return 2 * out * (double)(op->attr.mm.trans_a ? a->hi[d - 1] - a->lo[d - 1] : a->hi[d] - a->lo[d]);
+  }
+  if (op->code == IR_ATTENTION || op->code == IR_ATTENTION_GRAD) {
+    const ntp_box *q = &p->tensors[op->args[0]].box;
+    return 4 * out * (double)(q->hi[1] - q->lo[1]);
+  }
+  double in = 0;
+  for (int a = 0; a < op->nargs; a++) in += box_vol(&p->tensors[op->args[a]].box);
+  return out > in ? out : in;
+}
+
+double straggler_timeline(const ntp_program *p, const int32_t *phys, const double *slow, double *busy, double *work) {
+  double *free_at = calloc((size_t)p->world + 1, sizeof *free_at), *made = calloc(p->n_tensors + 1, sizeof *made);
+  double span = 0;
+  if (!free_at || !made) {
+    free(free_at);
+    free(made);
+    return NAN;
+  }
+  for (int32_t r = 0; r < p->world; r++) busy[r] = work[r] = 0;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    const ntp_step *st = &p->steps[s];
+    if (st->kind == SH_COMPUTE) {
+      double f = step_flops(p, st), c = f * slow[phys ? phys[st->rank] : st->rank], at = free_at[st->rank];
+      for (int a = 0; a < st->op.nargs; a++)
+        if (st->op.args[a] >= 0) at = fmax(at, made[st->op.args[a]]);
+      free_at[st->rank] = made[st->op.result] = at + c;
+      busy[st->rank] += c, work[st->rank] += f;
+      continue;
+    }
+    for (size_t x = 0; x < st->nxfers; x++) { /* a receiver waits for what is sent to it */
+      int32_t d = p->tensors[st->xfers[x].dst].rank;
+      free_at[d] = fmax(free_at[d], made[st->xfers[x].src]);
+    }
+    for (size_t x = 0; x < st->nxfers; x++)
+      made[st->xfers[x].dst] = fmax(made[st->xfers[x].dst], free_at[p->tensors[st->xfers[x].dst].rank]);
+  }
+  for (int32_t r = 0; r < p->world; r++) span = fmax(span, free_at[r]);
+  free(free_at);
+  free(made);
+  return span;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int32_t straggler_watch(straggler_watch_state *w, const ntp_program *p, const int32_t *phys, const double *slow,
+                        double *speed) {
+  int32_t W = p->world, found = -1;
+  double *busy = calloc((size_t)W + 1, sizeof *busy), *work = calloc((size_t)W + 1, sizeof *work);
+  double *sp = calloc((size_t)W + 1, sizeof *sp);
+  if (busy && work && sp && isfinite(straggler_timeline(p, phys, slow, busy, work))) {
+    int32_t n = 0;
+    for (int32_t r = 0; r < W; r++)
+      if (busy[r] > 0) sp[n++] = work[r] / busy[r];
+    qsort(sp, (size_t)n, sizeof *sp, cmp_double);
+    double med = n ? sp[n / 2] : 1;
+    for (int32_t r = 0; r < W; r++) {
+      int32_t g = phys ? phys[r] : r;
+      speed[g] = busy[r] > 0 ? work[r] / busy[r] / med : 1;
+      w->streak[g] = speed[g] < 1 / STRAG_RATIO ? w->streak[g] + 1 : 0;
+      if (w->streak[g] >= STRAG_STEPS && !w->handled[g] && found < 0) found = g;
+    }
+  }
+  free(busy);
+  free(work);
+  free(sp);
+  if (found >= 0) w->handled[found] = true;
+  return found;
+}
+
+/* What a piece of a group (ranks [lo, hi)) does per unit of time: its rows over its slowest rank's
+ * busy time on the last candidate's timeline; before any, its GPUs times its speed. */
+typedef struct piece_rate {
+  int32_t lo, hi;
+  double rate;
+} piece_rate;
+
+typedef struct resplit {
+  const sh_program *sp; /* the run's program, as compiled (its placements) */
+  int32_t slow_rank;
+  double speed;
+  bool isolate;         /* cut the straggler's groups so it is a group of its own */
+  piece_rate *rates;
+  int nrates;
+} resplit;
+
+static double rate_of(const resplit *rs, int32_t lo, int32_t hi) {
+  for (int k = 0; k < rs->nrates; k++)
+    if (rs->rates[k].lo == lo && rs->rates[k].hi == hi && rs->rates[k].rate > 0) return rs->rates[k].rate;
+  return (double)(hi - lo) * (rs->slow_rank >= lo && rs->slow_rank < hi ? rs->speed : 1.0);
+}
+
+/* Layer l's pieces (ranks) and rows: its groups, cut around the straggler when isolating; the rows
+ * one at a time to the piece that finishes them soonest. n pieces; rows 0: a layer that follows. */
+static int pieces(const resplit *rs, size_t l, int32_t *lo, int32_t *hi, int64_t *share, int64_t *rows) {
+  const sh_placement *pl = &rs->sp->placements[l];
+  int n = 0;
+  for (int g = 0; g < pl->ngroups && n + 3 <= NTP_MAX_GROUPS; g++) {
+    int32_t a = pl->group_start[g], e = pl->group_end[g], cut[4] = {a, a, e, e};
+    if (rs->isolate && rs->slow_rank >= a && rs->slow_rank < e) cut[1] = rs->slow_rank, cut[2] = rs->slow_rank + 1;
+    for (int k = 0; k < 3; k++)
+      if (cut[k + 1] > cut[k]) lo[n] = cut[k], hi[n] = cut[k + 1], share[n++] = 0;
+  }
+  *rows = pl->row_start[pl->ngroups] - pl->row_start[0];
+  for (int64_t i = 0; i < *rows; i++) {
+    int best = 0;
+    for (int k = 1; k < n; k++)
+      if ((double)(share[k] + 1) / rate_of(rs, lo[k], hi[k]) < (double)(share[best] + 1) / rate_of(rs, lo[best], hi[best]))
+        best = k;
+    share[best]++;
+  }
+  return n;
+}
+
+static bool write_resplit(FILE *out, const ir_module *m, const resplit *rs) {
+  fprintf(out, "plan resplit for %s {\n  world %d;\n", m->name, rs->sp->world);
+  if (rs->sp->zero) fprintf(out, "  optimizer zero %d redundancy %d;\n", rs->sp->zero, rs->sp->redundancy);
+  for (size_t l = 0; l < m->n_layers; l++) {
+    int32_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
+    int64_t share[NTP_MAX_GROUPS], rows;
+    int n = pieces(rs, l, lo, hi, share, &rows);
+    for (int k = 0; k < n && rows > 0; k++)
+      if (!share[k]) return false; /* a piece left without rows: not a plan (batch shares are positive) */
+    fprintf(out, "  %s tp (", m->layers[l].name);
+    for (int k = 0; k < n; k++) fprintf(out, "%s%d", k ? ", " : "", hi[k] - lo[k]);
+    fputc(')', out);
+    for (int k = 0; rows > 0 && k < n; k++) fprintf(out, "%s%lld%s", k ? ", " : ", batch (", (long long)share[k], k + 1 == n ? ")" : "");
+    const sh_placement *pl = &rs->sp->placements[l];
+    fprintf(out, "%s%s;\n", pl->seq_parallel ? ", sequence_parallel" : "", pl->recompute ? ", recompute" : "");
+  }
+  fputs("}\n", out);
+  return true;
+}
+
+/* one candidate compiled: its program (NULL when it is no plan), the plan's text kept in text[] */
+static ntp_program *candidate(const train_source *src, const ir_module *m, const resplit *rs, char *text, size_t tcap,
+                              char *err, size_t cap) {
+  char path[] = "/tmp/ntp-resplit-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return snprintf(err, cap, "cannot write a re-split plan to %s", path), NULL;
+  }
+  bool ok = write_resplit(f, m, rs);
+  ok = fclose(f) == 0 && ok;
+  ntp_program *prog = NULL;
+  FILE *in = ok ? fopen(path, "r") : NULL;
+  size_t n = in ? fread(text, 1, tcap - 1, in) : 0;
+  text[n] = 0;
+  if (in) fclose(in);
+  ntpc_session *s = ok ? train_session(src, true, rs->sp->world, path, "resplit", NULL, err, cap) : NULL;
+  if (s) prog = session_program(s, err, cap);
+  ntpc_session_free(s);
+  unlink(path);
+  return prog;
+}
+
+/* the rates each piece of rs showed on program p's timeline */
+static void measure_rates(resplit *rs, const ir_module *m, const ntp_program *p, const double *slow) {
+  double *busy = calloc((size_t)p->world + 1, sizeof *busy), *work = calloc((size_t)p->world + 1, sizeof *work);
+  piece_rate *pr = calloc(NTP_MAX_GROUPS * 4, sizeof *pr);
+  int np = 0;
+  if (busy && work && pr && isfinite(straggler_timeline(p, NULL, slow, busy, work)))
+    for (size_t l = 0; l < m->n_layers; l++) {
+      int32_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
+      int64_t share[NTP_MAX_GROUPS], rows;
+      int n = pieces(rs, l, lo, hi, share, &rows);
+      for (int k = 0; k < n && rows > 0 && np < NTP_MAX_GROUPS * 4; k++) {
+        bool seen = false;
+        for (int j = 0; j < np && !seen; j++) seen = pr[j].lo == lo[k] && pr[j].hi == hi[k];
+        double b = 0;
+        for (int32_t r = lo[k]; r < hi[k]; r++) b = fmax(b, busy[r]);
+        if (!seen && b > 0) pr[np++] = (piece_rate){lo[k], hi[k], (double)share[k] / b};
+      }
+    }
+  free(busy);
+  free(work);
+  free(rs->rates);
+  rs->rates = pr, rs->nrates = np;
+}
+
+ntp_program *straggler_resplit(const train_source *src, int32_t world, int32_t slow_gpu, double speed,
+                               const double *slow, double *best_span, char *err, size_t cap) {
+  ntp_program *best = NULL;
+  ntpc_session *now = train_session(src, false, world, src->plan_file, src->plan_name, NULL, err, cap);
+  const sh_program *sp = now ? ntpc_sharded(now) : NULL;
+  char *text = malloc(1 << 16), *best_text = malloc(1 << 16);
+  *best_span = INFINITY;
+  if (sp && sp->pipes.npipes)
+    snprintf(err, cap, "GPU %d is slow, but the plan has pipeline stages: re-splitting stages is not supported yet",
+             slow_gpu);
+  for (int iso = 1; sp && !sp->pipes.npipes && text && best_text && iso >= 0; iso--) {
+    resplit rs = {.sp = sp, .slow_rank = slow_gpu, .speed = speed, .isolate = iso};
+    for (int it = 0; it < 3; it++) { /* the rows, then the rows again at the rates measured */
+      ntp_program *p = candidate(src, ntpc_module(now), &rs, text, 1 << 16, err, cap);
+      if (!p) break;
+      double *busy = calloc((size_t)world + 1, sizeof *busy), *work = calloc((size_t)world + 1, sizeof *work);
+      double span = busy && work ? straggler_timeline(p, NULL, slow, busy, work) : NAN;
+      free(busy);
+      free(work);
+      measure_rates(&rs, ntpc_module(now), p, slow);
+      if (span < *best_span) {
+        ntp_program_free(best);
+        best = p, *best_span = span;
+        memcpy(best_text, text, 1 << 16);
+      } else {
+        ntp_program_free(p);
+      }
+    }
+    free(rs.rates);
+  }
+  if (best) { /* the plan, for the log */
+    for (char *line = strtok(best_text, "\n"); line; line = strtok(NULL, "\n"))
+      if (line[0] == ' ') printf("  %s\n", line);
+  } else if (!err[0]) {
+    snprintf(err, cap, "no re-split plan around GPU %d compiles", slow_gpu);
+  }
+  free(text);
+  free(best_text);
+  ntpc_session_free(now);
+  return best;
+}
+
+int train_absorb_straggler(straggler_watch_state *w, failover_run *fr, const double *slow, long step,
+                           ntp_program **prog, ntp_trainer **tr, int32_t **phys, const ntp_adamw *aw, char *err,
+                           size_t cap) {
+  static double speed[4096];
+  int32_t g = straggler_watch(w, *prog, *phys, slow, speed);
+  if (g < 0) return 0;
+  int32_t W = (*prog)->world;
+  printf("step %4ld: GPU %d is slow: %.2fx the median GPU's time per operation, %d steps in a row (measured on the "
+         "run's timeline); the plan is re-split around it:\n", step, g, 1 / speed[g], STRAG_STEPS);
+  if (fr->nfailed) return snprintf(err, cap, "a straggler after a failure is not re-split yet"), -1;
+  double t0 = train_now_s();
+  err[0] = 0;
+  double span = NAN;
+  ntp_program *np = straggler_resplit(&fr->src, W, g, speed[g], slow, &span, err, cap);
+  if (!np) return -1;
+  double *busy = calloc((size_t)W + 1, sizeof *busy), *work = calloc((size_t)W + 1, sizeof *work);
+  double *one = malloc(4096 * sizeof *one);
+  for (int k = 0; one && k < 4096; k++) one[k] = 1;
+  double healthy = busy && work && one ? straggler_timeline(*prog, *phys, one, busy, work) : NAN;
+  double before = busy && work ? straggler_timeline(*prog, *phys, slow, busy, work) : NAN;
+
+  double after = span;
+
+  free(busy);
+  free(work);
+  free(one);
+  ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback};
+  ntp_trainer *ntr = NULL;
+  bool dead[4096] = {false};
+  int64_t moved = 0, missing = 0;
+  if (ntp_trainer_new(np, aw, fr->seed, NULL, &x, &ntr, err, cap) != 0 ||
+      ntp_trainer_take_state(ntr, *tr, *phys, NULL, dead, &moved, &missing, err, cap) != 0) {
+    ntp_trainer_free(ntr);
+    ntp_program_free(np);
+    return -1;
+  }
+  printf("  resumed in %.3f s: %.1f KiB of state moved to the new slices (no checkpoint read); a step on the timeline "
+         "(operations at each GPU's speed): %.4g healthy, %.4g with the straggler, %.4g re-split: %.0f%% of what the "
+         "straggler cost recovered%s\n", train_now_s() - t0, (double)moved / 1024.0, healthy, before, after,
+         before > healthy ? 100 * (before - after) / (before - healthy) : 100.0,
+         after < healthy ? " (the re-split plan is faster than the healthy one on this timeline)" : "");
+  ntp_trainer_free(*tr);
+  fr->keep[fr->nkeep++] = *prog;
+  free(*phys);
+  *phys = NULL;
+  *tr = ntr;
+  *prog = np;
+  return 0;
+}
+
+bool straggler_parse(const char *v, double *slow) {
+  for (int k = 0; k < 4096; k++) slow[k] = 1;
+  for (const char *p = v;;) {
+    char *end;
+    long g = strtol(p, &end, 10);
+    if (end == p || *p < '0' || *p > '9' || g > 4095 || *end != ':') return false;
+    p = end + 1;
+    double f = strtod(p, &end);
+    if (end == p || !(f >= 1 && f <= 100)) return false;
+    slow[g] = f;
+    if (!*(p = end)) return true;
+    if (*p++ != ',') return false;
+  }
+}
