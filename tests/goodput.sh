@@ -39,6 +39,12 @@ within "ntp's goodput" "$(good ntp)" 97 100
 if [ "$(grep -c '<polyline' "$tmp/g.svg")" = 4 ] && tail -1 "$tmp/g.svg" | grep -q '</svg>'; then pass=$((pass + 1)); else
   fail=$((fail + 1)); echo "[FAIL] the SVG lacks its four curves or its end"; fi
 # the same seed, the same numbers; another seed, another run
+# the restart's cost shown: the same run at 1, 5 and 15 minutes, ntp's lead growing with it
+expect_text paper "the restart's cost (--restart-min, an input; 10 min above): goodput of the same run at"
+lead() { awk -v m="$1" '$1 == m && $2 == "min" { gsub("[+]", "", $(NF - 1)); print $(NF - 1) }' "$tmp/paper.out"; }
+l1=$(lead 1) l5=$(lead 5) l15=$(lead 15)
+if [ -n "$l1" ] && awk -v a="$l1" -v b="$l5" -v c="$l15" 'BEGIN { exit !(a > 0 && a < b && b < c) }'; then ok; else
+  bad "ntp's lead at 1, 5, 15 minutes a restart: '$l1' '$l5' '$l15' (positive and growing expected)"; fi
 check again 0 "$ntpc" goodput examples/gpt_480b_stage.ntp --svg -
 same_run() { [ "$(grep -v '^wrote\|took .* ms here' "$tmp/paper.out" | md5sum)" = "$(grep -v 'took .* ms here' "$tmp/out" | md5sum)" ]; }
 if same_run; then pass=$((pass + 1)); else
