@@ -43,6 +43,20 @@ uneven=$(train --plan tests/plans/byte_gpt_pp_uneven7.ntp)
 echo "losses with pipelines of 4 and 3 GPUs: $uneven"
 if [ -n "$uneven" ] && [ "$uneven" = "$ref" ]; then ok; else bad "pipeline rules: losses ($uneven) differ from $ref"; fi
 
+# --fail on a staged plan: the survivors keep their stages; a replica one GPU short is cut again, one
+# that lost a whole stage is dropped; the plan checks and trains as the unsharded model does
+pp8="--plan tests/plans/byte_gpt_pp_two4.ntp --train"
+# shellcheck disable=SC2086
+check fail-staged 0 "$ntpc" plan $bg $pp8 --fail 3 -o "$tmp/surv.ntp"
+expect_text fail-staged "7 of 8 GPUs survive; rank r of the plan is physical GPU: 0 1 2 4 5 6 7"
+expect_text fail-staged "compiler check: the survivors' training program compiles for 7 ranks"
+surv=$(train --plan "$tmp/surv.ntp")
+if [ "$surv" = "$ref" ]; then ok; else bad "the survivors' staged plan: losses ($surv) differ from $ref"; fi
+# shellcheck disable=SC2086
+check fail-stage-gone 0 "$ntpc" plan $bg $pp8 --fail 2,3 -o "$tmp/surv2.ntp"
+expect_text fail-stage-gone "6 of 8 GPUs survive, 4 run (a replica that lost a whole stage is dropped, its other GPUs idle); rank r of the plan is physical GPU: 4 5 6 7"
+if [ "$(grep -c '^  pipeline {$' "$tmp/surv2.ntp")" = 1 ]; then ok; else bad "fail-stage-gone: the replica that lost a stage is not dropped"; fi
+
 # --- chosen by the planner: GPT-3's blocks on 16 A100s go into stages ---
 g3="examples/gpt3_175b_train.ntp -D L=4 --gpu a100 --train"
 # shellcheck disable=SC2046,SC2086

@@ -737,7 +737,8 @@ int ntpc_plan_command(int argc, char **argv) {
     plan_stdout = keep >= 0 ? fdopen(keep, "w") : NULL;
     if (plan_stdout) dup2(STDERR_FILENO, STDOUT_FILENO);
   }
-  rc = nfailed ? plan_after_failure(&job) : plan_healthy(&job);
+  bool staged = m->active_plan >= 0 && (m->plans[m->active_plan].npipes || m->plans[m->active_plan].even_stages);
+  rc = nfailed && staged ? plan_fail_staged(&o, pm, m, &rq, pfile) : nfailed ? plan_after_failure(&job) : plan_healthy(&job);
   if (plan_stdout) { /* stdout back, for a caller in the same process */
     fflush(stdout);
     dup2(fileno(plan_stdout), STDOUT_FILENO);

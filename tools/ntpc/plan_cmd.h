@@ -39,4 +39,9 @@ const char *plan_rows_dim(const plan_rows_ctx *c); /* the batch dim's name */
 char *plan_check_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
                            const plan_rows_ctx *rows, const char *name, const char *header, int *rc);
 
+/* `--fail` on a --plan with pipeline stages: the survivors' staged plan printed, checked and written to
+ * path (plan_failover_stages). The exit status. */
+int plan_fail_staged(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_request *rq,
+                     const char *path);
+
 #endif

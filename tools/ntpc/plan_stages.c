@@ -219,3 +219,65 @@ char *plan_check_pipelined(const plan_opts *o, const plan_model *pm, const ir_mo
   }
   return text;
 }
+
+/* `ntpc plan --plan STAGED --fail R,...`: the survivors' staged plan (plan_failover_stages), checked by
+ * compiling it for the survivors, printed and written to `path`. The exit status. */
+int plan_fail_staged(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_request *rq,
+                     const char *path) {
+  ntpc_session *h = ntpc_session_new(), *s = NULL;
+  char *buf = NULL, why[256] = "", tmp[512];
+  size_t len = 0;
+  int32_t *phys = NULL, nw = 0, rc = 3;
+  if (!h) return 3;
+  for (int i = 0; i < o->ndefines; i++) ntpc_define_str(h, o->defines[i]);
+  if (o->model) ntpc_select_model(h, o->model);
+  ntpc_add_plan_file(h, o->plan_file);
+  if (o->plan_name) ntpc_select_plan(h, o->plan_name);
+  ntpc_set_world(h, rq->world);
+  FILE *f = open_memstream(&buf, &len);
+  const sh_program *hp = ntpc_compile_file(h, o->file) == NTPC_OK ? ntpc_sharded(h) : NULL;
+  bool ok = f && hp && plan_failover_stages(pm, m, hp, rq, f, &phys, &nw, why, sizeof why);
+  if (f) fclose(f);
+  if (!ok) {
+    fprintf(stderr, "ntpc plan: error: no staged plan for the survivors%s%s\n", why[0] ? ": " : "", why);
+    rc = 1;
+    goto done;
+  }
+  int32_t alive = rq->world - rq->nfailed;
+  printf("failure re-planning of a staged plan: %d of %d GPUs survive", alive, rq->world);
+  if (nw < alive) printf(", %d run (a replica that lost a whole stage is dropped, its other GPUs idle)", nw);
+  printf("; rank r of the plan is physical GPU:");
+  for (int32_t r = 0; r < nw; r++) printf(" %d", phys[r]);
+  printf("\n%s", buf);
+  if (!temp_plan(buf, tmp, sizeof tmp)) goto done;
+  if ((s = ntpc_session_new())) {
+    for (int i = 0; i < o->ndefines; i++) ntpc_define_str(s, o->defines[i]);
+    if (o->model) ntpc_select_model(s, o->model);
+    ntpc_add_plan_file(s, tmp);
+    ntpc_select_plan(s, "survivors");
+    ntpc_set_world(s, nw);
+    ntpc_want_grad(s, rq->train);
+  }
+  bool compiles = s && ntpc_compile_file(s, o->file) == NTPC_OK && ntpc_sharded(s);
+  unlink(tmp);
+  if (!compiles) {
+    if (s) ntpc_print_diags(s, stderr, cli_color(o->color));
+    fprintf(stderr, "ntpc plan: internal error: the compiler rejects the survivors' plan (not written)\n");
+    goto done;
+  }
+  printf("compiler check: the survivors' %s compiles for %d ranks\n", rq->train ? "training program" : "plan", nw);
+  FILE *out = fopen(path, "w");
+  if (!out || fputs(buf, out) < 0 || fclose(out) != 0) {
+    fprintf(stderr, "ntpc plan: error: cannot write %s\n", path);
+    rc = 2;
+    goto done;
+  }
+  printf("wrote %s\n", path);
+  rc = 0;
+done:
+  free(buf);
+  free(phys);
+  ntpc_session_free(s);
+  ntpc_session_free(h);
+  return rc;
+}
