@@ -363,13 +363,20 @@ bool plan_solve_3d(const plan_model *pm, const ir_module *m, const plan_request 
       char b1[32], b2[32];
       ps.mem_cap = pl_cap_of(rq);
       ps.world = rq->world;
-      snprintf(ps.why, sizeof ps.why,
-               isfinite(ps.need_min)
-                   ? "does not fit: the smallest plan needs %s per GPU (pipeline stages, the parameters at the "
-                     "highest degrees), the cap is %s"
-                   : "does not fit: no pipeline of stages in a node fits%.0s, the cap is %s",
-               isfinite(ps.need_min) ? pl_fmt_bytes(ps.need_min, b1, sizeof b1) : "",
-               pl_fmt_bytes(ps.mem_cap, b2, sizeof b2));
+      int32_t N = rq->nodes_of > 0 ? rq->nodes_of : 8;
+      if (!ps.structures) /* nothing to price: the request's numbers leave no structure */
+        snprintf(ps.why, sizeof ps.why,
+                 "no pipeline structure for %d GPUs: stage GPUs (dividing them, at most %d a node) x stages (at most "
+                 "the %d layers%s) x replicas (at most 64, dividing the batch's %lld rows)%s",
+                 rq->world, N, pm->n, rq->stages > 1 ? ", as --stages says" : "", (long long)pm->samples,
+                 rq->micro_batches > 0 ? ", with --micro-batches dividing each replica's rows" : "");
+      else if (isfinite(ps.need_min))
+        snprintf(ps.why, sizeof ps.why, "does not fit: the smallest plan needs %s per GPU (pipeline stages, the "
+                 "parameters at the highest degrees), the cap is %s", pl_fmt_bytes(ps.need_min, b1, sizeof b1),
+                 pl_fmt_bytes(ps.mem_cap, b2, sizeof b2));
+      else
+        snprintf(ps.why, sizeof ps.why, "no pipeline of %d structure%s has a placement for every layer (the cap is %s)",
+                 ps.structures, ps.structures == 1 ? "" : "s", pl_fmt_bytes(ps.mem_cap, b2, sizeof b2));
     }
     *out = ps;
     plan_solution_free(&fs);

@@ -116,6 +116,9 @@ usage stages-x "--stages expects 1 to 128 or auto, got 'x'" --stages x
 usage mb-0 "--micro-batches expects 1 to 4096 or auto, got '0'" --micro-batches 0
 usage pinned "--stages and --micro-batches need pipelines: a --plan's rules or --fail keep the flat search" --stages 2 --plan "$tmp/forced.ntp"
 # shellcheck disable=SC2046,SC2086
+check nostructure 1 "$ntpc" plan $bg --world 7 --stages 3 $(files nos)
+expect_text nostructure "no pipeline structure for 7 GPUs: stage GPUs (dividing them, at most 8 a node) x stages (at most the 6 layers, as --stages says)"
+# shellcheck disable=SC2046,SC2086
 check nofit 1 "$ntpc" plan $bg --world 8 --train --mem-cap 0.0001 $(files nofit)
 expect_text nofit "does not fit: the smallest plan needs"
 if [ -e "$tmp/nofit.ntp" ]; then bad "nofit: a plan file was written"; else ok; fi
