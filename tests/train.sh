@@ -126,7 +126,7 @@ expect_text fail-nockpt "no checkpoint to fall back on"
 # the other replica; a single pipeline losing its only copies goes back to its checkpoint
 ppf="--plan tests/plans/byte_gpt_pp_two4.ntp --micro-batches 2"
 check fail-pp 0 "$ntpc" train $fa $ppf --fail-at 4:3 --save-params "$tmp/fpp.st"
-expect_text fail-pp "pipeline {"
+expect_text fail-pp "pipeline batch "
 expect_text fail-pp "(no checkpoint read)"
 same_losses fail-pp
 if "$py" tests/emu/compare_params.py "$tmp/fref.st" "$tmp/fpp.st" 1e-5 >"$tmp/cmp" 2>&1; then ok; else

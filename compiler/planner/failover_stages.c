@@ -20,6 +20,7 @@
 
 typedef struct fs_pipe {
   int32_t nstages, kept[FS_MAX_STAGES], first_ir[FS_MAX_STAGES + 1];
+  double slowest; /* its slowest stage's time per row, at the best cut for its GPUs (0: not priced) */
   int32_t ranks[FS_MAX_STAGES][NTP_MAX_GROUPS]; /* the stage's surviving GPUs (physical), in order */
   bool dropped, degraded;
 } fs_pipe;
@@ -42,7 +43,7 @@ static int32_t state_of_layer(const sh_placement *hp) { return (hp->seq_parallel
 /* The exact cut of the chain into the stages of sizes n[0..p) minimising the slowest stage's time
  * (each stage within the cap); first[i] chain layers. false when no cut fits. */
 static bool recut(const plan_model *pm, const plan_request *rq, const sh_program *hp, const int32_t *n, int32_t p,
-                  plan_tables **tabs, int32_t *first, diag_sink *diags) {
+                  plan_tables **tabs, int32_t *first, double *slowest, diag_sink *diags) {
   int32_t L = pm->n;
   double cap = pl_cap_of(rq);
   double *best = malloc((size_t)(p + 1) * (L + 1) * sizeof *best);
@@ -72,6 +73,7 @@ static bool recut(const plan_model *pm, const plan_request *rq, const sh_program
         arg[(size_t)i * (L + 1) + e] = a;
       }
   ok = ok && isfinite(best[(size_t)p * (L + 1) + L]);
+  if (ok) *slowest = best[(size_t)p * (L + 1) + L];
   for (int32_t i = p, e = L; ok && i > 0; i--) first[i] = e, e = arg[(size_t)i * (L + 1) + e];
   if (ok) first[0] = 0;
   free(best);
@@ -100,9 +102,10 @@ static void stage_starts(const plan_model *pm, const ir_module *m, const int32_t
 }
 
 static void write_pipe(FILE *out, const ir_module *m, const sh_program *hp, const fs_pipe *fp, int32_t pi,
-                       const int32_t *new_rank, int32_t newpi) {
+                       const int32_t *new_rank, int32_t newpi, double share_unit) {
   const ir_plan *plan = &m->plans[m->active_plan];
-  fputs("  pipeline {\n", out);
+  if (fp->slowest > 0) fprintf(out, "  pipeline batch %.0f {\n", 1e6 / fp->slowest / share_unit);
+  else fputs("  pipeline {\n", out);
   for (int32_t i = 0; i < fp->nstages; i++) {
     int32_t lo = new_rank[fp->ranks[i][0]], hi = new_rank[fp->ranks[i][fp->kept[i] - 1]];
     fprintf(out, "    stage %s .. %s ranks %d..%d;\n", m->layers[fp->first_ir[i]].name,
@@ -154,10 +157,15 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
     }
     fp->first_ir[P->nstages] = (int32_t)m->n_layers;
     nkept += !fp->dropped;
-    if (fp->dropped || !fp->degraded) continue;
+    if (fp->dropped) continue;
+    /* every kept replica priced at the best cut for its GPUs: the rows are shared by that pace; a
+       healthy replica keeps its own cut */
     int32_t first[FS_MAX_STAGES + 1];
-    if (!recut(pm, rq, hp, fp->kept, fp->nstages, tabs, first, &quiet)) continue; /* none fits: keep the cut */
-    stage_starts(pm, m, first, fp->nstages, fp->first_ir);
+    if (!recut(pm, rq, hp, fp->kept, fp->nstages, tabs, first, &fp->slowest, &quiet)) { /* none fits: keep the cut */
+      fp->slowest = 0;
+      continue;
+    }
+    if (fp->degraded) stage_starts(pm, m, first, fp->nstages, fp->first_ir);
   }
   if (ok && !nkept) snprintf(why, cap, "every pipeline replica lost a whole stage"), ok = false;
   int32_t W = 0;
@@ -177,8 +185,15 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
     if (plan->zero_loc.first_line)
       fprintf(out, "  optimizer zero %d redundancy %d%s%.0d;\n", plan->zero, plan->zero ? plan->redundancy : 1,
               plan->domain_size ? " domain " : "", plan->domain_size);
+    /* the replicas' batch shares by their pace (rows per unit of time, in thousandths of the fastest's),
+       where every one was priced; else in proportion to their GPUs */
+    double fastest = 0;
+    bool priced = true;
+    for (int32_t pi = 0; pi < pp->npipes; pi++)
+      if (!fps[pi].dropped) priced &= fps[pi].slowest > 0, fastest = fmax(fastest, fps[pi].slowest > 0 ? 1 / fps[pi].slowest : 0);
+    for (int32_t pi = 0; pi < pp->npipes && !priced; pi++) fps[pi].slowest = 0;
     for (int32_t pi = 0, np = 0; pi < pp->npipes; pi++)
-      if (!fps[pi].dropped) write_pipe(out, m, hp, &fps[pi], pi, new_rank, np++);
+      if (!fps[pi].dropped) write_pipe(out, m, hp, &fps[pi], pi, new_rank, np++, fastest > 0 ? fastest * 1000 : 1);
     for (size_t r = 0; r < plan->nrules; r++)
       if (plan->rules[r].pipe < 0)
         write_rule(out, "  ", plan->rules[r].pattern, &plan->rules[r].tp, plan->rules[r].seq_parallel,
