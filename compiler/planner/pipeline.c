@@ -238,6 +238,14 @@ static bool try_lambda(pp_ctx *C, const pp_shape *sh, double lam, int32_t *first
  * approximation of it, the cut balances the slowest stage alone): each boundary moved anywhere
  * between its neighbours, each layer put in each other state, the better kept, until neither
  * helps (at most 4 rounds). */
+/* best's placements and cut as they now stand: true, with their figures taken, when faster */
+static bool improves(const pp_ctx *C, const pp_shape *sh, pp_plan *best) {
+  pp_plan r = {.sh = *sh};
+  if (!pp_evaluate(C, sh, best->choice, best->first, &r) || !(r.step < best->step * (1 - 1e-12))) return false;
+  best->step = r.step, best->slowest = r.slowest, best->sync = r.sync, best->p2p = r.p2p, best->mem = r.mem;
+  return true;
+}
+
 static void polish(pp_ctx *C, const pp_shape *sh, pp_plan *best) {
   const plan_tables *T = sh->pt->T;
   int32_t n = C->n, p = sh->p, *ch = best->choice, *first = best->first;
@@ -248,13 +256,8 @@ static void polish(pp_ctx *C, const pp_shape *sh, pp_plan *best) {
         if (c == first[i]) continue;
         int32_t was = first[i];
         first[i] = c;
-        pp_plan r = {.sh = *sh};
-        if (pp_evaluate(C, sh, ch, first, &r) && r.step < best->step * (1 - 1e-12)) {
-          best->step = r.step, best->slowest = r.slowest, best->sync = r.sync, best->p2p = r.p2p, best->mem = r.mem;
-          better = true;
-        } else {
-          first[i] = was;
-        }
+        if (improves(C, sh, best)) better = true;
+        else first[i] = was;
       }
     }
     for (int32_t l = 0; l < n; l++)
@@ -262,13 +265,8 @@ static void polish(pp_ctx *C, const pp_shape *sh, pp_plan *best) {
         int32_t was = ch[l];
         if (s == was || !pp_usable(sh, T, l, s)) continue;
         ch[l] = s;
-        pp_plan r = {.sh = *sh};
-        if (pp_evaluate(C, sh, ch, first, &r) && r.step < best->step * (1 - 1e-12)) {
-          best->step = r.step, best->slowest = r.slowest, best->sync = r.sync, best->p2p = r.p2p, best->mem = r.mem;
-          better = true;
-        } else {
-          ch[l] = was;
-        }
+        if (improves(C, sh, best)) better = true;
+        else ch[l] = was;
       }
     if (!better) break;
   }
