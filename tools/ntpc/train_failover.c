@@ -277,30 +277,40 @@ int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_
   for (int32_t r = 0; devs && r < np->world; r++) devs[r] = nphys[r];
   /* backends with devices put rank r on its physical GPU (the others read no device field) */
   ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback, .devices = fr->loopback ? NULL : devs};
+  int64_t moved = 0;
+  int rc = devs ? train_switch(fr, np, nphys, &x, aw, prog, tr, phys, &moved, err, cap)
+                : (ntp_program_free(np), free(nphys), snprintf(err, cap, "out of memory"), -1);
+  free(devs);
+  if (rc == 0)
+    printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state handed to the new plan's "
+           "slices from the ranks that hold them (no checkpoint read)\n", (*prog)->world, train_now_s() - t0,
+           (double)moved / 1024.0);
+  return rc;
+}
+
+int train_switch(failover_run *fr, ntp_program *np, int32_t *nphys, const ntp_exec_options *x, const ntp_adamw *aw,
+                 ntp_program **prog, ntp_trainer **tr, int32_t **phys, int64_t *moved, char *err, size_t cap) {
   bool dead[4096] = {false};
   for (int32_t j = 0; j < fr->nfailed; j++) dead[fr->failed[j]] = true;
   ntp_trainer *ntr = NULL;
-  int64_t moved = 0, missing = 0;
-  if (!devs || ntp_trainer_new(np, aw, fr->seed, NULL, &x, &ntr, err, cap) != 0 ||
-      ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0 ||
-      (missing && snprintf(err, cap, "internal: %lld elements have no copy though no GPU failed", (long long)missing))) {
-    if (!devs) snprintf(err, cap, "out of memory");
-    free(devs);
-    ntp_trainer_free(ntr);
-    ntp_program_free(np);
-    free(nphys);
-    return -1;
+  int64_t missing = 0;
+  if (fr->nkeep == (int)(sizeof fr->keep / sizeof *fr->keep)) {
+    snprintf(err, cap, "more than %d re-plans in one run", fr->nkeep);
+  } else if (ntp_trainer_new(np, aw, fr->seed, NULL, x, &ntr, err, cap) == 0 &&
+             ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, moved, &missing, err, cap) == 0) {
+    if (!missing) {
+      ntp_trainer_free(*tr);
+      fr->keep[fr->nkeep++] = *prog;
+      free(*phys);
+      *tr = ntr, *prog = np, *phys = nphys;
+      return 0;
+    }
+    snprintf(err, cap, "internal: %lld elements have no copy though no GPU holding them failed", (long long)missing);
   }
-  free(devs);
-  printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state handed to the new plan's slices "
-         "from the ranks that hold them (no checkpoint read)\n", np->world, train_now_s() - t0, (double)moved / 1024.0);
-  ntp_trainer_free(*tr);
-  fr->keep[fr->nkeep++] = *prog;
-  free(*phys);
-  *tr = ntr;
-  *prog = np;
-  *phys = nphys;
-  return 0;
+  ntp_trainer_free(ntr);
+  ntp_program_free(np);
+  free(nphys);
+  return -1;
 }
 
 void failover_run_free(failover_run *fr) {

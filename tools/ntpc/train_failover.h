@@ -55,6 +55,14 @@ int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_
 /* STEP:RANK[,STEP:RANK...] (decimal; steps 1 to 10^9, ranks 0 to 4095) appended to steps[], ranks[]
  * (at most 64 in all); false when malformed */
 bool train_parse_events(const char *v, long *steps, int32_t *ranks, int *n);
+/* Moves the run onto np (rank r on physical GPU nphys[r], NULL: r; its executor made with x): a
+ * trainer on it takes every element of *tr's state from the ranks that hold it (none lost but
+ * those fr says failed); *tr, *prog and *phys are replaced (the old program kept in fr), and np and
+ * nphys are the run's. On failure (-1, err) np and nphys are freed and the run is as it was. */
+struct ntp_exec_options;
+int train_switch(failover_run *fr, ntp_program *np, int32_t *nphys, const struct ntp_exec_options *x,
+                 const ntp_adamw *aw, ntp_program **prog, ntp_trainer **tr, int32_t **phys, int64_t *moved, char *err,
+                 size_t cap);
 /* seconds on a monotonic clock (when a lost peer was reported: fr->detected) */
 double train_now_s(void);
 /* the programs kept */

@@ -301,26 +301,13 @@ int train_absorb_straggler(straggler_watch_state *w, failover_run *fr, const dou
   free(work);
   free(one);
   ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback};
-  ntp_trainer *ntr = NULL;
-  bool dead[4096] = {false};
-  int64_t moved = 0, missing = 0;
-  if (ntp_trainer_new(np, aw, fr->seed, NULL, &x, &ntr, err, cap) != 0 ||
-      ntp_trainer_take_state(ntr, *tr, *phys, NULL, dead, &moved, &missing, err, cap) != 0) {
-    ntp_trainer_free(ntr);
-    ntp_program_free(np);
-    return -1;
-  }
+  int64_t moved = 0;
+  if (train_switch(fr, np, NULL, &x, aw, prog, tr, phys, &moved, err, cap) != 0) return -1;
   printf("  resumed in %.3f s: %.1f KiB of state moved to the new slices (no checkpoint read); a step on the timeline "
          "(operations at each GPU's speed): %.4g healthy, %.4g with the straggler, %.4g re-split: %.0f%% of what the "
          "straggler cost recovered%s\n", train_now_s() - t0, (double)moved / 1024.0, healthy, before, after,
          before > healthy ? 100 * (before - after) / (before - healthy) : 100.0,
          after < healthy ? " (the re-split plan is faster than the healthy one on this timeline)" : "");
-  ntp_trainer_free(*tr);
-  fr->keep[fr->nkeep++] = *prog;
-  free(*phys);
-  *phys = NULL;
-  *tr = ntr;
-  *prog = np;
   return 0;
 }
 
