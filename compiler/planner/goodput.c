@@ -1,6 +1,7 @@
-/* goodput.c — the failure simulation behind `ntpc goodput` (docs/goodput.md): what each policy
- * runs for a set of failed GPUs, the best whole-micro-batch split of the global batch over
- * replicas of different speeds, and an event-driven run of failures and repairs over weeks. */
+/* goodput.c — what each policy of `ntpc goodput` runs for a set of failed and slow GPUs
+ * (docs/goodput.md): the best whole-micro-batch split of the global batch over replicas of
+ * different speeds, the packing of degraded groups into replicas, and ntp-3d's layers moved
+ * between a replica's stages. The run over weeks is goodput_run.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,7 @@
 #include "goodput.h"
 
 const char *gp_policy_name(gp_policy p) {
-  static const char *const n[] = {"dp-drop", "uniform", "two-degree", "ntp"};
+  static const char *const n[] = {"dp-drop", "uniform", "two-degree", "ntp-uni", "ntp", "ntp-3d"};
   return (unsigned)p < GP_NPOLICIES ? n[p] : "?";
 }
 
@@ -17,7 +18,9 @@ const char *gp_policy_title(gp_policy p) {
       "drop every replica that lost a GPU (restart)",
       "restart at the best uniform TP degree",
       "restart, degraded groups at one lower degree (Megatron NTP)",
-      "re-plan each degraded group per layer, live (ntp)",
+      "re-plan each degraded group at uniform TP, live",
+      "re-plan each degraded group per layer, live (the NTP paper's)",
+      "and move layers between stages, re-split around stragglers, live",
   };
   return (unsigned)p < GP_NPOLICIES ? n[p] : "?";
 }
@@ -150,40 +153,193 @@ static int cmp_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
-static gp_state_eval eval_ntp(const gp_config *c, const int32_t *lost) {
-  int32_t G = gp_groups(c), healthy = 0, deg = 0;
-  double *t = malloc((size_t)G * sizeof *t);
-  int32_t *count = malloc((size_t)(G + 1) * sizeof *count);
+/* ------------------------------- ntp-3d: layers between stages ------------------------------- */
+
+/* seconds stage i takes a micro-batch holding n layers: its share of its own n <= L, or for a
+ * healthy group the planner's price of L + k (INFINITY where they do not fit) */
+static double stage_time(const gp_config *c, double tau, bool healthy, int32_t n) {
+  int32_t L = c->stage_layers;
+  if (n <= L) return tau * n / L;
+  if (!healthy || n - L > GP_MORE_LAYERS || !(c->tau_more[n - L] > 0)) return INFINITY;
+  return c->tau_more[n - L];
+}
+
+static int64_t layers_held(const gp_config *c, int32_t P, const double *tau, const bool *healthy, double T) {
+  int64_t s = 0;
+  for (int32_t i = 0; i < P; i++) {
+    int32_t n = c->stage_layers + GP_MORE_LAYERS;
+    while (n > 0 && stage_time(c, tau[i], healthy[i], n) > T * (1 + 1e-12)) n--;
+    s += n;
+  }
+  return s;
+}
+
+static int cmp_asc(const void *a, const void *b) { return -cmp_desc(a, b); }
+
+double gp_replica_time(const gp_config *c, int32_t P, const double *tau, const bool *healthy) {
+  double worst = 0;
+  for (int32_t i = 0; i < P; i++)
+    if (tau[i] > worst) worst = tau[i];
+  int32_t L = c->stage_layers, per = L + GP_MORE_LAYERS;
+  if (L < 2 || P < 2) return worst;
+  /* the optimum is some stage's time at some number of layers: the least of those candidates
+   * at which the stages hold the replica's P L layers */
+  double *cand = malloc((size_t)P * (size_t)per * sizeof *cand);
+  if (!cand) return worst;
+  int64_t n = 0, total = (int64_t)P * L;
+  for (int32_t i = 0; i < P; i++)
+    for (int32_t k = 1; k <= per; k++) {
+      double t = stage_time(c, tau[i], healthy[i], k);
+      if (t < worst) cand[n++] = t;
+    }
+  qsort(cand, (size_t)n, sizeof *cand, cmp_asc);
+  int64_t lo = 0, hi = n; /* the first feasible candidate; n: none below worst */
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (layers_held(c, P, tau, healthy, cand[mid]) >= total) hi = mid;
+    else lo = mid + 1;
+  }
+  double best = lo < n ? cand[lo] : worst;
+  free(cand);
+  return best;
+}
+
+/* ------------------------------- the live policies ------------------------------- */
+
+typedef struct live_group {
+  double tau;   /* seconds a micro-batch of the stage */
+  int32_t gpus; /* the GPUs it runs on */
+} live_group;
+
+static int cmp_group_desc(const void *a, const void *b) {
+  return cmp_desc(&((const live_group *)a)->tau, &((const live_group *)b)->tau);
+}
+
+/* A group under a live policy: its GPUs left; for ntp-3d a straggler's share cut to its speed (t
+ * GPUs doing t - 1 + 1/f GPUs' work, the split uneven) or the group without it (as if it had
+ * failed), whichever is faster. tau 0: the group is dropped. */
+static live_group live_tau(const gp_config *c, gp_policy p, int32_t lost, double slow) {
+  const double *tab = p == GP_NTP_UNI ? c->tau_uni : c->tau_ntp;
+  if (!kept(c, tab, lost)) return (live_group){0, 0};
+  int32_t t = c->tp - lost;
+  live_group g = {lost ? tab[t] : c->tau_ntp[c->tp], t};
+  if (p != GP_NTP_3D || !(slow > 1)) return g;
+  double base = g.tau;
+  g.tau = t > 1 ? base * t / (t - 1 + 1 / slow) : base * slow;
+  if (kept(c, c->tau_ntp, lost + 1) && c->tau_ntp[t - 1] < g.tau) g = (live_group){c->tau_ntp[t - 1], t - 1};
+  return g;
+}
+
+/* ntp-3d: the replicas' times with the degraded groups d[0..n) (slowest first) packed pp to a
+ * replica (spread = false) or one to a replica (true), layers moved in each; into tau[]. The
+ * number of degraded replicas, -1 when out of memory. */
+static int32_t moved_replicas(const gp_config *c, const live_group *d, int32_t n, int32_t reps, bool spread, double *tau) {
+  int32_t P = c->pp, k = 0, per = spread ? 1 : P;
+  double *st = malloc((size_t)P * sizeof *st);
+  bool *healthy = malloc((size_t)P * sizeof *healthy);
+  if (!st || !healthy) {
+    free(st), free(healthy);
+    return -1;
+  }
+  for (int32_t i = 0; i < n && k < reps; i += per, k++) {
+    for (int32_t s = 0; s < P; s++) {
+      healthy[s] = !(s < per && i + s < n);
+      st[s] = healthy[s] ? c->tau_ntp[c->tp] : d[i + s].tau;
+    }
+    tau[k] = gp_replica_time(c, P, st, healthy);
+  }
+  free(st), free(healthy);
+  return k;
+}
+
+static gp_state_eval eval_classes(const gp_config *c, int32_t n, double *tau, int32_t healthy_reps, int32_t degraded) {
+  int32_t *count = malloc((size_t)(n + 1) * sizeof *count);
+  if (!count) return (gp_state_eval){.replicas = -1};
+  /* replicas of equal speed as one class: the whole-micro-batch split is quadratic in classes */
+  qsort(tau, (size_t)n, sizeof *tau, cmp_desc);
+  int32_t m = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (m && tau[m - 1] == tau[i]) count[m - 1]++;
+    else count[m] = 1, tau[m++] = tau[i];
+  }
+  count[m] = healthy_reps, tau[m] = c->tau_ntp[c->tp];
+  gp_state_eval e = finish(c, m + 1, count, tau, degraded, c->tp);
+  free(count);
+  return e;
+}
+
+static gp_state_eval eval_live(const gp_config *c, gp_policy p, const int32_t *lost, const double *slow) {
+  int32_t G = gp_groups(c), healthy = 0, n = 0;
+  live_group *d = malloc((size_t)G * sizeof *d);
   double *tau = malloc((size_t)(G + 1) * sizeof *tau);
-  if (!t || !count || !tau) {
-    free(t), free(count), free(tau);
-    return (gp_state_eval){.replicas = -1};
-  }
+  gp_state_eval best = {.replicas = -1};
+  if (!d || !tau) goto out;
   for (int32_t g = 0; g < G; g++) {
-    if (lost[g] == 0) healthy++;
-    else if (kept(c, c->tau_ntp, lost[g])) t[deg++] = c->tau_ntp[c->tp - lost[g]];
+    double f = slow && p == GP_NTP_3D ? slow[g] : 1;
+    if (lost[g] == 0 && !(f > 1)) healthy++;
+    else if ((d[n] = live_tau(c, p, lost[g], f)).tau > 0) n++;
   }
-  /* each degraded group at its own size, slowest first, pp to a replica (a replica runs at its
-   * slowest stage), the last filled with healthy groups */
-  qsort(t, (size_t)deg, sizeof *t, cmp_desc);
-  int32_t n = 0, reps = (healthy + deg) / c->pp, dreps = 0;
-  for (int32_t i = 0; i < deg && dreps < reps; i += c->pp, dreps++) {
-    if (n && tau[n - 1] == t[i]) count[n - 1]++;
-    else count[n] = 1, tau[n++] = t[i];
+  qsort(d, (size_t)n, sizeof *d, cmp_group_desc);
+  int32_t reps = (healthy + n) / c->pp;
+  bool moves = p == GP_NTP_3D && c->pp > 1 && c->stage_layers > 1;
+  for (int spread = 0; spread < (moves ? 2 : 1); spread++) {
+    int32_t k;
+    if (moves) {
+      if (spread && (int64_t)n > reps) continue; /* one a replica needs as many replicas */
+      k = moved_replicas(c, d, n, reps, spread, tau);
+      if (k < 0) goto out;
+    } else { /* slowest first, pp to a replica: a replica runs at its slowest stage */
+      k = 0;
+      for (int32_t i = 0; i < n && k < reps; i += c->pp) tau[k++] = d[i].tau;
+    }
+    gp_state_eval e = eval_classes(c, k, tau, reps - k, k);
+    if (e.replicas < 0) goto out;
+    if (best.replicas < 0 || e.throughput > best.throughput) best = e;
   }
-  count[n] = reps - dreps, tau[n++] = c->tau_ntp[c->tp];
-  gp_state_eval e = finish(c, n, count, tau, dreps, c->tp);
-  free(t), free(count), free(tau);
+out:
+  free(d), free(tau);
+  return best;
+}
+
+/* A synchronous step waits for the slowest GPU in use: the factor a policy that does not re-split
+ * around stragglers runs slower by, and the domains holding the ones it uses. */
+static void slow_down(const gp_config *c, gp_policy p, const int32_t *lost, const double *slow, gp_state_eval *e) {
+  e->slowed = 1, e->slow_domains = 0;
+  if (!slow || p == GP_NTP_3D) return;
+  int32_t last = -1, per = groups_per_domain(c);
+  for (int32_t g = 0; g < gp_groups(c); g++)
+    if (slow[g] > 1 && gp_in_use(c, p, lost, e->degree, g)) {
+      if (slow[g] > e->slowed) e->slowed = slow[g];
+      if (g / per != last) e->slow_domains++, last = g / per;
+    }
+  e->throughput /= e->slowed;
+}
+
+gp_state_eval gp_evaluate_slow(const gp_config *c, gp_policy p, const int32_t *lost, const double *slow) {
+  gp_state_eval e;
+  switch (p) {
+  case GP_DP_DROP: e = eval_dp_drop(c, lost); break;
+  case GP_UNIFORM: e = eval_uniform(c, lost); break;
+  case GP_TWO_DEGREE: e = eval_two_degree(c, lost); break;
+  default: e = eval_live(c, p, lost, slow); break;
+  }
+  if (e.replicas >= 0) slow_down(c, p, lost, slow, &e);
   return e;
 }
 
 gp_state_eval gp_evaluate(const gp_config *c, gp_policy p, const int32_t *lost) {
-  switch (p) {
-  case GP_DP_DROP: return eval_dp_drop(c, lost);
-  case GP_UNIFORM: return eval_uniform(c, lost);
-  case GP_TWO_DEGREE: return eval_two_degree(c, lost);
-  default: return eval_ntp(c, lost);
-  }
+  return gp_evaluate_slow(c, p, lost, NULL);
+}
+
+int32_t gp_spare_domains(const gp_config *c, double throughput) {
+  double short_reps = (1 - throughput) * gp_replicas(c);
+  if (short_reps <= 1e-9) return 0;
+  int64_t reps = (int64_t)ceil(short_reps - 1e-9), gpus = reps * c->pp * c->tp;
+  return (int32_t)((gpus + c->domain - 1) / c->domain);
+}
+
+int32_t gp_state_spares(const gp_config *c, const gp_state_eval *e) {
+  return gp_spare_domains(c, e->throughput * e->slowed) + e->slow_domains;
 }
 
 bool gp_in_use(const gp_config *c, gp_policy p, const int32_t *cfg_lost, int32_t degree, int32_t g) {
@@ -198,162 +354,8 @@ bool gp_in_use(const gp_config *c, gp_policy p, const int32_t *cfg_lost, int32_t
     int32_t d = g / groups_per_domain(c);
     return (c->domain - domain_lost(c, cfg_lost, d)) / degree > 0;
   }
-  case GP_TWO_DEGREE: return kept(c, c->tau_uni, cfg_lost[g]);
+  case GP_TWO_DEGREE:
+  case GP_NTP_UNI: return kept(c, c->tau_uni, cfg_lost[g]);
   default: return kept(c, c->tau_ntp, cfg_lost[g]);
   }
-}
-
-/* ---------------------------------- the failure process ---------------------------------- */
-
-double gp_mean_repair_h(const gp_failures *f) {
-  return f->hw_frac * 0.5 * (f->hw_min_h + f->hw_max_h) + (1 - f->hw_frac) * f->sw_h;
-}
-
-double gp_steady_fraction(const gp_failures *f) {
-  double x = f->rate_per_gpu_h * gp_mean_repair_h(f);
-  return x / (1 + x);
-}
-
-double gp_rate_for_fraction(const gp_failures *f, double frac) {
-  return frac / ((1 - frac) * gp_mean_repair_h(f));
-}
-
-/* splitmix64: a small, well-mixed generator; the run is a function of the seed */
-static uint64_t next_u64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static double uniform01(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
-static int32_t below(uint64_t *s, int32_t n) { return (int32_t)(uniform01(s) * n); }
-
-typedef struct pending {
-  double at; /* hours */
-  int32_t gpu;
-} pending;
-
-typedef struct policy_run {
-  int32_t *cfg;     /* the failure state its configuration was chosen for */
-  gp_state_eval e;
-} policy_run;
-
-bool gp_simulate(const gp_config *c, const gp_failures *f, const gp_costs *k, double days, double burn_days,
-                 uint64_t seed, gp_run_result *out) {
-  memset(out, 0, sizeof *out);
-  int32_t N = c->gpus, G = gp_groups(c);
-  uint8_t *down = calloc((size_t)N, 1);
-  int32_t *lost = calloc((size_t)G, sizeof *lost);
-  pending *rep = malloc((size_t)N * sizeof *rep);
-  policy_run pr[GP_NPOLICIES] = {{0}};
-  bool ok = down && lost && rep;
-  for (int p = 0; ok && p < GP_NPOLICIES; p++) ok = (pr[p].cfg = calloc((size_t)G, sizeof(int32_t))) != NULL;
-  for (int p = 0; ok && p < GP_NPOLICIES; p++) ok = (pr[p].e = gp_evaluate(c, (gp_policy)p, lost)).replicas >= 0;
-  double work[GP_NPOLICIES] = {0}, run_time[GP_NPOLICIES] = {0};
-  /* a policy's pauses and redone work never overlap: a failure during a pause extends it, and
-   * what is redone is at most what ran since the policy last resumed */
-  double paused_until[GP_NPOLICIES] = {0};
-  double t0 = burn_days * 24, t1 = (burn_days + days) * 24, t = 0, failed_h = 0;
-  int32_t ndown = 0, npend = 0;
-  uint64_t rng = seed;
-  while (ok && t < t1) {
-    /* the next event: a failure of one of the up GPUs, or the earliest repair */
-    double rate = f->rate_per_gpu_h * (N - ndown);
-    double tf = rate > 0 ? t - log(1 - uniform01(&rng)) / rate : INFINITY;
-    int32_t ir = -1;
-    for (int32_t i = 0; i < npend; i++)
-      if (ir < 0 || rep[i].at < rep[ir].at) ir = i;
-    double te = ir >= 0 && rep[ir].at < tf ? rep[ir].at : tf;
-    if (te > t1) te = t1;
-    /* the interval [t, te) at the running configurations, measured where it is after the burn-in */
-    double a = t > t0 ? t : t0, dt = te > a ? te - a : 0;
-    for (int p = 0; p < GP_NPOLICIES; p++) { /* paused: no work */
-      double from = paused_until[p] > a ? paused_until[p] : a, run = te > from ? te - from : 0;
-      work[p] += pr[p].e.throughput * (run < dt ? run : dt), run_time[p] += pr[p].e.throughput * dt;
-    }
-    failed_h += (double)ndown / N * dt;
-    if ((double)ndown / N > out->max_failed_frac && te > t0) out->max_failed_frac = (double)ndown / N;
-    t = te;
-    if (t >= t1) break;
-    bool measuring = t >= t0;
-    bool is_repair = ir >= 0 && rep[ir].at <= tf;
-    int32_t gpu;
-    if (is_repair) {
-      gpu = rep[ir].gpu;
-      rep[ir] = rep[--npend];
-      down[gpu] = 0, ndown--;
-      lost[gpu / c->tp]--;
-      out->repairs += measuring;
-    } else {
-      do gpu = below(&rng, N);
-      while (down[gpu]);
-      down[gpu] = 1, ndown++;
-      lost[gpu / c->tp]++;
-      double h = uniform01(&rng) < f->hw_frac ? f->hw_min_h + (f->hw_max_h - f->hw_min_h) * uniform01(&rng) : f->sw_h;
-      rep[npend++] = (pending){t + h, gpu};
-      out->failures += measuring;
-    }
-    int32_t g = gpu / c->tp;
-    for (int p = 0; ok && p < GP_NPOLICIES; p++) {
-      bool live = p == GP_NTP;
-      /* restart-based policies stop only for a failure in what they run, and take repaired GPUs
-       * back at their next restart; ntp reconfigures for both, live */
-      if (is_repair ? !live || !kept(c, c->tau_ntp, lost[g]) : !gp_in_use(c, (gp_policy)p, pr[p].cfg, pr[p].e.degree, g))
-        continue;
-      double before = pr[p].e.throughput;
-      memcpy(pr[p].cfg, lost, (size_t)G * sizeof *lost);
-      pr[p].e = gp_evaluate(c, (gp_policy)p, lost);
-      ok = pr[p].e.replicas >= 0;
-      if (!measuring) continue;
-      double pause_h = live ? ((is_repair ? 0 : k->detect_s) + k->resume_s) / 3600 : k->restart_s / 3600,
-             redo_h = live ? 0 : k->ckpt_s / 2 / 3600;
-      /* redone: what ran since the last resume, at most (at `before`: only a stop changes a
-       * restart-based policy's rate); paused: the part of [t, t + pause) not paused already */
-      double since = t > paused_until[p] ? t - (paused_until[p] > t0 ? paused_until[p] : t0) : 0;
-      if (redo_h > since) redo_h = since;
-      double end = t + pause_h < t1 ? t + pause_h : t1, from = paused_until[p] > t ? paused_until[p] : t;
-      pause_h = end > from ? end - from : 0;
-      if (end > paused_until[p]) paused_until[p] = end;
-      work[p] -= before * redo_h;
-      out->stops[p]++;
-      out->paused_h[p] += pause_h + redo_h;
-    }
-  }
-  double span = t1 - t0;
-  out->hours = span;
-  out->mean_failed_frac = span > 0 ? failed_h / span : 0;
-  for (int p = 0; p < GP_NPOLICIES; p++) {
-    out->throughput[p] = span > 0 ? run_time[p] / span : 0;
-    out->goodput[p] = span > 0 ? work[p] / span : 0;
-  }
-  for (int p = 0; p < GP_NPOLICIES; p++) free(pr[p].cfg);
-  free(down), free(lost), free(rep);
-  return ok;
-}
-
-bool gp_static_loss(const gp_config *c, double frac, int32_t samples, uint64_t seed, double *out) {
-  int32_t N = c->gpus, G = gp_groups(c), nf = (int32_t)llround(frac * N);
-  uint8_t *down = malloc((size_t)N);
-  int32_t *lost = malloc((size_t)G * sizeof *lost);
-  bool ok = down && lost && nf <= N;
-  uint64_t rng = seed;
-  for (int p = 0; p < GP_NPOLICIES; p++) out[p] = 0;
-  for (int32_t s = 0; ok && s < samples; s++) {
-    memset(down, 0, (size_t)N);
-    memset(lost, 0, (size_t)G * sizeof *lost);
-    for (int32_t i = 0; i < nf; i++) {
-      int32_t gpu;
-      do gpu = below(&rng, N);
-      while (down[gpu]);
-      down[gpu] = 1;
-      lost[gpu / c->tp]++;
-    }
-    for (int p = 0; ok && p < GP_NPOLICIES; p++) {
-      gp_state_eval e = gp_evaluate(c, (gp_policy)p, lost);
-      ok = e.replicas >= 0;
-      out[p] += e.throughput / samples;
-    }
-  }
-  free(down), free(lost);
-  return ok;
 }

@@ -8,7 +8,11 @@
  *  4. on random failure states: ntp's live per-layer plan is never below the two-degree restart
  *     when its tables are no slower, and nothing exceeds the healthy cluster;
  *  5. the run over time: no failures, no loss; the measured failed fraction is the process's
- *     long-run fraction; goodput below throughput; the same seed, the same run.
+ *     long-run fraction; goodput below throughput; the same seed, the same run;
+ *  6. ntp-3d's layers moved between stages (gp_replica_time) against every split of the layers;
+ *     ntp-3d never below ntp, ntp never below ntp-uni;
+ *  7. stragglers: a restart policy runs at 1/f, ntp-3d's re-split recovers most of it, by hand
+ *     and over a run; the spare domains worked out by hand.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -121,7 +125,7 @@ static void test_closed_form(void) {
     CHECK(gp_config_check(&c) == NULL);
     double out[GP_NPOLICIES];
     double f = 0.001;
-    CHECK(gp_static_loss(&c, f, 40, 7, out));
+    CHECK(gp_static_loss(&c, f, 40, 7, out, NULL));
     /* replicas left ~ (1-f)^n; 40 draws of 32768/(32 pp) replicas: well within 1% */
     double expect = pow(1 - f, 32 * pp);
     CHECK(fabs(out[GP_DP_DROP] - expect) < 0.01);
@@ -197,6 +201,130 @@ static void test_never_above_healthy(void) {
   }
 }
 
+
+/* every split of P L layers over the stages (each healthy one up to L + GP_MORE_LAYERS), the
+ * slowest stage's time of the best */
+static double brute_replica(const gp_config *c, int32_t P, const double *tau, const bool *healthy, int32_t i,
+                            int32_t left, double worst) {
+  int32_t L = c->stage_layers;
+  if (i == P) return left == 0 ? worst : INFINITY;
+  double best = INFINITY;
+  for (int32_t n = 0; n <= left && n <= L + GP_MORE_LAYERS; n++) {
+    double t = n <= L ? tau[i] * n / L
+               : healthy[i] && c->tau_more[n - L] > 0 ? c->tau_more[n - L] : INFINITY;
+    if (t == INFINITY) break;
+    double r = brute_replica(c, P, tau, healthy, i + 1, left - n, t > worst ? t : worst);
+    if (r < best) best = r;
+  }
+  return best;
+}
+
+static void test_layer_moves(void) {
+  int worse = 0;
+  for (int k = 0; k < 400; k++) {
+    gp_config c = {.stage_layers = 2 + (int32_t)(urand() * 5)};
+    int32_t P = 2 + (int32_t)(urand() * 3), L = c.stage_layers;
+    double h = 1, tau[4];
+    bool healthy[4];
+    /* a healthy stage holding k more: at least its linear share, more as the memory tightens */
+    double extra = 1;
+    for (int32_t m = 1; m <= GP_MORE_LAYERS; m++) {
+      extra *= 1 + 0.1 * urand();
+      c.tau_more[m] = urand() < 0.15 ? 0 : h * (L + m) / L * extra;
+      if (!(c.tau_more[m] > 0)) break;
+    }
+    for (int32_t i = 0; i < P; i++) {
+      healthy[i] = urand() < 0.5;
+      tau[i] = healthy[i] ? h : h * (1 + urand());
+    }
+    double a = gp_replica_time(&c, P, tau, healthy);
+    double b = brute_replica(&c, P, tau, healthy, 0, P * L, 0);
+    double worst = 0;
+    for (int32_t i = 0; i < P; i++) worst = tau[i] > worst ? tau[i] : worst;
+    CHECK(fabs(a - b) <= 1e-12 * b && a <= worst);
+    if (fabs(a - b) > 1e-12 * b && worse++ < 5) fprintf(stderr, "  case %d: %g, every split %g\n", k, a, b);
+  }
+  /* by hand: 4 stages of 4 layers, one 1.5x slow; a healthy stage holds a fifth at 1.3 */
+  gp_config c = {.stage_layers = 4};
+  c.tau_more[1] = 1.3;
+  double tau[4] = {1, 1.5, 1, 1};
+  bool healthy[4] = {true, false, true, true};
+  /* the slow stage gives one layer away: 3 x 0.375 = 1.125, one healthy stage holds 5 (1.3) */
+  CHECK(fabs(gp_replica_time(&c, 4, tau, healthy) - 1.3) < 1e-12);
+  c.tau_more[1] = 0; /* no room: nothing moves */
+  CHECK(gp_replica_time(&c, 4, tau, healthy) == 1.5);
+}
+
+static void test_live_policies(void) {
+  gp_config c = big(32, 4);
+  c.stage_layers = 25;
+  for (int32_t m = 1; m <= GP_MORE_LAYERS; m++) c.tau_more[m] = c.tau_ntp[32] * (25 + m) / 25 * (1 + 0.02 * m);
+  int32_t G = gp_groups(&c), *lost = calloc((size_t)G, sizeof *lost);
+  int gain = 0;
+  for (int s = 0; s < 100; s++) {
+    memset(lost, 0, (size_t)G * sizeof *lost);
+    int32_t nf = 1 + (int32_t)(urand() * 200);
+    for (int32_t i = 0; i < nf; i++) lost[(int32_t)(urand() * G)] += 1;
+    double uni = gp_evaluate(&c, GP_NTP_UNI, lost).throughput, ntp = gp_evaluate(&c, GP_NTP, lost).throughput,
+           d3 = gp_evaluate(&c, GP_NTP_3D, lost).throughput;
+    CHECK(ntp >= uni - 1e-12 && d3 >= ntp - 1e-12 && d3 <= 1 + 1e-12);
+    gain += d3 > ntp + 1e-9;
+  }
+  printf("ntp-3d above ntp on %d of 100 random failure states (layers moved)\n", gain);
+  CHECK(gain > 0);
+  /* one group lost 4 GPUs (its stage 1.17x slower), one replica: the layers move */
+  memset(lost, 0, (size_t)G * sizeof *lost);
+  lost[5] = 4;
+  CHECK(gp_evaluate(&c, GP_NTP_3D, lost).throughput > gp_evaluate(&c, GP_NTP, lost).throughput + 1e-6);
+  free(lost);
+}
+
+static void test_stragglers(void) {
+  gp_config c = big(32, 4);
+  c.micro = 0;
+  int32_t G = gp_groups(&c), *lost = calloc((size_t)G, sizeof *lost);
+  double *slow = malloc((size_t)G * sizeof *slow);
+  for (int32_t g = 0; g < G; g++) slow[g] = 1;
+  slow[17] = 2; /* one GPU of group 17 at half speed */
+  /* the synchronous step waits for it: every policy that does not re-split runs at 1/2 */
+  for (int p = 0; p < GP_NPOLICIES; p++) {
+    gp_state_eval e = gp_evaluate_slow(&c, (gp_policy)p, lost, slow);
+    if (p == GP_NTP_3D) {
+      /* its share cut to its speed: the group at 32 / 31.5 of its time, one replica of 256 slowed */
+      double expect = (255 + 31.5 / 32) / 256;
+      CHECK(fabs(e.throughput - expect) < 1e-12 && e.slow_domains == 0);
+      printf("a 2x straggler: ntp-3d keeps %.4f of the throughput, the others %.4f (%.1f%% of the loss recovered)\n",
+             e.throughput, 0.5, 100 * (e.throughput - 0.5) / 0.5);
+    } else {
+      CHECK(fabs(e.throughput - 0.5) < 1e-12 && e.slowed == 2 && e.slow_domains == 1);
+      CHECK(gp_state_spares(&c, &e) == 1); /* its domain swapped for a spare */
+    }
+  }
+  /* a straggler in a group dp-drop has dropped slows nothing */
+  lost[17] = 1;
+  CHECK(fabs(gp_evaluate_slow(&c, GP_DP_DROP, lost, slow).throughput - 255.0 / 256) < 1e-12);
+  /* spares: dp-drop lost one replica of 4 domains */
+  CHECK(gp_state_spares(&c, &(gp_state_eval){.throughput = 255.0 / 256, .slowed = 1}) == 4);
+  CHECK(gp_spare_domains(&c, 1) == 0 && gp_spare_domains(&c, 0.999) == 4 && gp_spare_domains(&c, 254.5 / 256) == 8);
+  free(lost), free(slow);
+  /* a run: stragglers cost the others a good deal, ntp-3d little; the same seed, the same run */
+  c = big(32, 4);
+  gp_failures f = {.hw_frac = 0.78, .hw_min_h = 72, .hw_max_h = 120, .sw_h = 3, .slow_min = 1.2, .slow_max = 3,
+                   .slow_min_h = 0.1, .slow_max_h = 10};
+  f.rate_per_gpu_h = gp_rate_for_fraction(&f, 0.0015);
+  f.slow_rate_per_gpu_h = 0.0002 / 24;
+  gp_costs k = {.restart_s = 600, .ckpt_s = 600, .detect_s = 30, .resume_s = 5};
+  gp_run_result r, again;
+  CHECK(gp_simulate(&c, &f, &k, 28, 5, 11, &r) && gp_simulate(&c, &f, &k, 28, 5, 11, &again));
+  CHECK(memcmp(&r, &again, sizeof r) == 0);
+  printf("28 days with %lld slowdowns:", (long long)r.slowdowns);
+  for (int p = 0; p < GP_NPOLICIES; p++) printf(" %s %.4f", gp_policy_name((gp_policy)p), r.throughput[p]);
+  printf("\n");
+  CHECK(r.slowdowns > 50);
+  for (int p = 0; p < GP_NTP_3D; p++) CHECK(r.throughput[GP_NTP_3D] > r.throughput[p] + 0.1);
+  CHECK(r.spares_max[GP_NTP_3D] <= r.spares_max[GP_NTP] && r.spares_p99[GP_NTP_3D] <= r.spares_max[GP_NTP_3D]);
+}
+
 int main(void) {
   test_step_time();
   test_by_hand();
@@ -204,5 +332,8 @@ int main(void) {
   test_random_states();
   test_run();
   test_never_above_healthy();
+  test_layer_moves();
+  test_live_policies();
+  test_stragglers();
   return check_report("test_goodput");
 }
