@@ -33,7 +33,7 @@ static const char usage_text[] =
     "       ntpc report FILE [options]         per layer and rank: placement, memory, bytes moved\n"
     "       ntpc plan FILE --world W [--gpu h200] [--fail R,..]  choose per-layer degrees (see 'ntpc plan --help')\n"
     "       ntpc train FILE --data TOKENS --steps N [--lr X]  train with AdamW (see 'ntpc train --help')\n"
-    "       ntpc goodput FILE [--gpus N --domain D --tp T]  throughput and goodput under GPU failures, by policy\n"
+    "       ntpc goodput FILE [--gpus N --domain D --tp T]  throughput and goodput under GPU failures and stragglers, by policy\n"
     "                     (see 'ntpc goodput --help')\n"
     "       ntpc calibrate [-o FILE] [--quick]  measure the local GPU(s), write a device profile for\n"
     "                     'ntpc plan --profile' (see 'ntpc calibrate --help')\n"
