@@ -9,7 +9,9 @@
  * the cut that minimises the slowest stage (an exact partition over the layer chain, each layer
  * timed by the planner's tables at its stage's GPU count, each stage within the memory cap). The
  * other replicas keep their stages and the plan's rules; the degraded replica's placements are rules
- * inside its pipeline block, sequence parallelism and recomputation as the healthy plan had them. */
+ * inside its pipeline block, sequence parallelism and recomputation as the healthy plan had them.
+ * A straggler (rq->slow) makes its replica degraded too: its stage's time is its slowest GPU's, so
+ * the cut gives that stage fewer layers and the replica fewer rows (`ntpc train --slow`). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 typedef struct fs_pipe {
   int32_t nstages, kept[FS_MAX_STAGES], first_ir[FS_MAX_STAGES + 1];
   double slowest; /* its slowest stage's time per row, at the best cut for its GPUs (0: not priced) */
+  double factor[FS_MAX_STAGES]; /* each stage's slowest GPU's slowdown (1: none) */
   int32_t ranks[FS_MAX_STAGES][NTP_MAX_GROUPS]; /* the stage's surviving GPUs (physical), in order */
   bool dropped, degraded;
 } fs_pipe;
@@ -42,8 +45,8 @@ static int32_t state_of_layer(const sh_placement *hp) { return (hp->seq_parallel
 
 /* The exact cut of the chain into the stages of sizes n[0..p) minimising the slowest stage's time
  * (each stage within the cap); first[i] chain layers. false when no cut fits. */
-static bool recut(const plan_model *pm, const plan_request *rq, const sh_program *hp, const int32_t *n, int32_t p,
-                  plan_tables **tabs, int32_t *first, double *slowest, diag_sink *diags) {
+static bool recut(const plan_model *pm, const plan_request *rq, const sh_program *hp, const int32_t *n,
+                  const double *factor, int32_t p, plan_tables **tabs, int32_t *first, double *slowest, diag_sink *diags) {
   int32_t L = pm->n;
   double cap = pl_cap_of(rq);
   double *best = malloc((size_t)(p + 1) * (L + 1) * sizeof *best);
@@ -56,7 +59,7 @@ static bool recut(const plan_model *pm, const plan_request *rq, const sh_program
     for (int32_t l = 0; ok && l < L; l++) {
       size_t k = (size_t)l * T->S + state_of_layer(&hp->placements[plan_model_ir_layer(pm, l)]);
       bool legal = T->legal[k];
-      t[(size_t)i * (L + 1) + l + 1] = t[(size_t)i * (L + 1) + l] + (legal ? T->tcomp[k] + T->tcomm[k] : INFINITY);
+      t[(size_t)i * (L + 1) + l + 1] = t[(size_t)i * (L + 1) + l] + (legal ? (T->tcomp[k] + T->tcomm[k]) * factor[i] : INFINITY);
       mem[(size_t)i * (L + 1) + l + 1] = mem[(size_t)i * (L + 1) + l] + T->pmax[k] + T->amax[k];
     }
   }
@@ -149,10 +152,14 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
     fp->nstages = P->nstages;
     for (int32_t i = 0; i < P->nstages; i++) {
       const sh_stage *st = &P->stages[i];
+      fp->factor[i] = 1;
       for (int32_t r = st->rank_lo; r < st->rank_hi; r++)
-        if (!dead[r] && fp->kept[i] < NTP_MAX_GROUPS) fp->ranks[i][fp->kept[i]++] = r;
+        if (!dead[r] && fp->kept[i] < NTP_MAX_GROUPS) {
+          fp->ranks[i][fp->kept[i]++] = r;
+          if (rq->slow && rq->slow[r] > fp->factor[i]) fp->factor[i] = rq->slow[r];
+        }
       fp->dropped |= fp->kept[i] == 0;
-      fp->degraded |= fp->kept[i] < st->rank_hi - st->rank_lo;
+      fp->degraded |= fp->kept[i] < st->rank_hi - st->rank_lo || fp->factor[i] > 1;
       fp->first_ir[i] = st->first_layer;
     }
     fp->first_ir[P->nstages] = (int32_t)m->n_layers;
@@ -161,11 +168,12 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
     /* every kept replica priced at the best cut for its GPUs: the rows are shared by that pace; a
        healthy replica keeps its own cut */
     int32_t first[FS_MAX_STAGES + 1];
-    if (!recut(pm, rq, hp, fp->kept, fp->nstages, tabs, first, &fp->slowest, &quiet)) { /* none fits: keep the cut */
+    if (!recut(pm, rq, hp, fp->kept, fp->factor, fp->nstages, tabs, first, &fp->slowest, &quiet)) { /* none fits: keep the cut */
       fp->slowest = 0;
       continue;
     }
     if (fp->degraded) stage_starts(pm, m, first, fp->nstages, fp->first_ir);
+    if (rq->pipe_scale && rq->pipe_scale[pi] > 0) fp->slowest /= rq->pipe_scale[pi];
   }
   if (ok && !nkept) snprintf(why, cap, "every pipeline replica lost a whole stage"), ok = false;
   int32_t W = 0;

@@ -175,6 +175,9 @@ typedef struct plan_request {
   int32_t quanta;             /* memory resolution of the DP; 0 = 1024 */
   const int32_t *failed;      /* failed physical ranks (re-planning), or NULL */
   int32_t nfailed;
+  const double *slow;         /* re-planning a staged plan: each physical rank's slowdown (>= 1; a
+                                 straggler), or NULL: none */
+  const double *pipe_scale;   /* and each pipeline's pace times this (measured against priced), or NULL */
   const struct sh_placement *fixed; /* [module layers], or NULL: every layer not is_auto is pinned to its
                                  placement here (the autoplan pass); NULL: pins from the active plan */
   bool train;                 /* cost a training step: forward + backward, the gradients' sync over the
@@ -328,8 +331,10 @@ void plan_failover_free(plan_failover *f);
 /* Re-planning a pipelined plan (hp: the healthy program, compiled under it) for the survivors of
  * rq->failed (physical ranks): each replica keeps its stages' surviving GPUs, a degraded one runs
  * each stage as one group of them with its layers cut again to even out the stages' times, a
- * replica that lost a whole stage is dropped. Writes the survivors' plan (`plan survivors`) to out;
- * phys[new rank] = physical rank, *world the survivors kept. false with why. */
+ * replica that lost a whole stage is dropped. With rq->slow, a replica holding a straggler is re-cut
+ * the same way, each stage's time times its slowest GPU's factor (a group waits for its slowest),
+ * and every replica's share of the rows follows its pace. Writes the survivors' plan (`plan
+ * survivors`) to out; phys[new rank] = physical rank, *world the survivors kept. false with why. */
 bool plan_failover_stages(const plan_model *pm, const ir_module *m, const struct sh_program *hp, const plan_request *rq,
                           FILE *out, int32_t **phys, int32_t *world, char *why, size_t cap);
 

@@ -49,8 +49,9 @@ ntpc_session *train_session(const train_source *src, bool grad, int32_t world, c
   return s;
 }
 
-ntp_program *train_replan(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
-                          int32_t **phys, char *err, size_t cap) {
+ntp_program *train_replan(const train_source *src, int32_t world, const replan_ask *ask, int32_t **phys, char *err,
+                          size_t cap) {
+  const int32_t *failed = ask->failed, nfailed = ask->nfailed;
   *phys = NULL;
   ntp_program *prog = NULL;
   plan_model *pm = NULL;
@@ -69,7 +70,7 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   }
   plan_profile prof;
   plan_profile_builtin("h100", &prof);
-  plan_request rq = {.world = world, .prof = &prof, .failed = failed, .nfailed = nfailed, .train = true};
+  plan_request rq = {.world = world, .prof = &prof, .failed = failed, .nfailed = nfailed, .slow = ask->slow, .pipe_scale = ask->pipe_scale, .train = true};
   if (!staged && (!(solved = plan_failover_solve(pm, m, &rq, &f, ntpc_diag_sink(healthy))) || !f.survivors.feasible)) {
     snprintf(err, cap, "no plan for the %d survivors%s%s", world - nfailed, solved ? ": " : "",
              solved ? f.survivors.why : "");
@@ -110,11 +111,15 @@ ntp_program *train_replan(const train_source *src, int32_t world, const int32_t 
   *phys = sphys;
   FILE *in = fopen(path, "r"); /* the plan, for the log */
   char line[512];
+  size_t used = 0;
+  if (ask->log && ask->log_cap) ask->log[0] = 0;
   while (in && fgets(line, sizeof line, in))
-    if (line[0] == ' ' && (strchr(line, ';') || strchr(line, '{') || strchr(line, '}')) && !strstr(line, "optimizer"))
-      printf("  %s", line);
+    if (line[0] == ' ' && (strchr(line, ';') || strchr(line, '{') || strchr(line, '}')) && !strstr(line, "optimizer")) {
+      if (!ask->log) printf("  %s", line);
+      else if (used + strlen(line) + 3 < ask->log_cap) used += (size_t)snprintf(ask->log + used, ask->log_cap - used, "  %s", line);
+    }
   if (in) fclose(in);
-  if (keep.opt.zero > 0)
+  if (keep.opt.zero > 0 && !ask->log)
     printf("  the distributed optimizer goes on: zero %d, redundancy %d\n", keep.opt.zero,
            keep.opt.redundancy > 0 ? keep.opt.redundancy : 1);
 done:
@@ -213,7 +218,8 @@ int train_fail_over(failover_run *fr, long step, const int32_t *now, int nnow, n
   ntp_exec_survivors sv;
   if (ntp_exec_lose(ntp_trainer_exec(*tr), lost, (*prog)->world, &sv, err, cap) != 0) return -1;
   int64_t moved = 0, missing = 0;
-  if (!(np = train_replan(&fr->src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap)) ||
+  replan_ask ask = {.failed = fr->failed, .nfailed = fr->nfailed, .slow = fr->slow_known};
+  if (!(np = train_replan(&fr->src, fr->world0, &ask, &nphys, err, cap)) ||
       !survivors_agree(fr, &sv, np, nphys, err, cap) ||
       ntp_trainer_new(np, aw, fr->seed, NULL, &sv.next, &ntr, err, cap) != 0 ||
       ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0 ||
@@ -270,8 +276,11 @@ int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_
   printf(" back, repaired; the planner re-plans for the %d GPUs:\n", fr->world0 - fr->nfailed);
   double t0 = train_now_s();
   int32_t *nphys = NULL;
-  ntp_program *np = fr->nfailed ? train_replan(&fr->src, fr->world0, fr->failed, fr->nfailed, &nphys, err, cap)
-                                : healthy_program(&fr->src, fr->world0, &nphys, err, cap);
+  /* a straggler absorbed before: the stages cut around it (a staged plan; a flat one goes back to
+   * its healthy plan, the straggler no longer re-split) */
+  replan_ask ask = {.failed = fr->failed, .nfailed = fr->nfailed, .slow = fr->slow_known};
+  ntp_program *np = fr->nfailed || fr->slow_known ? train_replan(&fr->src, fr->world0, &ask, &nphys, err, cap)
+                                                  : healthy_program(&fr->src, fr->world0, &nphys, err, cap);
   if (!np) return -1;
   int *devs = malloc((size_t)np->world * sizeof *devs); /* rank r on its physical GPU */
   for (int32_t r = 0; devs && r < np->world; r++) devs[r] = nphys[r];
@@ -316,4 +325,6 @@ int train_switch(failover_run *fr, ntp_program *np, int32_t *nphys, const ntp_ex
 void failover_run_free(failover_run *fr) {
   for (int k = 0; k < fr->nkeep; k++) ntp_program_free(fr->keep[k]);
   fr->nkeep = 0;
+  free(fr->slow_known);
+  fr->slow_known = NULL;
 }

@@ -35,6 +35,8 @@ typedef struct failover_run {
   double detected;   /* one rank per process: when the backend reported the lost peer */
   const char *backend; /* where a repaired world's ranks run: a fresh executor (--backend, --loopback) */
   bool loopback;
+  double *slow_known;  /* per physical GPU: the slowdown of a straggler absorbed (1: none), NULL before
+                          the first; a staged plan's later re-plans cut their stages around it */
 } failover_run;
 
 /* GPUs `now` fail before step `step` (1-based): their ranks are let go on the executor
@@ -75,8 +77,16 @@ ntpc_session *train_session(const train_source *src, bool grad, int32_t world, c
 /* The training program for the GPUs that survive `failed` (physical ranks of the healthy world
  * `world`): re-planned from the healthy plan, compiled with the gradient pass; *phys[r] is the
  * physical rank of its rank r (free it). NULL with a message in err. The plan's rules are
- * printed. */
-ntp_program *train_replan(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
-                          int32_t **phys, char *err, size_t cap);
+ * printed (into log instead, when given). */
+typedef struct replan_ask {
+  const int32_t *failed; /* physical GPUs down */
+  int32_t nfailed;
+  const double *slow;       /* each physical GPU's slowdown (a staged plan's stages cut around it), or NULL */
+  const double *pipe_scale; /* each healthy pipeline's pace times this (rows shared as measured), or NULL */
+  char *log;                /* the plan's lines go here (log_cap bytes) instead of stdout, or NULL */
+  size_t log_cap;
+} replan_ask;
+ntp_program *train_replan(const train_source *src, int32_t world, const replan_ask *ask, int32_t **phys, char *err,
+                          size_t cap);
 
 #endif

@@ -17,7 +17,9 @@
  * slowest GPU's speed): the straggler keeps the rows it can do at its pace, its former group-mates
  * run at full speed. The loss is the mean over
  * the whole batch whatever the split, so the trajectory is the uninterrupted run's (within fp32
- * rounding). Flat plans (no pipeline stages) in this version. */
+ * rounding). A plan with pipeline stages goes on without the straggler where that is faster on
+ * the timeline: its stage one GPU short and that replica's layers cut again (the failover of a
+ * staged plan, the straggler's state still there to be read). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,17 +234,100 @@ static void measure_rates(resplit *rs, const ir_module *m, const ntp_program *p,
   rs->rates = pr, rs->nrates = np;
 }
 
-ntp_program *straggler_resplit(const train_source *src, int32_t world, int32_t slow_gpu, double speed,
-                               const double *slow, double *best_span, char *err, size_t cap) {
+/* the pipelines' rows shared as the timeline measured them: each healthy pipeline's pace scaled by
+ * its rows per busy time on candidate p (against the pace the plan gave it) */
+static void measured_pace(const ntp_program *p, const int32_t *ph, const int32_t *pipe_of, int32_t npipes,
+                          const double *busy, double *scale) {
+  double *most = calloc((size_t)npipes, sizeof *most);
+  if (!most) return;
+  for (int32_t r = 0; r < p->world; r++) {
+    int32_t pi = pipe_of[ph ? ph[r] : r];
+    if (pi >= 0 && pi < npipes && busy[r] > most[pi]) most[pi] = busy[r];
+  }
+  /* a pipeline's slowest rank is busy in proportion to its rows over its pace */
+  for (int32_t pi = 0; pi < npipes; pi++)
+    if (most[pi] > 0) scale[pi] /= most[pi];
+  double top = 0;
+  for (int32_t pi = 0; pi < npipes; pi++) top = fmax(top, scale[pi]);
+  for (int32_t pi = 0; pi < npipes && top > 0; pi++) scale[pi] /= top;
+  free(most);
+}
+
+/* a staged plan: the stages cut around the straggler (its stage's time its own, so fewer layers
+ * there and fewer rows for its replica), or the plan without it (its stage one GPU short, as after
+ * its failure), the GPUs `failed` down in both; each with the rows shared by the planner's pace,
+ * then twice more by the pace measured on its timeline; the fastest, its step in *span */
+static ntp_program *staged_resplit(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
+                                   const sh_pipes *pipes, int32_t slow_gpu, const double *slow, double *span,
+                                   int32_t **nphys, char *err, size_t cap) {
+  int32_t down[65];
+  if (nfailed > 64) return snprintf(err, cap, "too many GPUs down"), NULL;
+  memcpy(down, failed, (size_t)nfailed * sizeof *down);
+  down[nfailed] = slow_gpu;
   ntp_program *best = NULL;
+  double scale[NTP_MAX_PIPES];
+  char *log = malloc(1 << 15), *best_log = malloc(1 << 15);
+  if (!log || !best_log) {
+    free(log), free(best_log);
+    return snprintf(err, cap, "out of memory"), NULL;
+  }
+  *span = INFINITY;
+  static const char *const how[2] = {"its replica's stages cut again around it", "its stage without it"};
+  int best_how = 0;
+  for (int without = 0; without < 2; without++) {
+    for (int32_t pi = 0; pi < NTP_MAX_PIPES; pi++) scale[pi] = 1;
+    printf("  %s:", how[without]);
+    for (int it = 0; it < 3; it++) {
+      int32_t *ph = NULL;
+      replan_ask ask = {.failed = down, .nfailed = nfailed + without, .slow = without ? NULL : slow,
+                        .pipe_scale = it ? scale : NULL, .log = log, .log_cap = 1 << 15};
+      ntp_program *p = train_replan(src, world, &ask, &ph, err, cap);
+      double *busy = p ? calloc((size_t)p->world + 1, sizeof *busy) : NULL,
+             *work = p ? calloc((size_t)p->world + 1, sizeof *work) : NULL;
+      double t = busy && work ? straggler_timeline(p, ph, slow, busy, work) : NAN;
+      if (isfinite(t)) measured_pace(p, ph, pipes->pipe_of_rank, pipes->npipes, busy, scale);
+      free(busy);
+      free(work);
+      if (p) printf(" %.4g%s", t, it ? " (rows as measured)" : " a step on the timeline (rows by the planner's pace),");
+      if (p && t < *span) {
+        ntp_program_free(best);
+        free(*nphys);
+        best = p, *nphys = ph, *span = t, best_how = without;
+        memcpy(best_log, log, 1 << 15);
+      } else {
+        ntp_program_free(p);
+        free(ph);
+      }
+      if (!p) break;
+    }
+    printf("\n");
+  }
+  if (best) {
+    printf("  the faster, %s:\n%s", how[best_how], best_log);
+    err[0] = 0;
+  }
+  free(log), free(best_log);
+  return best;
+}
+
+ntp_program *straggler_resplit(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
+                               int32_t slow_gpu, double speed, const double *slow, double *best_span, int32_t **nphys,
+                               char *err, size_t cap) {
+  ntp_program *best = NULL;
+  *nphys = NULL;
   ntpc_session *now = train_session(src, false, world, src->plan_file, src->plan_name, NULL, err, cap);
   const sh_program *sp = now ? ntpc_sharded(now) : NULL;
   char *text = malloc(1 << 16), *best_text = malloc(1 << 16);
   *best_span = INFINITY;
-  if (sp && sp->pipes.npipes)
-    snprintf(err, cap, "GPU %d is slow, but the plan has pipeline stages: re-splitting stages is not supported yet",
-             slow_gpu);
-  for (int iso = 1; sp && !sp->pipes.npipes && text && best_text && iso >= 0; iso--) {
+  if (sp && sp->pipes.npipes) {
+    best = staged_resplit(src, world, failed, nfailed, &sp->pipes, slow_gpu, slow, best_span, nphys, err, cap);
+    sp = NULL;
+    if (best_text) best_text[0] = 0;
+  } else if (sp && nfailed) {
+    snprintf(err, cap, "a straggler after a failure is re-split in plans with pipeline stages only");
+    sp = NULL;
+  }
+  for (int iso = 1; sp && text && best_text && iso >= 0; iso--) {
     resplit rs = {.sp = sp, .slow_rank = slow_gpu, .speed = speed, .isolate = iso};
     for (int it = 0; it < 3; it++) { /* the rows, then the rows again at the rates measured */
       ntp_program *p = candidate(src, ntpc_module(now), &rs, text, 1 << 16, err, cap);
@@ -262,7 +347,7 @@ ntp_program *straggler_resplit(const train_source *src, int32_t world, int32_t s
     }
     free(rs.rates);
   }
-  if (best) { /* the plan, for the log */
+  if (best && best_text) { /* the plan, for the log */
     for (char *line = strtok(best_text, "\n"); line; line = strtok(NULL, "\n"))
       if (line[0] == ' ') printf("  %s\n", line);
   } else if (!err[0]) {
@@ -283,11 +368,13 @@ int train_absorb_straggler(straggler_watch_state *w, failover_run *fr, const dou
   int32_t W = (*prog)->world;
   printf("step %4ld: GPU %d is slow: %.2fx the median GPU's time per operation, %d steps in a row (measured on the "
          "run's timeline); the plan is re-split around it:\n", step, g, 1 / speed[g], STRAG_STEPS);
-  if (fr->nfailed) return snprintf(err, cap, "a straggler after a failure is not re-split yet"), -1;
   double t0 = train_now_s();
   err[0] = 0;
   double span = NAN;
-  ntp_program *np = straggler_resplit(&fr->src, W, g, speed[g], slow, &span, err, cap);
+  int32_t *nphys = NULL;
+  if (!fr->world0) fr->world0 = W; /* no failure yet: the program's is the healthy world */
+  ntp_program *np = straggler_resplit(&fr->src, fr->world0, fr->failed, fr->nfailed, g, speed[g], slow, &span, &nphys,
+                                      err, cap);
   if (!np) return -1;
   double *busy = calloc((size_t)W + 1, sizeof *busy), *work = calloc((size_t)W + 1, sizeof *work);
   double *one = malloc(4096 * sizeof *one);
@@ -300,9 +387,24 @@ int train_absorb_straggler(straggler_watch_state *w, failover_run *fr, const dou
   free(busy);
   free(work);
   free(one);
-  ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback};
+  if (!(after < before)) { /* nothing faster: the run goes on as it is */
+    printf("  kept the plan: the re-split runs a step in %.4g on the timeline, %.4g as it is\n", after, before);
+    ntp_program_free(np);
+    free(nphys);
+    return 0;
+  }
+  int *devs = nphys ? malloc((size_t)np->world * sizeof *devs) : NULL; /* rank r on its physical GPU */
+  for (int32_t r = 0; devs && r < np->world; r++) devs[r] = nphys[r];
+  ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback, .devices = fr->loopback ? NULL : devs};
   int64_t moved = 0;
-  if (train_switch(fr, np, NULL, &x, aw, prog, tr, phys, &moved, err, cap) != 0) return -1;
+  bool staged = nphys != NULL;
+  int rc = train_switch(fr, np, nphys, &x, aw, prog, tr, phys, &moved, err, cap);
+  free(devs);
+  if (rc != 0) return -1;
+  /* a staged plan's later re-plans (a failure, a repair) cut their stages around it too */
+  if (staged && !fr->slow_known && (fr->slow_known = malloc(4096 * sizeof *fr->slow_known)))
+    for (int k = 0; k < 4096; k++) fr->slow_known[k] = 1;
+  if (staged && fr->slow_known) fr->slow_known[g] = 1 / speed[g];
   printf("  resumed in %.3f s: %.1f KiB of state moved to the new slices (no checkpoint read); a step on the timeline "
          "(operations at each GPU's speed): %.4g healthy, %.4g with the straggler, %.4g re-split: %.0f%% of what the "
          "straggler cost recovered%s\n", train_now_s() - t0, (double)moved / 1024.0, healthy, before, after,

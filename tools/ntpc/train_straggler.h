@@ -30,9 +30,14 @@ int32_t straggler_watch(straggler_watch_state *w, const ntp_program *p, const in
  * layer's rows to the pieces that finish them soonest, at their GPUs times their speed, then twice
  * more at the rates measured on the candidate's timeline (uneven unit splits show there); the
  * fastest on the timeline (its step in *best_span) is compiled and returned, its plan printed.
- * NULL with err (a plan with stages: not yet). */
-ntp_program *straggler_resplit(const train_source *src, int32_t world, int32_t slow_gpu, double speed,
-                               const double *slow, double *best_span, char *err, size_t cap);
+ * A plan with pipeline stages: the stage that holds the straggler goes on without it (one GPU
+ * short, as after a failure of it: plan_failover_stages re-cuts that replica's layers and shares the
+ * batch rows by the replicas' pace), the GPUs `failed` down too; rank r of the program on physical
+ * GPU (*nphys)[r] (flat plans: *nphys NULL, rank r on GPU r, and no GPU may be down). `world`: the
+ * healthy world. NULL with err. */
+ntp_program *straggler_resplit(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
+                               int32_t slow_gpu, double speed, const double *slow, double *best_span, int32_t **nphys,
+                               char *err, size_t cap);
 
 /* After step `step`: a straggler found is absorbed (the plan re-split, a trainer on it taking the
  * state, the timeline's step before and after printed); *prog, *tr, *phys replaced. 0 (also when
