@@ -44,5 +44,5 @@ if [ ! -x build/pyenv/bin/python ]; then
 fi
 
 echo
-echo "== main job: training on 16 simulated GPUs in stages, one of which fails and comes back (tools/demo_elastic.sh)"
+echo "== main job: training on 16 simulated GPUs in stages: a straggler absorbed, a GPU failing and coming back (tools/demo_elastic.sh)"
 sh tools/demo_elastic.sh out
