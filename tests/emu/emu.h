@@ -11,6 +11,10 @@
  *   NTP_EMU_FAIL_GPUS=D[,D...]  test-only: these GPUs fail when the program first reacts to a
  *                        failure (its first ncclCommAbort or ncclCommShrink); from then on any
  *                        call that touches one is an error (emu_device_ok)
+ *   NTP_EMU_REPAIR_GPUS=D[,D...]  test-only: these GPUs, once failed, are repaired (replaced)
+ *                        when the program first inspects one (cudaDeviceGetAttribute): it works
+ *                        again as a new device, and nothing made on it before it failed may be
+ *                        used (emu_object_ok)
  *   NTP_EMU_STREAMS=M    eager | lazy (the default with the race check on): the stream model,
  *                        emu_streams.c */
 #ifndef NTP_EMU_H
@@ -31,6 +35,7 @@ typedef struct emu_alloc {
   void *map;
   size_t map_size;
   int device;
+  int gen; /* the device's generation when it was made (emu_object_ok) */
   struct emu_alloc *next;
 } emu_alloc;
 
@@ -58,6 +63,11 @@ bool emu_device_ok(int d, const char *call);
  * machine (a call on a failed GPU, a destroy waiting for one) cannot be ignored by a caller */
 _Noreturn void emu_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool emu_device_failed(int d); /* the same without the error */
+/* A repaired GPU (NTP_EMU_REPAIR_GPUS) is a new device: its generation counts its repairs. An
+ * object (memory, stream, cuBLASLt handle, communicator) made on device d in generation gen may
+ * be used while d has not failed and is still in that generation; else the process stops. */
+int emu_device_gen(int d);
+bool emu_object_ok(int d, int gen, const char *call);
 
 /* The emulator's own diagnostics: printed on stderr as "ntp-emu: error: ..." and kept as the
  * text of the error that the failing call returns (cudaGetErrorString shows it). */

@@ -35,7 +35,7 @@ typedef struct emu_layout {
 /* align: the MIN_ALIGNMENT_{A,B,C,D}_BYTES promised, 0 where left at the default (256: not checked) */
 typedef struct emu_pref { int magic; uint64_t workspace; uint32_t align[4]; } emu_pref;
 enum { DESC_MAGIC = 0x4c544453, LAYOUT_MAGIC = 0x4c544c59, PREF_MAGIC = 0x4c545046, HANDLE_MAGIC = 0x4c54484e };
-typedef struct emu_handle { int magic, device; } emu_handle;
+typedef struct emu_handle { int magic, device, gen; } emu_handle;
 
 const char *cublasLtGetStatusString(cublasStatus_t s) {
   switch (s) {
@@ -56,12 +56,13 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
   if (!x) return CUBLAS_STATUS_ALLOC_FAILED;
   x->magic = HANDLE_MAGIC;
   x->device = emu_current_device();
+  x->gen = emu_device_gen(x->device);
   *h = (cublasLtHandle_t)x;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
   if (!h || ((emu_handle *)h)->magic != HANDLE_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!emu_device_ok(((emu_handle *)h)->device, "cublasLtDestroy")) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (!emu_object_ok(((emu_handle *)h)->device, ((emu_handle *)h)->gen, "cublasLtDestroy")) return CUBLAS_STATUS_EXECUTION_FAILED;
   ((emu_handle *)h)->magic = 0;
   free(h);
   return CUBLAS_STATUS_SUCCESS;
@@ -332,7 +333,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, const void *beta,
                               const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes, cudaStream_t stream) {
-  if (!emu_device_ok(emu_current_device(), "cublasLtMatmul")) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (!emu_device_ok(emu_current_device(), "cublasLtMatmul") || (h && ((emu_handle *)h)->magic == HANDLE_MAGIC &&
+      !emu_object_ok(((emu_handle *)h)->device, ((emu_handle *)h)->gen, "cublasLtMatmul")))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   /* no algorithm: cuBLASLt queries its heuristic itself; the emulator's answer then needs no workspace */
   const cublasLtMatmulAlgo_t implicit = {.data = {ALGO_MAGIC, 0}};
   /* an algorithm chosen for operands aligned to N bytes may not be given a pointer aligned to less;

@@ -64,6 +64,25 @@ void emu_gpus_fail(void) {
   }
 }
 bool emu_device_failed(int d) { return d >= 0 && d < 64 && failed_gpu[d]; }
+static int device_gen[64];
+int emu_device_gen(int d) { return d >= 0 && d < 64 ? device_gen[d] : 0; }
+bool emu_object_ok(int d, int gen, const char *call) {
+  if (!emu_device_ok(d, call)) return false;
+  if (gen == emu_device_gen(d)) return true;
+  emu_fatal("%s uses what was made on GPU %d before it failed and was replaced (NTP_EMU_REPAIR_GPUS): the repaired "
+            "GPU is a new device", call, d);
+}
+/* a failed GPU of NTP_EMU_REPAIR_GPUS comes back, as a new device, when the program inspects it */
+static void repair_if_listed(int d) {
+  const char *v = getenv("NTP_EMU_REPAIR_GPUS");
+  for (char *end; v && *v && emu_device_failed(d); v = *end ? end + 1 : end) {
+    long x = strtol(v, &end, 10);
+    if (end == v) break;
+    if (x != d) continue;
+    failed_gpu[d] = false, device_gen[d]++;
+    if (emu_verbose()) fprintf(stderr, "ntp-emu: GPU %d repaired: a new device (NTP_EMU_REPAIR_GPUS)\n", d);
+  }
+}
 bool emu_device_ok(int d, const char *call) {
   if (!emu_device_failed(d)) return true;
   emu_fatal("%s touches GPU %d, which has failed (NTP_EMU_FAIL_GPUS): nothing may use it any more", call, d);
@@ -87,7 +106,7 @@ void emu_fatal(const char *fmt, ...) {
 static bool here_ok(const char *call) { return emu_device_ok(current_device, call); }
 static bool memory_ok(const void *p, const char *call) {
   emu_alloc *a = emu_find(p, 0);
-  return !a || emu_device_ok(a->device, call);
+  return !a || emu_object_ok(a->device, a->gen, call);
 }
 uint64_t emu_racecheck(void) {
   const char *v = getenv("NTP_EMU_RACECHECK");
@@ -178,6 +197,7 @@ cudaError_t cudaGetDevice(int *d) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
+  if (d >= 0 && d < emu_device_count()) repair_if_listed(d);
   if (d < 0 || d >= emu_device_count() || !emu_device_ok(d, "cudaDeviceGetAttribute")) return fail(cudaErrorInvalidDevice);
   switch (a) {
   case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
@@ -229,6 +249,7 @@ cudaError_t cudaMalloc(void **p, size_t size) {
   a->map = m;
   a->map_size = total;
   a->device = current_device;
+  a->gen = emu_device_gen(current_device);
   memset(a->base, 0xff, size);
   a->next = allocs;
   allocs = a;
@@ -242,7 +263,7 @@ cudaError_t cudaFree(void *p) {
   for (emu_alloc **ap = &allocs; *ap; ap = &(*ap)->next)
     if ((*ap)->base == p) {
       emu_alloc *a = *ap;
-      if (!emu_device_ok(a->device, "cudaFree")) return fail(cudaErrorInvalidDevice);
+      if (!emu_object_ok(a->device, a->gen, "cudaFree")) return fail(cudaErrorInvalidDevice);
       *ap = a->next;
       munmap(a->map, a->map_size);
       free(a);

@@ -395,7 +395,7 @@ static bool comm_ok(ncclComm_t c, const char *call) {
     emu_fail("%s: not a communicator (destroyed or aborted, or never created)", call);
     return false;
   }
-  return emu_device_ok(c->device, call);
+  return emu_object_ok(c->device, c->gen, call);
 }
 /* ... that can still communicate: not the parent of an NCCL_SHRINK_ABORT shrink */
 static bool comm_live(ncclComm_t c, const char *call) {
@@ -410,6 +410,7 @@ static bool comm_live(ncclComm_t c, const char *call) {
            "(ncclCommAbort or ncclCommDestroy)", call, c->rank);
   return false;
 }
+bool emu_nccl_comm_live(ncclComm_t c, const char *call) { return comm_live(c, call); }
 static bool buffer_ok(ncclComm_t c, const void *p, size_t bytes, const char *call) {
   emu_alloc *a = emu_find(p, bytes);
   if (!a) emu_fail("%s on rank %d: %zu bytes at %p are not inside one device allocation", call, c->rank, bytes, p);
@@ -446,27 +447,47 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  return emu_nccl_join(comm, nranks, id, rank, "ncclCommInitRank");
+}
+
+/* the fabric of a unique id, mapped once in this process: the ranks of one world that a thread
+ * joins in a group (a grow's existing and new ranks) share one mapping, as one world */
+static fabric *map_once(const char *path) {
+  static struct {
+    char path[256];
+    fabric *f;
+  } maps[64];
+  static int n;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(maps[i].path, path)) return maps[i].f;
+  fabric *f = fabric_map(path, false);
+  if (f && n < 64) snprintf(maps[n].path, sizeof maps[n].path, "%s", path), maps[n++].f = f;
+  return f;
+}
+
+ncclResult_t emu_nccl_join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, const char *call) {
   *comm = NULL;
   if (strncmp(id.internal, "ntp-emu:", 8) != 0) {
-    emu_fail("ncclCommInitRank: not a unique id of the emulated NCCL");
+    emu_fail("%s: not a unique id of the emulated NCCL", call);
     return ncclInvalidArgument;
   }
   if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) {
-    emu_fail("ncclCommInitRank: rank %d of %d ranks (at most %d emulated)", rank, nranks, MAX_RANKS);
+    emu_fail("%s: rank %d of %d ranks (at most %d emulated)", call, rank, nranks, MAX_RANKS);
     return ncclInvalidArgument;
   }
   char path[256];
   snprintf(path, sizeof path, "%.*s", (int)(sizeof id.internal - 8), id.internal + 8);
-  fabric *f = fabric_map(path, false);
+  fabric *f = map_once(path);
   if (!f) {
-    emu_fail("ncclCommInitRank: cannot map %s: %s", path, strerror(errno));
+    emu_fail("%s: cannot map %s: %s", call, path, strerror(errno));
     return ncclSystemError;
   }
-  if (!emu_device_ok(emu_current_device(), "ncclCommInitRank")) return ncclInvalidUsage;
+  if (!emu_device_ok(emu_current_device(), call)) return ncclInvalidUsage;
   ncclComm_t c = calloc(1, sizeof *c);
   if (!c) return ncclSystemError;
   *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = fab_mix(0x4e54504e43434cull, 1), .rank = rank, .nranks = nranks,
-                         .device = emu_current_device(), .all_local = nranks == 1};
+                         .device = emu_current_device(), .gen = emu_device_gen(emu_current_device()),
+                         .all_local = nranks == 1};
   __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);
   ncclResult_t r = submit((pending){.comm = c, .kind = OP_INIT}); /* everyone joins before anyone proceeds */
   if (r != ncclSuccess) {
@@ -504,7 +525,8 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
     if (!emu_device_ok(dev, "ncclCommInitAll")) return ncclInvalidUsage;
     comms[i] = calloc(1, sizeof(struct ncclComm));
     if (!comms[i]) return ncclSystemError;
-    *comms[i] = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = uid, .rank = i, .nranks = n, .device = dev, .all_local = true};
+    *comms[i] = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = uid, .rank = i, .nranks = n, .device = dev,
+                                  .gen = emu_device_gen(dev), .all_local = true};
     f->refs++;
     fab_live_add(comms[i]);
   }

@@ -58,6 +58,7 @@ struct ncclComm {
   fabric *fab;
   uint64_t uid;
   int rank, nranks, device;
+  int gen;        /* its device's generation (a repaired GPU is a new device: emu_object_ok) */
   bool all_local; /* every rank in this process: a wait that cannot complete is a hang */
   bool shrunk_abort; /* the parent of an NCCL_SHRINK_ABORT shrink: only to be freed now */
   uint64_t coll_seq;
@@ -122,5 +123,10 @@ int fab_complete(fabric *f);
 bool fab_stuck(fabric *f, uint64_t uid, int rank, int nranks, int kind, int peer, char *why, size_t cap);
 
 #pragma GCC visibility pop
+
+/* A rank joins the communicator of nranks that meets on id (ncclCommInitRank's body; `call`
+ * names the API call in errors): emu_nccl.c */
+ncclResult_t emu_nccl_join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, const char *call);
+bool emu_nccl_comm_live(ncclComm_t c, const char *call);
 
 #endif

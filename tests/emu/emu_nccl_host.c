@@ -130,7 +130,7 @@ ncclResult_t fab_host_calls(pending *q, int n, bool *async) {
         }
         bool nb = p->blocking == 0 || (p->blocking < 0 && p->comm->nonblocking);
         *c = (struct ncclComm){.magic = COMM_MAGIC, .fab = f, .uid = x->new_comm, .rank = x->new_rank, .nranks = x->new_size,
-                               .device = p->comm->device, .all_local = p->comm->all_local, .nonblocking = nb,
+                               .device = p->comm->device, .gen = p->comm->gen, .all_local = p->comm->all_local, .nonblocking = nb,
                                .in_progress = nb, .split_child = p->kind == OP_SPLIT};
         *async |= nb;
         __atomic_add_fetch(&f->refs, 1, __ATOMIC_SEQ_CST);

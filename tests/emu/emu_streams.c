@@ -63,7 +63,7 @@ typedef struct node {
 
 typedef struct emu_graph emu_graph;
 typedef struct emu_stream {
-  int magic, device;
+  int magic, device, gen;
   node *head, *tail;
   emu_graph *capture; /* the graph it captures into, as virtual stream vstream */
   int vstream;
@@ -82,7 +82,7 @@ struct emu_graph {
 };
 
 static emu_stream *live_streams;
-static emu_stream legacy = {STREAM_MAGIC, 0, NULL, NULL, NULL, 0, NULL}; /* the NULL stream */
+static emu_stream legacy = {STREAM_MAGIC, 0, 0, NULL, NULL, NULL, 0, NULL}; /* the NULL stream */
 static uint64_t enqueued, graph_ids;
 static int capturing_streams;
 
@@ -112,7 +112,8 @@ static emu_stream *as_stream(const void *s) {
 
 bool emu_stream_ok(const void *s, const char *call) {
   if (!s) return emu_device_ok(emu_current_device(), call);
-  if (((const emu_stream *)s)->magic == STREAM_MAGIC) return emu_device_ok(((const emu_stream *)s)->device, call);
+  const emu_stream *x = s;
+  if (x->magic == STREAM_MAGIC) return x == &legacy ? emu_device_ok(x->device, call) : emu_object_ok(x->device, x->gen, call);
   emu_fail("%s: not a stream (destroyed, or never created)", call);
   return false;
 }
@@ -394,7 +395,7 @@ int emu_enqueue_comm(const void *stream, const emu_comm_ops *ops, void *ctx) {
 static emu_stream *stream_new(int device) {
   emu_stream *x = calloc(1, sizeof *x);
   if (!x) return NULL;
-  *x = (emu_stream){.magic = STREAM_MAGIC, .device = device, .next_live = live_streams};
+  *x = (emu_stream){.magic = STREAM_MAGIC, .device = device, .gen = emu_device_gen(device), .next_live = live_streams};
   live_streams = x;
   return x;
 }

@@ -362,6 +362,74 @@ static cudaError_t c_nccl_destroy_grouped(void) {
   return as_cuda(ncclGroupEnd() == ncclSuccess);
 }
 
+/* NCCL 2.29's grow: two ranks and a new one on GPU 2 (the coordinator passes the id, the other
+ * existing rank NULL, the new rank the id and its number); the three then all-reduce */
+extern ncclResult_t ncclCommGetUniqueId(ncclComm_t, ncclUniqueId *);
+extern ncclResult_t ncclCommGrow(ncclComm_t, int, const ncclUniqueId *, int, ncclComm_t *, void *);
+static ncclUniqueId id;
+static bool grow_three(ncclComm_t comm[2], ncclComm_t grown[3], float *buf[3], int new_rank) {
+  if (!two_ranks(comm, buf)) return false;
+  cudaSetDevice(2), cudaMalloc((void **)&buf[2], 64 * sizeof(float));
+  cudaSetDevice(0);
+  if (ncclCommGetUniqueId(comm[0], &id) != ncclSuccess) return false;
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) cudaSetDevice(r), ncclCommGrow(comm[r], 3, r ? NULL : &id, -1, &grown[r], NULL);
+  cudaSetDevice(2), ncclCommGrow(NULL, 3, &id, new_rank, &grown[2], NULL);
+  return ncclGroupEnd() == ncclSuccess;
+}
+static cudaError_t c_nccl_grow(void) {
+  ncclComm_t comm[2], grown[3];
+  float *buf[3], h[64];
+  if (!grow_three(comm, grown, buf, 2)) return cudaErrorUnknown;
+  for (int r = 0; r < 3; r++) {
+    for (int i = 0; i < 64; i++) h[i] = (float)(r + 1);
+    cudaSetDevice(r), cudaMemcpy(buf[r], h, sizeof h, cudaMemcpyHostToDevice);
+  }
+  ncclGroupStart();
+  for (int r = 0; r < 3; r++) cudaSetDevice(r), ncclAllReduce(buf[r], buf[r], 64, ncclFloat32, ncclSum, grown[r], NULL);
+  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
+  int n = 0, me = -1;
+  ncclCommCount(grown[2], &n), ncclCommUserRank(grown[2], &me);
+  cudaSetDevice(2), cudaMemcpy(h, buf[2], sizeof h, cudaMemcpyDeviceToHost);
+  return as_cuda(n == 3 && me == 2 && h[0] == 6 && h[63] == 6);
+}
+/* the new rank numbered inside the parent's range */
+static cudaError_t c_nccl_grow_bad_rank(void) {
+  ncclComm_t comm[2], grown;
+  float *buf[2];
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  if (ncclCommGetUniqueId(comm[0], &id) != ncclSuccess) return cudaErrorUnknown;
+  cudaSetDevice(2);
+  return as_cuda(ncclCommGrow(NULL, 3, &id, 1, &grown, NULL) == ncclSuccess);
+}
+/* a grow's id used a second time */
+static cudaError_t c_nccl_grow_id_reused(void) {
+  ncclComm_t comm[2], grown[3], again;
+  float *buf[3];
+  if (!grow_three(comm, grown, buf, 2)) return cudaErrorUnknown;
+  cudaSetDevice(3);
+  return as_cuda(ncclCommGrow(NULL, 3, &id, 2, &again, NULL) == ncclSuccess); /* the same id again */
+}
+/* NTP_EMU_REPAIR_GPUS: GPU 1 fails, is repaired when the program inspects it, and works again as a
+ * new device: what was made on it before it failed may not be used */
+static cudaError_t c_repaired_gpu_old_memory(void) {
+  ncclComm_t comm[2];
+  float *buf[2], *fresh, h[64] = {0};
+  setenv("NTP_EMU_FAIL_GPUS", "1", 1);
+  setenv("NTP_EMU_REPAIR_GPUS", "1", 1);
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  ncclCommAbort(comm[0]); /* GPU 1 fails */
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 1) != cudaSuccess || major < 7)
+    return cudaErrorUnknown; /* the replacement inspected: repaired */
+  cudaSetDevice(1);
+  if (cudaMalloc((void **)&fresh, sizeof h) != cudaSuccess || cudaMemcpy(fresh, h, sizeof h, cudaMemcpyHostToDevice))
+    return cudaErrorUnknown; /* the new device works */
+  return cudaMemcpy(h, buf[1], sizeof h, cudaMemcpyDeviceToHost); /* the old memory: stops the process */
+}
+
 static const selftest_case cases[] = {
     {"NCCL: a rank that never joins", c_nccl_missing_rank, "ncclAllReduce on rank 0 of a communicator of 2 ranks would hang"},
     {"NCCL: all-reduce counts that differ", c_nccl_mismatch, "ncclAllReduce mismatch"},
@@ -379,6 +447,10 @@ static const selftest_case cases[] = {
     {"NCCL: one of a thread's two ranks destroyed alone", c_nccl_destroy_ungrouped, "1 other rank(s) of the communicator live in this process"},
     {"NCCL: a thread's two ranks destroyed in one group", c_nccl_destroy_grouped, NULL},
     {"a failed GPU's memory read", c_failed_gpu_touched, "cudaMemcpy (source) touches GPU 1, which has failed"},
+    {"NCCL: grow by a rank on a new GPU, then all-reduce", c_nccl_grow, NULL},
+    {"NCCL: grow with a new rank inside the parent's range", c_nccl_grow_bad_rank, "the new ranks are numbered from the parent's size"},
+    {"NCCL: a grow's id used twice", c_nccl_grow_id_reused, "the grow's unique id was used already"},
+    {"a repaired GPU: memory from before its failure", c_repaired_gpu_old_memory, "before it failed and was replaced"},
     {"NCCL: a destroy that waits for a failed GPU", c_failed_peer_destroy, "ncclCommDestroy on rank 0 would hang"},
     {"NCCL: NCCL_SHRINK_DEFAULT after a failure", c_failed_peer_shrink_default, "after a failure: NCCL_SHRINK_ABORT"},
     {"NCCL: graphs of two GPUs of one process, launched from one thread", c_nccl_graph_per_rank, "may deadlock"},
