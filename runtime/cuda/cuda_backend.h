@@ -125,6 +125,16 @@ typedef struct ntp_cuda_survivors {
   int local;     /* one rank per process: this process's new rank; -1: every rank here */
 } ntp_cuda_survivors;
 int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *err, size_t cap);
+/* A repair: the next program's `world` ranks are c's ranks (from[r]: the rank of c that is its
+ * rank r) and new ones (from[r] = -1) on GPUs devices[r]. The newcomers' GPUs are inspected first
+ * (the same architecture as c's), then c's world communicator grows by them (ncclCommGrow; c's
+ * ranks keep their NCCL numbers, the newcomers follow) and is split into the next program's rank
+ * order; s->world[r] is its rank r's world communicator, for ntp_cuda_options.nccl_world. 0 grown;
+ * 1 not here (s->how says why: the loaded libnccl has no ncclCommGrow, NTP_NCCL_NO_GROW=1, one rank
+ * per process, or the next world drops a rank of c) and nothing changed; -1 with err. c's own
+ * communicators are c's still (freed with it). */
+int ntp_cuda_grow(ntp_cuda *c, int world, const int *from, const int *devices, ntp_cuda_survivors *s, char *err,
+                  size_t cap);
 /* the arrays, and the communicators ntp_cuda_create did not take (destroyed) */
 void ntp_cuda_survivors_free(ntp_cuda_survivors *s);
 

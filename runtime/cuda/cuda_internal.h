@@ -86,6 +86,9 @@ typedef struct cu_api_table {
   /* NCCL 2.27 and later; NULL where the library lacks it (the survivors of a failure then get a
    * new ncclCommInitAll). Typed here, not from nccl.h: older headers do not declare it. */
   ncclResult_t (*ncclCommShrink)(ncclComm_t, int *, int, ncclComm_t *, ncclConfig_t *, int);
+  /* NCCL 2.29 and later (NULL before): a repaired GPU's rank joins the world (ntp_cuda_grow) */
+  ncclResult_t (*ncclCommGetUniqueId)(ncclComm_t, ncclUniqueId *);
+  ncclResult_t (*ncclCommGrow)(ncclComm_t, int, const ncclUniqueId *, int, ncclComm_t *, ncclConfig_t *);
   FN(ncclAllReduce);
   FN(ncclSend);
   FN(ncclRecv);

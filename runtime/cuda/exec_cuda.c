@@ -164,6 +164,24 @@ static int exec_lose(void *be, const bool *lost, ntp_exec_survivors *s, char *er
   return 0;
 }
 
+static int exec_grow(void *be, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s, char *err,
+                     size_t cap) {
+  const cuda_exec *x = be;
+  ntp_cuda_survivors *sv = calloc(1, sizeof *sv);
+  if (!sv) return snprintf(err, cap, "out of memory"), -1;
+  int rc = x->o.loopback ? (sv->how = "loopback: no NCCL world", 1) : ntp_cuda_grow(x->c, world, from, devices, sv, err, cap);
+  if (rc != 0) {
+    if (rc > 0) snprintf(s->report, sizeof s->report, "%s", sv->how);
+    free(sv);
+    return rc;
+  }
+  s->held = sv, s->release = survivors_release;
+  s->next = (ntp_exec_options){.backend = "cuda", .device = sv->devices[0], .devices = sv->devices, .comms = sv->world,
+                               .rank_hi = sv->n};
+  snprintf(s->report, sizeof s->report, "the world communicator grown to %d ranks (%s)", sv->n, sv->how);
+  return 0;
+}
+
 static bool exec_peer_lost(void *be) { return ntp_cuda_peer_lost(C(be)); }
 
 static void exec_describe(void *be, char *buf, size_t cap) {
@@ -268,7 +286,7 @@ static const ntp_exec_ops cuda_ops = {
     .copy_to_host = exec_copy_to_host, .set_device = exec_set_device, .output_device = exec_output_device,
     .run = exec_run, .output = exec_output, .alloc = exec_alloc, .put = exec_put, .get = exec_get,
     .tensor_put = exec_tensor_put, .sumsq = exec_sumsq, .adamw = exec_adamw, .merge = exec_merge,
-    .exchange = exec_exchange, .lose = exec_lose, .peer_lost = exec_peer_lost, .describe = exec_describe,
+    .exchange = exec_exchange, .lose = exec_lose, .grow = exec_grow, .peer_lost = exec_peer_lost, .describe = exec_describe,
     .label = exec_label, .measure = exec_measure, .free = exec_free};
 
 const ntp_exec_backend ntp_exec_cuda_backend = {

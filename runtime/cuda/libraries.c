@@ -26,6 +26,8 @@ int cu_load_nccl(char *err, size_t cap) {
   GETN(ncclCommAbort) GETN(ncclAllReduce) GETN(ncclSend) GETN(ncclRecv) GETN(ncclGroupStart) GETN(ncclGroupEnd) GETN(ncclGetErrorString)
 #undef GETN
   *(void **)&cu_api.ncclCommShrink = dlsym(cu_api.nccl, "ncclCommShrink"); /* optional */
+  *(void **)&cu_api.ncclCommGetUniqueId = dlsym(cu_api.nccl, "ncclCommGetUniqueId"); /* optional (2.29) */
+  *(void **)&cu_api.ncclCommGrow = dlsym(cu_api.nccl, "ncclCommGrow");
   *(void **)&cu_api.ncclCommGetAsyncError = dlsym(cu_api.nccl, "ncclCommGetAsyncError");
   *(void **)&cu_api.ncclCommInitRankConfig = dlsym(cu_api.nccl, "ncclCommInitRankConfig");
   return 0;

@@ -295,6 +295,14 @@ int ntp_cuda_create(const ntp_program *p, const ntp_cuda_options *o, ntp_cuda **
   if (workspace_cap(&c->workspace_cap, err, cap) != 0) goto fail;
   if (size_staging(c) != 0) goto oom;
   int arch = c->arch = cu_compute_capability(c->dev[c->rank_lo], err, cap);
+  /* every GPU inspected before anything runs on it (a repaired one among them): the kernels are
+   * compiled once, for the first one's architecture */
+  for (int r = c->rank_lo + 1; arch >= 0 && c->nccl && r < c->rank_hi; r++) {
+    int a = cu_compute_capability(c->dev[r], err, cap);
+    if (a >= 0 && a != arch) snprintf(err, cap, "GPU %d is sm_%d, GPU %d sm_%d: one architecture is needed", c->dev[r], a,
+                                      c->dev[c->rank_lo], arch);
+    if (a != arch) goto fail;
+  }
   if (arch < 0 || cu_compile_ranks(c, arch, cubins, first, err, cap) != 0) goto fail;
   CU(cu_api.cudaSetDevice(c->dev[c->rank_lo]));
   CU(cu_api.cudaEventCreate(&c->ev0));

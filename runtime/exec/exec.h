@@ -120,6 +120,12 @@ typedef struct ntp_exec_ops {
   /* ranks lost[r] (this executor's ranks) failed with their devices: nothing waits on them any
    * more, and *s (its survivors counted by ntp_exec_lose) says how the survivors' executor is made */
   int (*lose)(void *be, const bool *lost, ntp_exec_survivors *s, char *err, size_t cap);
+  /* a repair: the next program's `world` ranks, rank r this executor's rank from[r] or a new one
+   * (-1) on device devices[r]; *s says how its executor is made (the world grown by the new
+   * ranks). 0; 1 when this backend does not grow a world (s->report says why); -1 with err.
+   * NULL: never. */
+  int (*grow)(void *be, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s, char *err,
+              size_t cap);
   /* did the last failed call fail because a peer is gone (the survivors then go on)? */
   bool (*peer_lost)(void *be);
   /* lines on what the backend chose (GEMM algorithms, overlap), for NTP_VERBOSE; "" for none */
@@ -165,6 +171,10 @@ void ntp_exec_free(ntp_exec *e);
 /* The operations any caller may make on an executor it holds (NULL: the CPU reference, which has
  * one rank here, no devices and nothing to lose). */
 int ntp_exec_lose(ntp_exec *e, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap);
+/* After a repair (ntp_exec_ops.grow): 0 with *s, the next executor's options; 1 when e's backend
+ * makes the larger world afresh instead (s->report: why); -1 with err. */
+int ntp_exec_grow(ntp_exec *e, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s,
+                  char *err, size_t cap);
 void ntp_exec_survivors_free(ntp_exec_survivors *s);
 bool ntp_exec_peer_lost(ntp_exec *e);
 void ntp_exec_describe(ntp_exec *e, char *buf, size_t cap);

@@ -105,12 +105,22 @@ train ppfail7 $pp --loopback --fail-at 2:3 && same cpu ppfail7 1e-5 1e-5
 export NTP_EMU_FAIL_GPUS=3
 train ppfail8 $pp --fail-at 2:3 && same cpu ppfail8 1e-5 1e-5
 unset NTP_EMU_FAIL_GPUS
-# a repair: GPU 3 fails before step 2 and is back before step 3 (a new world over the 8 GPUs, through
-# NCCL and on one GPU): the newcomer's state from its replica, the CPU run's losses and parameters
+# a repair: GPU 3 fails before step 2 and is back, replaced, before step 3 (the emulator then
+# refuses anything made on it before: NTP_EMU_REPAIR_GPUS). Through NCCL the survivors' world grows
+# by its rank (ncclCommGrow), or is made afresh (NTP_NCCL_NO_GROW=1); on one GPU; the newcomer's
+# state from its replica, the CPU run's losses and parameters
+export NTP_EMU_FAIL_GPUS=3 NTP_EMU_REPAIR_GPUS=3
 train join8 $gpt --plan tests/plans/byte_gpt_two4.ntp --backend cuda --fail-at 2:3 --join-at 3:3 && same cpu join8 1e-5 1e-5
+export NTP_NCCL_NO_GROW=1
+train join8new $gpt --plan tests/plans/byte_gpt_two4.ntp --backend cuda --fail-at 2:3 --join-at 3:3 && same cpu join8new 1e-5 1e-5
+unset NTP_EMU_FAIL_GPUS NTP_EMU_REPAIR_GPUS NTP_NCCL_NO_GROW
 train join8lb $gpt --plan tests/plans/byte_gpt_two4.ntp --backend cuda --loopback --fail-at 2:3 --join-at 3:3 &&
   same cpu join8lb 1e-5 1e-5
 grep -q 'GPU 3 back, repaired' "$tmp/join8.out" || { echo "[FAIL] join8: GPU 3 did not rejoin"; fail=1; }
+grep -q 'the world communicator grown to 8 ranks (ncclCommGrow' "$tmp/join8.out" ||
+  { echo "[FAIL] join8: the world did not grow"; fail=1; }
+grep -q 'a new world of 8 ranks (ncclCommInitAll): NTP_NCCL_NO_GROW=1' "$tmp/join8new.out" ||
+  { echo "[FAIL] join8new: no new world"; fail=1; }
 for r in ppfail7 ppfail8; do
   grep -q '(no checkpoint read)' "$tmp/$r.out" || { echo "[FAIL] $r: no hand-over from the other replica"; fail=1; }
 done

@@ -283,13 +283,27 @@ int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_
                                                   : healthy_program(&fr->src, fr->world0, &nphys, err, cap);
   if (!np) return -1;
   int *devs = malloc((size_t)np->world * sizeof *devs); /* rank r on its physical GPU */
-  for (int32_t r = 0; devs && r < np->world; r++) devs[r] = nphys[r];
-  /* backends with devices put rank r on its physical GPU (the others read no device field) */
+  int32_t *from = malloc((size_t)np->world * sizeof *from); /* ... and the running rank it was, or -1 */
+  for (int32_t r = 0; devs && from && r < np->world; r++) {
+    devs[r] = nphys[r], from[r] = -1;
+    for (int32_t o = 0; o < (*prog)->world; o++)
+      if ((*phys ? (*phys)[o] : o) == nphys[r]) from[r] = o;
+  }
+  /* backends with devices put rank r on its physical GPU (the others read no device field); NCCL
+   * grows the running world by the repaired GPUs' ranks where it can (ncclCommGrow), else the next
+   * executor makes its world afresh */
   ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback, .devices = fr->loopback ? NULL : devs};
+  ntp_exec_survivors sv = {0};
+  int g = devs && from ? ntp_exec_grow(ntp_trainer_exec(*tr), np->world, from, devs, &sv, err, cap) : -1;
+  if (g == 0) x = sv.next, printf("  %s\n", sv.report);
+  else if (g > 0 && fr->backend && !strcmp(fr->backend, "cuda") && !fr->loopback)
+    printf("  a new world of %d ranks (ncclCommInitAll): %s\n", np->world, sv.report);
   int64_t moved = 0;
-  int rc = devs ? train_switch(fr, np, nphys, &x, aw, prog, tr, phys, &moved, err, cap)
-                : (ntp_program_free(np), free(nphys), snprintf(err, cap, "out of memory"), -1);
+  int rc = g >= 0 ? train_switch(fr, np, nphys, &x, aw, prog, tr, phys, &moved, err, cap)
+                  : (ntp_program_free(np), free(nphys), err[0] ? 0 : snprintf(err, cap, "out of memory"), -1);
+  ntp_exec_survivors_free(&sv);
   free(devs);
+  free(from);
   if (rc == 0)
     printf("  resumed on %d GPUs in %.3f s: %.1f KiB of parameters and optimizer state handed to the new plan's "
            "slices from the ranks that hold them (no checkpoint read)\n", (*prog)->world, train_now_s() - t0,
