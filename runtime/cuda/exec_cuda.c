@@ -171,7 +171,8 @@ static int exec_grow(void *be, int32_t world, const int32_t *from, const int *de
   if (!sv) return snprintf(err, cap, "out of memory"), -1;
   int rc = x->o.loopback ? (sv->how = "loopback: no NCCL world", 1) : ntp_cuda_grow(x->c, world, from, devices, sv, err, cap);
   if (rc != 0) {
-    if (rc > 0) snprintf(s->report, sizeof s->report, "%s", sv->how);
+    if (rc > 0 && !x->o.loopback)
+      snprintf(s->report, sizeof s->report, "a new world of %d ranks (ncclCommInitAll): %s", world, sv->how);
     free(sv);
     return rc;
   }

@@ -61,7 +61,7 @@ int ntp_exec_lose(ntp_exec *e, const bool *lost, int32_t world, ntp_exec_survivo
 int ntp_exec_grow(ntp_exec *e, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s,
                   char *err, size_t cap) {
   *s = (ntp_exec_survivors){.local = -1, .n = world};
-  if (!e || !e->ops->grow) return snprintf(s->report, sizeof s->report, "this backend makes its world afresh"), 1;
+  if (!e || !e->ops->grow) return 1; /* nothing to grow: the next executor makes its ranks */
   return e->ops->grow(e->be, world, from, devices, s, err, cap);
 }
 

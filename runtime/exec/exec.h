@@ -122,7 +122,8 @@ typedef struct ntp_exec_ops {
   int (*lose)(void *be, const bool *lost, ntp_exec_survivors *s, char *err, size_t cap);
   /* a repair: the next program's `world` ranks, rank r this executor's rank from[r] or a new one
    * (-1) on device devices[r]; *s says how its executor is made (the world grown by the new
-   * ranks). 0; 1 when this backend does not grow a world (s->report says why); -1 with err.
+   * ranks). 0; 1 when the next executor makes its world afresh (s->report: how and why, or "" when
+ * there is nothing to say); -1 with err.
    * NULL: never. */
   int (*grow)(void *be, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s, char *err,
               size_t cap);
@@ -172,7 +173,7 @@ void ntp_exec_free(ntp_exec *e);
  * one rank here, no devices and nothing to lose). */
 int ntp_exec_lose(ntp_exec *e, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap);
 /* After a repair (ntp_exec_ops.grow): 0 with *s, the next executor's options; 1 when e's backend
- * makes the larger world afresh instead (s->report: why); -1 with err. */
+ * makes the larger world afresh instead (s->report: how and why, or ""); -1 with err. */
 int ntp_exec_grow(ntp_exec *e, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s,
                   char *err, size_t cap);
 void ntp_exec_survivors_free(ntp_exec_survivors *s);

@@ -295,9 +295,8 @@ int train_rejoin(failover_run *fr, long step, const int32_t *now, int nnow, ntp_
   ntp_exec_options x = {.backend = fr->backend, .loopback = fr->loopback, .devices = fr->loopback ? NULL : devs};
   ntp_exec_survivors sv = {0};
   int g = devs && from ? ntp_exec_grow(ntp_trainer_exec(*tr), np->world, from, devs, &sv, err, cap) : -1;
-  if (g == 0) x = sv.next, printf("  %s\n", sv.report);
-  else if (g > 0 && fr->backend && !strcmp(fr->backend, "cuda") && !fr->loopback)
-    printf("  a new world of %d ranks (ncclCommInitAll): %s\n", np->world, sv.report);
+  if (g == 0) x = sv.next;
+  if (g >= 0 && sv.report[0]) printf("  %s\n", sv.report); /* grown, or why the world is made afresh */
   int64_t moved = 0;
   int rc = g >= 0 ? train_switch(fr, np, nphys, &x, aw, prog, tr, phys, &moved, err, cap)
                   : (ntp_program_free(np), free(nphys), err[0] ? 0 : snprintf(err, cap, "out of memory"), -1);
