@@ -17,9 +17,10 @@
  * slowest GPU's speed): the straggler keeps the rows it can do at its pace, its former group-mates
  * run at full speed. The loss is the mean over
  * the whole batch whatever the split, so the trajectory is the uninterrupted run's (within fp32
- * rounding). A plan with pipeline stages goes on without the straggler where that is faster on
- * the timeline: its stage one GPU short and that replica's layers cut again (the failover of a
- * staged plan, the straggler's state still there to be read). */
+ * rounding). A plan with pipeline stages is re-planned as after a failure (plan_failover_stages):
+ * the straggler's replica cut again around it (its stage's time its own: fewer layers there, fewer
+ * rows for the replica), or its stage going on without it, whichever the timeline finds faster;
+ * the straggler's state is still there to be read. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
