@@ -43,6 +43,8 @@ int ntp_cuda_grow(ntp_cuda *c, int world, const int *from, const int *devices, n
       }
     }
   }
+  /* NCCL: the parent has no operation outstanding when it grows (else the grow may deadlock) */
+  if (cu_wait_streams(c, err, cap) != 0) goto fail;
   ncclUniqueId id;
   CU(cu_api.cudaSetDevice(c->dev[0]));
   NC(cu_api.ncclCommGetUniqueId(c->world[0], &id));

@@ -121,6 +121,7 @@ int emu_enqueue_comm(const void *stream, const emu_comm_ops *ops, void *ctx);
 int emu_sync_all(void);                        /* runs all stream work; 0, or -1 after emu_fail() */
 int emu_run_ready(void);                       /* runs what can run without waiting; the same */
 void emu_streams_cancel_comm(const void *comm); /* its queued operations end unrun (an abort) */
+bool emu_streams_comm_busy(const void *comm);   /* an operation of it is queued on a stream */
 void emu_streams_drop_device(int d);            /* a failed GPU's queued work never runs */
 void emu_capture_epoch_bump(void);              /* a capture began or ended */
 uint64_t emu_capture_epoch(void);

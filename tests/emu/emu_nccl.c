@@ -411,6 +411,11 @@ static bool comm_live(ncclComm_t c, const char *call) {
   return false;
 }
 bool emu_nccl_comm_live(ncclComm_t c, const char *call) { return comm_live(c, call); }
+bool emu_nccl_comm_idle(ncclComm_t c) {
+  for (int i = 0; i < nqueue; i++)
+    if (queue[i].comm == c && queue[i].kind != OP_INIT) return false; /* a call of this group */
+  return !emu_streams_comm_busy(c);
+}
 static bool buffer_ok(ncclComm_t c, const void *p, size_t bytes, const char *call) {
   emu_alloc *a = emu_find(p, bytes);
   if (!a) emu_fail("%s on rank %d: %zu bytes at %p are not inside one device allocation", call, c->rank, bytes, p);

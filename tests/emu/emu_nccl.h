@@ -128,5 +128,6 @@ bool fab_stuck(fabric *f, uint64_t uid, int rank, int nranks, int kind, int peer
  * names the API call in errors): emu_nccl.c */
 ncclResult_t emu_nccl_join(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, const char *call);
 bool emu_nccl_comm_live(ncclComm_t c, const char *call);
+bool emu_nccl_comm_idle(ncclComm_t c); /* nothing of it queued in this thread's group or on a stream */
 
 #endif

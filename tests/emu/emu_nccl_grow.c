@@ -3,7 +3,8 @@
  * a unique id from the parent (ncclCommGetUniqueId) and hands it to the new ranks out of band;
  * every existing rank calls ncclCommGrow(parent, n, id or NULL, -1, ...) and keeps its number
  * (the coordinator passes the id, the others NULL), every new rank ncclCommGrow(NULL, n, id, r,
- * ...) with r from the parent's size up; the id serves one grow. Anything else is an error here
+ * ...) with r from the parent's size up; the id serves one grow; the parent has no operation
+ * outstanding (queued in the group or on a stream: the grow could deadlock). Anything else is an error here
  * (where NCCL's behaviour would be undefined or a hang). The new communicator is made as
  * ncclCommInitRank would make it on that id (emu_nccl_join): every rank joins before anyone goes
  * on, in a group when one thread calls for several. */
@@ -76,6 +77,11 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nranks, const ncclUniqueId *id, i
   }
   *newcomm = NULL;
   if (comm && !emu_nccl_comm_live(comm, "ncclCommGrow")) return ncclInvalidArgument;
+  if (comm && !emu_nccl_comm_idle(comm)) { /* NCCL's guide: none may be outstanding, or the grow may deadlock */
+    emu_fail("ncclCommGrow on rank %d: the parent has operations outstanding (NCCL: complete them before a grow)",
+             comm->rank);
+    return ncclInvalidUsage;
+  }
   if (comm && emu_current_device() != comm->device) {
     emu_fail("ncclCommGrow on rank %d: the current GPU is %d, the parent's rank is on GPU %d (cudaSetDevice first)",
              comm->rank, emu_current_device(), comm->device);

@@ -328,6 +328,13 @@ void emu_streams_drop_device(int d) {
   }
 }
 
+bool emu_streams_comm_busy(const void *comm) {
+  for (emu_stream *x = live_streams; x; x = x->next_live)
+    for (node *n = x->head; n; n = n->next)
+      if (n->kind == N_COMM && n->comm->uses(n->ctx, comm)) return true;
+  return false;
+}
+
 /* Completes (without running) the queued NCCL nodes that use communicator comm: it is being
  * aborted or destroyed, and an aborted operation never completes. */
 void emu_streams_cancel_comm(const void *comm) {

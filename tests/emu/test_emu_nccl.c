@@ -411,6 +411,19 @@ static cudaError_t c_nccl_grow_id_reused(void) {
   cudaSetDevice(3);
   return as_cuda(ncclCommGrow(NULL, 3, &id, 2, &again, NULL) == ncclSuccess); /* the same id again */
 }
+/* a grow while an all-reduce of the parent is still queued on a stream */
+static cudaError_t c_nccl_grow_outstanding(void) {
+  setenv("NTP_EMU_STREAMS", "lazy", 1);
+  ncclComm_t comm[2], grown;
+  float *buf[2];
+  if (!two_ranks(comm, buf)) return cudaErrorUnknown;
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) cudaSetDevice(r), ncclAllReduce(buf[r], buf[r], 64, ncclFloat32, ncclSum, comm[r], NULL);
+  if (ncclGroupEnd() != ncclSuccess) return cudaErrorUnknown;
+  cudaSetDevice(0);
+  if (ncclCommGetUniqueId(comm[0], &id) != ncclSuccess) return cudaErrorUnknown;
+  return as_cuda(ncclCommGrow(comm[0], 3, &id, -1, &grown, NULL) == ncclSuccess);
+}
 /* NTP_EMU_REPAIR_GPUS: GPU 1 fails, is repaired when the program inspects it, and works again as a
  * new device: what was made on it before it failed may not be used */
 static cudaError_t c_repaired_gpu_old_memory(void) {
@@ -450,6 +463,7 @@ static const selftest_case cases[] = {
     {"NCCL: grow by a rank on a new GPU, then all-reduce", c_nccl_grow, NULL},
     {"NCCL: grow with a new rank inside the parent's range", c_nccl_grow_bad_rank, "the new ranks are numbered from the parent's size"},
     {"NCCL: a grow's id used twice", c_nccl_grow_id_reused, "the grow's unique id was used already"},
+    {"NCCL: a grow with the parent's all-reduce in flight", c_nccl_grow_outstanding, "the parent has operations outstanding"},
     {"a repaired GPU: memory from before its failure", c_repaired_gpu_old_memory, "before it failed and was replaced"},
     {"NCCL: a destroy that waits for a failed GPU", c_failed_peer_destroy, "ncclCommDestroy on rank 0 would hang"},
     {"NCCL: NCCL_SHRINK_DEFAULT after a failure", c_failed_peer_shrink_default, "after a failure: NCCL_SHRINK_ABORT"},
