@@ -340,6 +340,9 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const struct
 
 /* ================================ output ================================ */
 
+/* Bytes as the planner's reports write them (2.00 GiB, 3.5 MiB, 1.0 KiB, 12 B) into buf; buf. */
+const char *plan_fmt_bytes(double b, char *buf, size_t cap);
+
 /* The plan file: `plan NAME for MODEL { world W; rules }` (rules compressed into patterns
  * where a family of layers agrees). `header` is written as comment lines first. */
 void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const plan_solution *s, const char *name,

@@ -214,7 +214,7 @@ int32_t pl_zero_candidates(const plan_request *rq, struct plan_zero_alt *alt);
 int pl_resilience(const plan_solution *s);
 
 /* write.c */
-const char *pl_fmt_bytes(double b, char *buf, size_t cap);
+#define pl_fmt_bytes plan_fmt_bytes /* planner.h: the reports' bytes, for the CLI too */
 const char *pl_fmt_time(double s, char *buf, size_t cap);
 /* write_stages.c: a pipelined plan's 'micro_batches' and stage lines; its stages, step and memory
    in the report; ", MFU x% (y TFLOP/s per GPU)" and the line's end */

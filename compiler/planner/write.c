@@ -199,7 +199,7 @@ void plan_write_plan(FILE *out, const plan_model *pm, const ir_module *m, const 
   free(R.range);
 }
 
-const char *pl_fmt_bytes(double b, char *buf, size_t cap) {
+const char *plan_fmt_bytes(double b, char *buf, size_t cap) {
   if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
   else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
   else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);

@@ -128,14 +128,6 @@ static ntpc_session *compile_model(const plan_opts *o, const char *plan_file, co
   return s;
 }
 
-static const char *gib(double b, char *buf, size_t cap) {
-  if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
-  else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
-  else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
-  else snprintf(buf, cap, "%.0f B", b);
-  return buf;
-}
-
 /* What the planner reported into the session's sink since diagnostic `from`: rendered with the
  * sources (caret, notes); exit 1, or 3 when it ran out of memory. */
 static int planner_failed(ntpc_session *s, const plan_opts *o, size_t from) {
@@ -238,19 +230,21 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
     printf("compiler check: the training program (forward, backward, gradient sync) compiles for %d ranks; busiest "
            "GPU: parameters %s (predicted %s), activation and gradient arena %s (predicted %s with the saved "
            "activations and the optimizer's state), received %s per step\n",
-           p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
-           gib(sol->rank_act[0] + sol->train_bytes, b4, sizeof b4), gib(recv, b5, sizeof b5));
+           p->world, plan_fmt_bytes(prm, b1, sizeof b1), plan_fmt_bytes(pprm, b2, sizeof b2),
+           plan_fmt_bytes(act, b3, sizeof b3), plan_fmt_bytes(sol->rank_act[0] + sol->train_bytes, b4, sizeof b4),
+           plan_fmt_bytes(recv, b5, sizeof b5));
   else
     printf("compiler check: the plan compiles for %d ranks; busiest GPU: parameters %s (predicted %s), activation "
            "arena %s (reserved %s), received %s per step\n",
-           p->world, gib(prm, b1, sizeof b1), gib(pprm, b2, sizeof b2), gib(act, b3, sizeof b3),
-           gib(sol->rank_act[0], b4, sizeof b4), gib(recv, b5, sizeof b5));
+           p->world, plan_fmt_bytes(prm, b1, sizeof b1), plan_fmt_bytes(pprm, b2, sizeof b2),
+           plan_fmt_bytes(act, b3, sizeof b3), plan_fmt_bytes(sol->rank_act[0], b4, sizeof b4),
+           plan_fmt_bytes(recv, b5, sizeof b5));
   free(wts);
   sh_program_free(p);
   ntpc_session_free(gs);
   if (shortfall > 0) {
     fprintf(stderr, "ntpc plan: internal error: the compiler's memory plan needs %s more than the cap on rank %d: the "
-            "planner's activation bound failed (not written)\n", gib(shortfall, b1, sizeof b1), short_rank);
+            "planner's activation bound failed (not written)\n", plan_fmt_bytes(shortfall, b1, sizeof b1), short_rank);
     return 3;
   }
   out_file out;
@@ -480,10 +474,10 @@ static int plan_healthy(plan_job *j) {
     goto done;
   }
   printf("plan %s: model %s on %d x %s (%s per GPU, %ld GPUs per node)\n\n", name, m->name, W, prof.device,
-         gib(sol.mem_cap, b1, sizeof b1), o.nodes_of);
+         plan_fmt_bytes(sol.mem_cap, b1, sizeof b1), o.nodes_of);
   plan_write_report(stdout, pm, &sol, &prof);
   header = strf("written by ntpc plan: %s on %d x %s, %s per GPU\npredicted %s step %.3f ms, %.0f tokens/s",
-                m->name, W, prof.device, gib(sol.mem_cap, b1, sizeof b1), o.train ? "training" : "forward",
+                m->name, W, prof.device, plan_fmt_bytes(sol.mem_cap, b1, sizeof b1), o.train ? "training" : "forward",
                 sol.step_s * 1e3, tokens / sol.step_s);
   title = strf("%s: %s on %d x %s", name, m->name, W, prof.device);
   rc = sol.pp_stages ? write_pipelined(&o, pm, m, &sol, j->rows, name, header ? header : "", pfile)
@@ -518,7 +512,7 @@ static int plan_after_failure(plan_job *j) {
   }
   const plan_solution *h = &f.healthy, *sv = &f.survivors;
   printf("failure re-planning: model %s on %d x %s (%s per GPU, %ld GPUs per node); failed GPUs:", m->name, W,
-         prof.device, gib(sv->mem_cap, b1, sizeof b1), o.nodes_of);
+         prof.device, plan_fmt_bytes(sv->mem_cap, b1, sizeof b1), o.nodes_of);
   for (int32_t k = 0; k < nfailed; k++) printf(" %d", failed[k]);
   printf("; %d survive\n", W - nfailed);
   if (h->feasible)

@@ -92,13 +92,6 @@ void plan_rows_free(plan_rows_ctx *c) {
   free(c);
 }
 
-static const char *gib(double b, char *buf, size_t cap) { /* as the planner's report writes bytes */
-  if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
-  else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
-  else snprintf(buf, cap, "%.1f KiB", b / 1024.0);
-  return buf;
-}
-
 /* the plan's text, in memory */
 static char *plan_text(const plan_model *pm, const ir_module *m, const plan_solution *sol, const char *name,
                        const char *header) {
@@ -148,12 +141,13 @@ static int report_program(const sh_program *p, const plan_solution *sol) {
          "parameters %s, arena %s, %s in all on rank %d (predicted %s), received %s per step\n",
          sol->train ? "training program (forward, backward, gradient sync)" : "plan", p->world, sol->pp_stages,
          sol->pp_stages == 1 ? "" : "s", sol->pp_replicas, sol->pp_replicas == 1 ? "" : "s", sol->micro_batches,
-         sol->micro_batches == 1 ? "" : "es", gib(prm, b1, sizeof b1), gib(arena, b2, sizeof b2),
-         gib(need_max, b3, sizeof b3), worst, gib(sol->mem_peak, b4, sizeof b4), gib(recv, b5, sizeof b5));
+         sol->micro_batches == 1 ? "" : "es", plan_fmt_bytes(prm, b1, sizeof b1), plan_fmt_bytes(arena, b2, sizeof b2),
+         plan_fmt_bytes(need_max, b3, sizeof b3), worst, plan_fmt_bytes(sol->mem_peak, b4, sizeof b4),
+         plan_fmt_bytes(recv, b5, sizeof b5));
   if (need_max > sol->mem_cap) {
     fprintf(stderr, "ntpc plan: internal error: the compiler's memory plan needs %s on rank %d, more than the cap %s: "
-            "the planner's memory bound failed (not written)\n", gib(need_max, b1, sizeof b1), worst,
-            gib(sol->mem_cap, b2, sizeof b2));
+            "the planner's memory bound failed (not written)\n", plan_fmt_bytes(need_max, b1, sizeof b1), worst,
+            plan_fmt_bytes(sol->mem_cap, b2, sizeof b2));
     return 3;
   }
   return 0;
