@@ -75,32 +75,9 @@ static int bench(const char *file, const char *define, int world, int runs, cons
   return 0;
 }
 
-/* the model at other batch rows, for the 3D search: compiled again with B set */
-typedef struct rows_ctx {
-  const char *file, *define;
-  ntpc_session *s[64];
-  plan_model *pm[64];
-  int n;
-} rows_ctx;
-
-static const plan_model *model_at(void *vc, int64_t rows) {
-  rows_ctx *c = vc;
-  if (c->n == 64) return NULL;
-  char def[64];
-  snprintf(def, sizeof def, "B=%lld", (long long)rows);
-  ntpc_session *s = ntpc_session_new();
-  if (c->define) ntpc_define_str(s, c->define);
-  ntpc_define_str(s, def);
-  if (ntpc_compile_file(s, c->file) != NTPC_OK) {
-    ntpc_session_free(s);
-    return NULL;
-  }
-  c->s[c->n] = s;
-  return c->pm[c->n++] = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
-}
-
 static int bench_3d(const char *file, const char *batch, int world, bool train, const plan_profile *prof) {
-  rows_ctx c = {.file = file, .define = batch};
+  const char *defs[1] = {batch}; /* the model at other batch rows, for the 3D search: B set again */
+  ntpc_rows_models *c = ntpc_rows_models_new(file, NULL, defs, 1, "B");
   ntpc_session *s = ntpc_session_new();
   ntpc_define_str(s, batch);
   if (ntpc_compile_file(s, file) != NTPC_OK) {
@@ -110,7 +87,7 @@ static int bench_3d(const char *file, const char *batch, int world, bool train, 
   }
   plan_model *pm = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
   plan_request rq = {.world = world, .prof = prof, .train = train, .zero = train ? PLAN_ZERO_AUTO : 0,
-                     .model_at_rows = model_at, .rows_ctx = &c};
+                     .model_at_rows = ntpc_rows_model, .rows_ctx = c};
   plan_solution sol = {0};
   double t0 = pl_bench_now_ms();
   bool ok = pm && plan_solve_3d(pm, ntpc_module(s), &rq, &sol, ntpc_diag_sink(s));
@@ -126,10 +103,7 @@ static int bench_3d(const char *file, const char *batch, int world, bool train, 
   plan_solution_free(&sol);
   plan_model_free(pm);
   ntpc_session_free(s);
-  for (int i = 0; i < c.n; i++) {
-    plan_model_free(c.pm[i]);
-    ntpc_session_free(c.s[i]);
-  }
+  ntpc_rows_models_free(c);
   return ok ? 0 : 1;
 }
 

@@ -117,6 +117,21 @@ const struct ir_module *ntpc_module(const ntpc_session *s);
 /* The sharded program after a successful compile that sharded (NULL otherwise). */
 const struct sh_program *ntpc_sharded(const ntpc_session *s);
 
+/* The model of `file` compiled again at other batch rows, for the planner's 3D search (its
+ * micro-batches): give ntpc_rows_model and the set as plan_request.model_at_rows and .rows_ctx.
+ * Each is compiled once, with dim `dim` at the rows, the other -D overrides (`defines`, kept by
+ * reference) as given and `model` selected (NULL: the first); NULL when out of memory. */
+struct plan_model;
+typedef struct ntpc_rows_models ntpc_rows_models;
+ntpc_rows_models *ntpc_rows_models_new(const char *file, const char *model, const char *const *defines, int ndefines,
+                                       const char *dim);
+const struct plan_model *ntpc_rows_model(void *rows_models, int64_t rows); /* NULL: it does not compile */
+const char *ntpc_rows_dim(const ntpc_rows_models *r);
+void ntpc_rows_models_free(ntpc_rows_models *r);
+/* The dim of m that sets its batch: the one whose value is `rows`; of several, the one named B.
+ * NULL with *why when there is none, or several and none named B. */
+const char *ntpc_batch_dim(const struct ir_module *m, int64_t rows, const char **why);
+
 /* The codegen pass's output, one per rank (NULL unless ntpc_want_cuda and a sharded compile). */
 const struct cg_module *ntpc_cuda_modules(const ntpc_session *s);
 /* The compiled program as the runtime reads it (runtime/ntp_program.h: ntp_program_read): the

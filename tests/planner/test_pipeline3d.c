@@ -26,41 +26,6 @@
 #define PP_FREE_GAP 0.03 /* ... where it does not */
 #define PP_EXACT 0.9     /* the share of feasible cases where it finds the optimum */
 
-typedef struct models {
-  const char *dims[8];
-  ntpc_session *s[16];
-  plan_model *pm[16];
-  int64_t rows[16];
-  int n;
-} models;
-
-static const plan_model *model_at(void *vc, int64_t rows) {
-  models *c = vc;
-  for (int i = 0; i < c->n; i++)
-    if (c->rows[i] == rows) return c->pm[i];
-  if (c->n == 16) return NULL;
-  ntpc_session *s = ntpc_session_new();
-  for (int d = 0; c->dims[d]; d++) ntpc_define_str(s, c->dims[d]);
-  char def[32];
-  snprintf(def, sizeof def, "B=%lld", (long long)rows);
-  ntpc_define_str(s, def);
-  if (ntpc_compile_file(s, "examples/byte_gpt.ntp") != NTPC_OK) {
-    ntpc_session_free(s);
-    return NULL;
-  }
-  c->s[c->n] = s;
-  c->rows[c->n] = rows;
-  return c->pm[c->n++] = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
-}
-
-static void models_free(models *c) {
-  for (int i = 0; i < c->n; i++) {
-    plan_model_free(c->pm[i]);
-    ntpc_session_free(c->s[i]);
-  }
-  c->n = 0;
-}
-
 static uint64_t rng;
 static int pick(int n) {
   rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -90,15 +55,16 @@ int main(int argc, char **argv) {
     plan_profile_builtin(gpu, &prof);
     char bdim[32];
     snprintf(bdim, sizeof bdim, "B=%d", d * m * b);
-    models ms = {.dims = {"S=16", "D=32", "H=4", small ? "L=1" : "L=2", NULL}};
-    const plan_model *pm = model_at(&ms, d * m * b);
+    const char *dims[4] = {"S=16", "D=32", "H=4", small ? "L=1" : "L=2"};
+    ntpc_rows_models *ms = ntpc_rows_models_new("examples/byte_gpt.ntp", NULL, dims, 4, "B");
+    const plan_model *pm = ms ? ntpc_rows_model(ms, d * m * b) : NULL;
     if (!pm) {
       CHECKF(false, "case %d: byte_gpt does not compile", c);
-      models_free(&ms);
+      ntpc_rows_models_free(ms);
       continue;
     }
     plan_request rq = {.world = g * p * d, .prof = &prof, .mem_cap = cap, .train = train, .zero = 0,
-                       .model_at_rows = model_at, .rows_ctx = &ms};
+                       .model_at_rows = ntpc_rows_model, .rows_ctx = ms};
     diag_sink quiet = {0};
     double fast = plan_pipeline_shape(pm, &rq, g, p, d, m, false, &quiet);
     double best = plan_pipeline_shape(pm, &rq, g, p, d, m, true, &quiet);
@@ -130,7 +96,7 @@ int main(int argc, char **argv) {
       CHECKF(!isfinite(fast), "case %d (--seed %llu --cases 1): the search fits where the enumeration finds nothing", c,
              (unsigned long long)cs);
     }
-    models_free(&ms);
+    ntpc_rows_models_free(ms);
   }
   CHECKF(exact >= PP_EXACT * feasible, "the search finds the optimum in only %d of %d feasible cases", exact, feasible);
   printf("%d cases: %d feasible (%d with memory binding); the search equals the enumeration on %d, worst miss %.2f%%\n",

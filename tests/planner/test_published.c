@@ -43,41 +43,34 @@ static const struct row {
     {"1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 52},
 };
 
-typedef struct ctx {
-  const struct row *r;
-  ntpc_session *s[32];
-  plan_model *pm[32];
-  int64_t rows[32];
-  int n;
-} ctx;
+/* the row's dims (B aside) as -D overrides */
+typedef struct dims {
+  char d[5][48];
+  const char *p[5];
+} dims;
+static void row_dims(const struct row *r, dims *x) {
+  snprintf(x->d[0], sizeof x->d[0], "D=%d", r->hidden);
+  snprintf(x->d[1], sizeof x->d[1], "H=%d", r->heads);
+  snprintf(x->d[2], sizeof x->d[2], "L=%d", r->layers);
+  snprintf(x->d[3], sizeof x->d[3], "V=51200");
+  snprintf(x->d[4], sizeof x->d[4], "S=2048");
+  for (int i = 0; i < 5; i++) x->p[i] = x->d[i];
+}
 
 static ntpc_session *compile(const struct row *r, int64_t batch) {
   ntpc_session *s = ntpc_session_new();
-  char d[6][48];
-  snprintf(d[0], sizeof d[0], "D=%d", r->hidden);
-  snprintf(d[1], sizeof d[1], "H=%d", r->heads);
-  snprintf(d[2], sizeof d[2], "L=%d", r->layers);
-  snprintf(d[3], sizeof d[3], "B=%lld", (long long)batch);
-  snprintf(d[4], sizeof d[4], "V=51200");
-  snprintf(d[5], sizeof d[5], "S=2048");
-  for (int i = 0; i < 6; i++) ntpc_define_str(s, d[i]);
+  dims x;
+  row_dims(r, &x);
+  char b[48];
+  snprintf(b, sizeof b, "B=%lld", (long long)batch);
+  for (int i = 0; i < 5; i++) ntpc_define_str(s, x.p[i]);
+  ntpc_define_str(s, b);
   if (ntpc_compile_file(s, "examples/gpt3_175b_train.ntp") != NTPC_OK) {
     ntpc_print_diags(s, stderr, 0);
     ntpc_session_free(s);
     return NULL;
   }
   return s;
-}
-
-static const plan_model *model_at(void *vc, int64_t rows_) {
-  ctx *c = vc;
-  for (int i = 0; i < c->n; i++)
-    if (c->rows[i] == rows_) return c->pm[i];
-  ntpc_session *s = c->n < 32 ? compile(c->r, rows_) : NULL;
-  if (!s) return NULL;
-  c->s[c->n] = s;
-  c->rows[c->n] = rows_;
-  return c->pm[c->n++] = plan_model_new(ntpc_module(s), ntpc_diag_sink(s));
 }
 
 /* Plans the row with rq (zero, recompute, sequence parallelism as set), the step (INFINITY: none)
@@ -108,7 +101,9 @@ int main(int argc, char **argv) {
          "predicted step | TFLOP/s per GPU (%% of peak) | vs published |\n|---|---|---|---|---|---|---|\n");
   for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
     const struct row *r = &rows[k];
-    ctx c = {.r = r};
+    dims x; /* the model at other batch rows, for the 3D search */
+    row_dims(r, &x);
+    ntpc_rows_models *c = ntpc_rows_models_new("examples/gpt3_175b_train.ntp", NULL, x.p, 5, "B");
     ntpc_session *s = compile(r, r->batch);
     plan_model *pm = s ? plan_model_new(ntpc_module(s), ntpc_diag_sink(s)) : NULL;
     if (s && !pm) ntpc_print_diags(s, stderr, 0);
@@ -116,8 +111,8 @@ int main(int argc, char **argv) {
     if (!pm) continue;
     double B = r->batch, sq = 2048, l = r->layers, h = r->hidden, V = 51200;
     double F = 96 * B * sq * l * h * h * (1 + sq / (6 * h) + V / (16 * l * h)); /* the paper's FLOPs of a step */
-    plan_request rq = {.world = r->gpus, .prof = &a100, .train = true, .zero = PLAN_ZERO_AUTO, .model_at_rows = model_at,
-                       .rows_ctx = &c};
+    plan_request rq = {.world = r->gpus, .prof = &a100, .train = true, .zero = PLAN_ZERO_AUTO, .model_at_rows = ntpc_rows_model,
+                       .rows_ctx = c};
     /* 1. Megatron's configuration priced: tp 8 in every stage, every layer recomputed, no sequence
           parallelism (2021), micro-batches of one row, no ZeRO */
     plan_request mq = rq;
@@ -152,10 +147,7 @@ int main(int argc, char **argv) {
            s2021, snow);
     plan_model_free(pm);
     ntpc_session_free(s);
-    for (int i = 0; i < c.n; i++) {
-      plan_model_free(c.pm[i]);
-      ntpc_session_free(c.s[i]);
-    }
+    ntpc_rows_models_free(c);
   }
   return check_report("test_published");
 }

@@ -255,7 +255,7 @@ static int write_plan_checked(ntpc_session *s, const plan_opts *o, const plan_mo
 
 /* A pipelined plan: checked by compiling its text, then written whole. */
 static int write_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
-                           const plan_rows_ctx *rows, const char *name, const char *header, const char *path) {
+                           const ntpc_rows_models *rows, const char *name, const char *header, const char *path) {
   int rc = 0;
   char *text = plan_check_pipelined(o, pm, m, sol, rows, name, header, &rc);
   if (!text) return rc;
@@ -446,7 +446,7 @@ typedef struct plan_job {
   size_t seen; /* diagnostics already printed */
   int32_t W;
   double tokens;
-  const plan_rows_ctx *rows; /* the model at other batch rows (pipelines), or NULL */
+  const ntpc_rows_models *rows; /* the model at other batch rows (pipelines), or NULL */
 } plan_job;
 
 /* The healthy plan: search, report, check with the compiler, write. The exit status. */
@@ -709,8 +709,10 @@ int ntpc_plan_command(int argc, char **argv) {
   optimizer_of_plan(&o, m, &rq);
   /* the 3D search recompiles the model at its micro-batches' rows; without a batch dim it is off */
   const char *why = NULL;
-  plan_rows_ctx *rows = nfailed || m->active_plan >= 0 ? NULL : plan_rows_new(&o, m, plan_model_rows(pm), &why);
-  if (rows) rq.model_at_rows = plan_rows_model, rq.rows_ctx = rows;
+  const char *dim = nfailed || m->active_plan >= 0 ? NULL : ntpc_batch_dim(m, plan_model_rows(pm), &why);
+  ntpc_rows_models *rows = dim ? ntpc_rows_models_new(o.file, o.model, o.defines, o.ndefines, dim) : NULL;
+  if (dim && !rows) why = "out of memory";
+  if (rows) rq.model_at_rows = ntpc_rows_model, rq.rows_ctx = rows;
   else if ((o.stages > 1 || o.micro_batches > 1) && !nfailed) {
     fprintf(stderr, "ntpc plan: error: --stages and --micro-batches need pipelines: %s\n",
             why ? why : "a --plan's rules or --fail keep the flat search");
@@ -739,7 +741,7 @@ int ntpc_plan_command(int argc, char **argv) {
     fclose(plan_stdout);
     plan_stdout = NULL;
   }
-  plan_rows_free(rows);
+  ntpc_rows_models_free(rows);
   free(pfile);
   free(sfile);
   plan_model_free(pm);

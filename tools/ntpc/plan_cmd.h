@@ -23,21 +23,12 @@ typedef struct plan_opts {
   long stages, micro_batches; /* --stages, --micro-batches: 0 chosen (the 3D search) */
 } plan_opts;
 
-/* The 3D search's models at other batch rows (plan_request.model_at_rows): the model file compiled
- * again with its batch dim (the dim whose value is the rows entering the first layer) set. */
-typedef struct plan_rows_ctx plan_rows_ctx;
-/* NULL when the batch dim cannot be told (no dim, or several, none named B), with why in *why */
-plan_rows_ctx *plan_rows_new(const plan_opts *o, const ir_module *m, int64_t rows, const char **why);
-const plan_model *plan_rows_model(void *ctx, int64_t rows);
-void plan_rows_free(plan_rows_ctx *c);
-const char *plan_rows_dim(const plan_rows_ctx *c); /* the batch dim's name */
-
 /* A pipelined plan checked as `ntpc check` would read it: its text compiled for its world (the
  * training program with --train), every rank's memory plan within the cap; the compiler's figures
  * printed, and the text returned (malloc'd) for the caller to write. NULL and *rc (2 or 3) on
  * failure, reported. */
 char *plan_check_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
-                           const plan_rows_ctx *rows, const char *name, const char *header, int *rc);
+                           const ntpc_rows_models *rows, const char *name, const char *header, int *rc);
 
 /* `--fail` on a --plan with pipeline stages: the survivors' staged plan printed, checked and written to
  * path (plan_failover_stages). The exit status. */

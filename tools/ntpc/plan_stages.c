@@ -1,6 +1,6 @@
-/* plan_stages.c — `ntpc plan`'s pipelines: the model compiled at other batch rows for the 3D
- * search (its micro-batches), and a pipelined plan checked by compiling its text, as `ntpc
- * check --plan` will read it (docs/planner.md, "Pipelines"). */
+/* plan_stages.c — `ntpc plan`'s pipelines: a pipelined plan checked by compiling its text, as
+ * `ntpc check --plan` will read it (docs/planner.md, "Pipelines"); the model at other batch rows
+ * for the 3D search is ntpc_rows_models (compiler/api_rows.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,87 +10,6 @@
 #include "cli.h"
 #include "plan_cmd.h"
 #include "shard.h"
-
-typedef struct rows_model {
-  int64_t rows;
-  ntpc_session *s;
-  plan_model *pm;
-} rows_model;
-
-struct plan_rows_ctx {
-  const plan_opts *o;
-  const char *dim; /* the batch dim's name */
-  rows_model *made;
-  int n;
-};
-
-/* The dim that sets the batch: the one whose value is the rows; of several, the one named B. */
-plan_rows_ctx *plan_rows_new(const plan_opts *o, const ir_module *m, int64_t rows, const char **why) {
-  const char *dim = NULL;
-  int found = 0;
-  for (size_t i = 0; i < m->n_dims; i++)
-    if (m->dims[i].value == rows) {
-      found++;
-      if (!dim || strcmp(m->dims[i].name, "B") == 0) dim = m->dims[i].name;
-    }
-  if (!found) *why = "no dim of the model is its batch rows";
-  else if (found > 1 && strcmp(dim, "B") != 0) *why = "several dims equal the batch rows and none is named B";
-  if (!found || (found > 1 && strcmp(dim, "B") != 0)) return NULL;
-  plan_rows_ctx *c = calloc(1, sizeof *c);
-  if (c) c->o = o, c->dim = dim;
-  else *why = "out of memory";
-  return c;
-}
-
-/* the model file compiled with the batch dim at `rows` (no plan, no sharding: the planner's input) */
-static ntpc_session *compile_at(const plan_rows_ctx *c, int64_t rows) {
-  ntpc_session *s = ntpc_session_new();
-  if (!s) return NULL;
-  size_t dl = strlen(c->dim);
-  for (int i = 0; i < c->o->ndefines; i++) /* the user's other dims, then ours */
-    if (strncmp(c->o->defines[i], c->dim, dl) != 0 || c->o->defines[i][dl] != '=') ntpc_define_str(s, c->o->defines[i]);
-  char def[96];
-  snprintf(def, sizeof def, "%s=%lld", c->dim, (long long)rows);
-  ntpc_define_str(s, def);
-  if (c->o->model) ntpc_select_model(s, c->o->model);
-  ntpc_set_world(s, -1);
-  if (ntpc_compile_file(s, c->o->file) != NTPC_OK) {
-    ntpc_session_free(s);
-    return NULL;
-  }
-  return s;
-}
-
-const plan_model *plan_rows_model(void *ctx, int64_t rows) {
-  plan_rows_ctx *c = ctx;
-  for (int i = 0; i < c->n; i++)
-    if (c->made[i].rows == rows) return c->made[i].pm;
-  rows_model *nm = realloc(c->made, (size_t)(c->n + 1) * sizeof *nm);
-  if (!nm) return NULL;
-  c->made = nm;
-  rows_model *r = &c->made[c->n];
-  *r = (rows_model){.rows = rows, .s = compile_at(c, rows)};
-  if (!r->s) return NULL;
-  diag_sink quiet = {0};
-  r->pm = plan_model_new(ntpc_module(r->s), &quiet);
-  diag_free(&quiet);
-  if (!r->pm) {
-    ntpc_session_free(r->s);
-    return NULL;
-  }
-  c->n++;
-  return r->pm;
-}
-
-void plan_rows_free(plan_rows_ctx *c) {
-  if (!c) return;
-  for (int i = 0; i < c->n; i++) {
-    plan_model_free(c->made[i].pm);
-    ntpc_session_free(c->made[i].s);
-  }
-  free(c->made);
-  free(c);
-}
 
 /* the plan's text, in memory */
 static char *plan_text(const plan_model *pm, const ir_module *m, const plan_solution *sol, const char *name,
@@ -153,8 +72,6 @@ static int report_program(const sh_program *p, const plan_solution *sol) {
   return 0;
 }
 
-const char *plan_rows_dim(const plan_rows_ctx *c) { return c->dim; }
-
 /* Past CHECK_RANKS ranks, or with more than twice as many micro-batches as stages, compiling the
  * whole plan takes minutes and gigabytes: the check compiles one replica of the pipeline with
  * min(m, p) micro-batches of the plan's rows, whose every rank holds the same slices, runs the
@@ -163,14 +80,14 @@ const char *plan_rows_dim(const plan_rows_ctx *c) { return c->dim; }
 #define CHECK_RANKS 64
 
 char *plan_check_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
-                           const plan_rows_ctx *rows, const char *name, const char *header, int *rc) {
+                           const ntpc_rows_models *rows, const char *name, const char *header, int *rc) {
   char *text = plan_text(pm, m, sol, name, header), path[512], *ctext = text, def[96] = "";
   plan_solution one = *sol;
   if (sol->world > CHECK_RANKS || sol->micro_batches > 2 * sol->pp_stages) {
     one.pp_replicas = 1;
     one.world = sol->pp_stages * sol->pp_stage_world;
     one.micro_batches = sol->micro_batches < sol->pp_stages ? sol->micro_batches : sol->pp_stages;
-    snprintf(def, sizeof def, "%s=%lld", plan_rows_dim(rows), (long long)(sol->micro_rows * one.micro_batches));
+    snprintf(def, sizeof def, "%s=%lld", ntpc_rows_dim(rows), (long long)(sol->micro_rows * one.micro_batches));
     ctext = text ? plan_text(pm, m, &one, name, header) : NULL;
   }
   if (!ctext || !temp_plan(ctext, path, sizeof path)) {
