@@ -181,6 +181,11 @@ check slow-pp-fail 0 "$ntpc" train $sl $ppf --slow 3:2 --fail-at 4:6 --join-at 6
 expect_text slow-pp-fail "step    4: GPU 6 failed; the planner re-plans for the 7 survivors:"
 expect_text slow-pp-fail "step    6: GPU 6 back, repaired; the planner re-plans for the 8 GPUs:"
 same_losses slow-pp-fail
+# ... and after a failure: the survivors' plan (7 GPUs) re-split around the straggler
+check slow-fail 0 "$ntpc" train $sl --plan tests/plans/byte_gpt_two4.ntp --fail-at 2:6 --slow 3:2
+expect_text slow-fail "step    3: GPU 3 is slow: 2.00x"
+expect_text slow-fail "    world 7;"
+same_losses slow-fail
 check slow-usage 2 "$ntpc" train $fa --plan tests/plans/byte_gpt_two4.ntp --slow 3:0.5
 expect_text slow-usage "--slow 3:0.5: expected GPU:FACTOR"
 check fail-usage 2 "$ntpc" train $fa --fail-at 4:1

@@ -110,6 +110,13 @@ ntp_program *train_replan(const train_source *src, int32_t world, const replan_a
   }
   *phys = sphys;
   FILE *in = fopen(path, "r"); /* the plan, for the log */
+  if (ask->text && in) { /* and whole, for the caller */
+    fseek(in, 0, SEEK_END);
+    long n = ftell(in);
+    rewind(in);
+    if (n >= 0 && (*ask->text = malloc((size_t)n + 1))) (*ask->text)[fread(*ask->text, 1, (size_t)n, in)] = 0;
+    rewind(in);
+  }
   char line[512];
   size_t used = 0;
   if (ask->log && ask->log_cap) ask->log[0] = 0;

@@ -85,6 +85,7 @@ typedef struct replan_ask {
   const double *pipe_scale; /* each healthy pipeline's pace times this (rows shared as measured), or NULL */
   char *log;                /* the plan's lines go here (log_cap bytes) instead of stdout, or NULL */
   size_t log_cap;
+  char **text;              /* the whole plan file (malloc'd) here, or NULL */
 } replan_ask;
 ntp_program *train_replan(const train_source *src, int32_t world, const replan_ask *ask, int32_t **phys, char *err,
                           size_t cap);

@@ -132,6 +132,7 @@ typedef struct piece_rate {
 
 typedef struct resplit {
   const sh_program *sp; /* the run's program, as compiled (its placements) */
+  const int32_t *phys;  /* its rank r on physical GPU phys[r] (NULL: r) */
   int32_t slow_rank;
   double speed;
   bool isolate;         /* cut the straggler's groups so it is a group of its own */
@@ -204,7 +205,7 @@ static ntp_program *candidate(const train_source *src, const ir_module *m, const
   size_t n = in ? fread(text, 1, tcap - 1, in) : 0;
   text[n] = 0;
   if (in) fclose(in);
-  ntpc_session *s = ok ? train_session(src, true, rs->sp->world, path, "resplit", NULL, err, cap) : NULL;
+  ntpc_session *s = ok ? train_session(src, true, rs->sp->world, path, "resplit", rs->phys, err, cap) : NULL;
   if (s) prog = session_program(s, err, cap);
   ntpc_session_free(s);
   unlink(path);
@@ -216,7 +217,7 @@ static void measure_rates(resplit *rs, const ir_module *m, const ntp_program *p,
   double *busy = calloc((size_t)p->world + 1, sizeof *busy), *work = calloc((size_t)p->world + 1, sizeof *work);
   piece_rate *pr = calloc(NTP_MAX_GROUPS * 4, sizeof *pr);
   int np = 0;
-  if (busy && work && pr && isfinite(straggler_timeline(p, NULL, slow, busy, work)))
+  if (busy && work && pr && isfinite(straggler_timeline(p, rs->phys, slow, busy, work)))
     for (size_t l = 0; l < m->n_layers; l++) {
       int32_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
       int64_t share[NTP_MAX_GROUPS], rows;
@@ -311,6 +312,27 @@ static ntp_program *staged_resplit(const train_source *src, int32_t world, const
   return best;
 }
 
+/* the survivors' plan of `failed` compiled (no gradient pass: its placements are what a re-split
+ * reads), rank r on GPU (*phys)[r] */
+static ntpc_session *survivors_session(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
+                                       int32_t **phys, char *err, size_t cap) {
+  char *text = NULL, log[1];
+  replan_ask ask = {.failed = failed, .nfailed = nfailed, .log = log, .log_cap = sizeof log, .text = &text};
+  ntp_program *p = train_replan(src, world, &ask, phys, err, cap);
+  char path[] = "/tmp/ntp-survivors-XXXXXX";
+  int fd = p && text ? mkstemp(path) : -1;
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  bool ok = f && fputs(text, f) >= 0;
+  if (f) ok = fclose(f) == 0 && ok;
+  else if (fd >= 0) close(fd);
+  ntpc_session *s = ok ? train_session(src, false, p->world, path, "survivors", *phys, err, cap) : NULL;
+  if (fd >= 0) unlink(path);
+  if (!s) free(*phys), *phys = NULL;
+  ntp_program_free(p);
+  free(text);
+  return s;
+}
+
 ntp_program *straggler_resplit(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
                                int32_t slow_gpu, double speed, const double *slow, double *best_span, int32_t **nphys,
                                char *err, size_t cap) {
@@ -324,17 +346,24 @@ ntp_program *straggler_resplit(const train_source *src, int32_t world, const int
     best = staged_resplit(src, world, failed, nfailed, &sp->pipes, slow_gpu, slow, best_span, nphys, err, cap);
     sp = NULL;
     if (best_text) best_text[0] = 0;
-  } else if (sp && nfailed) {
-    snprintf(err, cap, "a straggler after a failure is re-split in plans with pipeline stages only");
-    sp = NULL;
+  }
+  int32_t *phys = NULL, slow_rank = slow_gpu;
+  if (sp && nfailed) { /* after a failure: the survivors' plan is the one re-split (rank r on GPU phys[r]) */
+    ntpc_session_free(now), now = NULL, sp = NULL;
+    now = survivors_session(src, world, failed, nfailed, &phys, err, cap);
+    sp = now ? ntpc_sharded(now) : NULL;
+    slow_rank = -1;
+    for (int32_t r = 0; sp && r < sp->world; r++)
+      if (phys[r] == slow_gpu) slow_rank = r;
+    if (sp && slow_rank < 0) snprintf(err, cap, "internal: GPU %d is not in the survivors' plan", slow_gpu), sp = NULL;
   }
   for (int iso = 1; sp && text && best_text && iso >= 0; iso--) {
-    resplit rs = {.sp = sp, .slow_rank = slow_gpu, .speed = speed, .isolate = iso};
+    resplit rs = {.sp = sp, .phys = phys, .slow_rank = slow_rank, .speed = speed, .isolate = iso};
     for (int it = 0; it < 3; it++) { /* the rows, then the rows again at the rates measured */
       ntp_program *p = candidate(src, ntpc_module(now), &rs, text, 1 << 16, err, cap);
       if (!p) break;
       double *busy = calloc((size_t)world + 1, sizeof *busy), *work = calloc((size_t)world + 1, sizeof *work);
-      double span = busy && work ? straggler_timeline(p, NULL, slow, busy, work) : NAN;
+      double span = busy && work ? straggler_timeline(p, phys, slow, busy, work) : NAN;
       free(busy);
       free(work);
       measure_rates(&rs, ntpc_module(now), p, slow);
@@ -357,6 +386,8 @@ ntp_program *straggler_resplit(const train_source *src, int32_t world, const int
   free(text);
   free(best_text);
   ntpc_session_free(now);
+  if (best && phys && !*nphys) *nphys = phys; /* a flat plan after a failure: its ranks' GPUs */
+  else if (phys != *nphys) free(phys);
   return best;
 }
 
