@@ -47,6 +47,7 @@ typedef struct cluster {
   float *factor;    /* per GPU: 1, or its slowdown */
   int32_t *lost;    /* per group */
   double *slow;     /* per group: its slowest up GPU's factor */
+  bool slow_changed; /* by the last event */
   pending *rep;     /* repairs to come */
   pending *fast;    /* slowdowns' ends to come */
 } cluster;
@@ -73,6 +74,7 @@ static void group_slow(cluster *k, int32_t g) {
   double f = 1;
   for (int32_t i = g * k->c->tp; i < (g + 1) * k->c->tp; i++)
     if (!k->down[i] && k->factor[i] > f) f = k->factor[i];
+  k->slow_changed = k->slow[g] != f;
   k->slow[g] = f;
 }
 
@@ -221,8 +223,9 @@ bool gp_simulate(const gp_config *c, const gp_failures *f, const gp_costs *k, do
       double before = pr[p].e.throughput;
       bool stop = stops(c, (gp_policy)p, &pr[p], cl.lost, ev, g);
       if (stop) memcpy(pr[p].cfg, cl.lost, (size_t)cl.G * sizeof *cl.lost);
-      /* every policy's rate follows the stragglers; its configuration changes only at a stop */
-      pr[p].e = gp_evaluate_slow(c, (gp_policy)p, pr[p].cfg, cl.slow);
+      /* every policy's rate follows the stragglers; its configuration changes only at a stop: where
+       * neither changed, its rate is what it was */
+      if (stop || cl.slow_changed) pr[p].e = gp_evaluate_slow(c, (gp_policy)p, pr[p].cfg, cl.slow);
       ok = pr[p].e.replicas >= 0;
       if (stop && measuring) charge_stop(&pr[p], (gp_policy)p, ev, k, before, t, t0, t1, out);
     }
