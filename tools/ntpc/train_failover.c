@@ -49,11 +49,10 @@ ntpc_session *train_session(const train_source *src, bool grad, int32_t world, c
   return s;
 }
 
-ntp_program *train_replan(const train_source *src, int32_t world, const replan_ask *ask, int32_t **phys, char *err,
-                          size_t cap) {
+ntpc_session *train_replan_session(const train_source *src, int32_t world, const replan_ask *ask, bool grad,
+                                   int32_t **phys, char *err, size_t cap) {
   const int32_t *failed = ask->failed, nfailed = ask->nfailed;
   *phys = NULL;
-  ntp_program *prog = NULL;
   plan_model *pm = NULL;
   plan_failover f;
   bool solved = false;
@@ -103,20 +102,12 @@ ntp_program *train_replan(const train_source *src, int32_t world, const replan_a
   if (keep.opt.zero < 0 && keep.opt.redundancy < 0 && hpl && hpl->zero_loc.first_line)
     keep.opt.zero = hpl->zero, keep.opt.redundancy = hpl->redundancy;
   if (keep.opt.domain_size < 0 && hpl && hpl->domain_size) keep.opt.domain_size = hpl->domain_size;
-  if (!(next = train_session(&keep, true, nworld, path, "survivors", sphys, err, cap)) ||
-      !(prog = session_program(next, err, cap))) {
+  if (!(next = train_session(&keep, grad, nworld, path, "survivors", sphys, err, cap))) {
     free(sphys);
     goto done;
   }
   *phys = sphys;
   FILE *in = fopen(path, "r"); /* the plan, for the log */
-  if (ask->text && in) { /* and whole, for the caller */
-    fseek(in, 0, SEEK_END);
-    long n = ftell(in);
-    rewind(in);
-    if (n >= 0 && (*ask->text = malloc((size_t)n + 1))) (*ask->text)[fread(*ask->text, 1, (size_t)n, in)] = 0;
-    rewind(in);
-  }
   char line[512];
   size_t used = 0;
   if (ask->log && ask->log_cap) ask->log[0] = 0;
@@ -134,8 +125,16 @@ done:
   unlink(path);
   if (solved) plan_failover_free(&f);
   plan_model_free(pm);
-  ntpc_session_free(next);
   ntpc_session_free(healthy);
+  return next;
+}
+
+ntp_program *train_replan(const train_source *src, int32_t world, const replan_ask *ask, int32_t **phys, char *err,
+                          size_t cap) {
+  ntpc_session *s = train_replan_session(src, world, ask, true, phys, err, cap);
+  ntp_program *prog = s ? session_program(s, err, cap) : NULL;
+  ntpc_session_free(s);
+  if (!prog) free(*phys), *phys = NULL;
   return prog;
 }
 

@@ -85,9 +85,12 @@ typedef struct replan_ask {
   const double *pipe_scale; /* each healthy pipeline's pace times this (rows shared as measured), or NULL */
   char *log;                /* the plan's lines go here (log_cap bytes) instead of stdout, or NULL */
   size_t log_cap;
-  char **text;              /* the whole plan file (malloc'd) here, or NULL */
 } replan_ask;
 ntp_program *train_replan(const train_source *src, int32_t world, const replan_ask *ask, int32_t **phys, char *err,
                           size_t cap);
+/* The same plan compiled (with the gradient pass when grad), the session returned (the caller
+ * frees it) instead of its program: what a re-split reads the survivors' placements from. */
+ntpc_session *train_replan_session(const train_source *src, int32_t world, const replan_ask *ask, bool grad,
+                                   int32_t **phys, char *err, size_t cap);
 
 #endif

@@ -312,27 +312,6 @@ static ntp_program *staged_resplit(const train_source *src, int32_t world, const
   return best;
 }
 
-/* the survivors' plan of `failed` compiled (no gradient pass: its placements are what a re-split
- * reads), rank r on GPU (*phys)[r] */
-static ntpc_session *survivors_session(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
-                                       int32_t **phys, char *err, size_t cap) {
-  char *text = NULL, log[1];
-  replan_ask ask = {.failed = failed, .nfailed = nfailed, .log = log, .log_cap = sizeof log, .text = &text};
-  ntp_program *p = train_replan(src, world, &ask, phys, err, cap);
-  char path[] = "/tmp/ntp-survivors-XXXXXX";
-  int fd = p && text ? mkstemp(path) : -1;
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  bool ok = f && fputs(text, f) >= 0;
-  if (f) ok = fclose(f) == 0 && ok;
-  else if (fd >= 0) close(fd);
-  ntpc_session *s = ok ? train_session(src, false, p->world, path, "survivors", *phys, err, cap) : NULL;
-  if (fd >= 0) unlink(path);
-  if (!s) free(*phys), *phys = NULL;
-  ntp_program_free(p);
-  free(text);
-  return s;
-}
-
 ntp_program *straggler_resplit(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
                                int32_t slow_gpu, double speed, const double *slow, double *best_span, int32_t **nphys,
                                char *err, size_t cap) {
@@ -350,7 +329,9 @@ ntp_program *straggler_resplit(const train_source *src, int32_t world, const int
   int32_t *phys = NULL, slow_rank = slow_gpu;
   if (sp && nfailed) { /* after a failure: the survivors' plan is the one re-split (rank r on GPU phys[r]) */
     ntpc_session_free(now), now = NULL, sp = NULL;
-    now = survivors_session(src, world, failed, nfailed, &phys, err, cap);
+    char log[1]; /* the plan is printed once re-split */
+    replan_ask ask = {.failed = failed, .nfailed = nfailed, .log = log, .log_cap = sizeof log};
+    now = train_replan_session(src, world, &ask, false, &phys, err, cap);
     sp = now ? ntpc_sharded(now) : NULL;
     slow_rank = -1;
     for (int32_t r = 0; sp && r < sp->world; r++)
