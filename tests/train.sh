@@ -168,14 +168,16 @@ rec=$(sed -n 's/.* \([0-9-]*\)% of what the straggler cost recovered.*/\1/p' "$t
 if [ -n "$rec" ] && [ "$rec" -ge 80 ]; then ok; else bad "slow: $rec% of the straggler's cost recovered (at least 80 expected)"; fi
 echo "slow: ${rec}% of the straggler's cost recovered on the timeline"
 # --slow on a staged plan: the straggler's replica cut again around it (its stage fewer layers, its
-# replica fewer rows) or its stage without it, the faster on the timeline; then a failure and a
-# repair whose re-plans keep cutting around it; the losses of the run without any of it
+# replica fewer rows), its stage without it, or its stage's GPUs split around it (the straggler a
+# group of its own inside its stage, fewer rows), the fastest on the timeline: at least 80% of what
+# it cost recovered (76% without the third way); then a failure and a repair whose re-plans keep
+# cutting around it; the losses of the run without any of it
 check slow-pp 0 "$ntpc" train $sl $ppf --slow 3:2
 expect_text slow-pp "step    3: GPU 3 is slow: 2.00x"
-expect_text slow-pp "  the faster, its replica's stages cut again around it:"
+expect_text slow-pp "  the fastest, its stage's GPUs split around it:"
 same_losses slow-pp
 rec=$(sed -n 's/.* \([0-9-]*\)% of what the straggler cost recovered.*/\1/p' "$tmp/out")
-if [ -n "$rec" ] && [ "$rec" -ge 70 ]; then ok; else bad "slow-pp: $rec% of the straggler's cost recovered (at least 70 expected)"; fi
+if [ -n "$rec" ] && [ "$rec" -ge 80 ]; then ok; else bad "slow-pp: $rec% of the straggler's cost recovered (at least 80 expected)"; fi
 echo "slow-pp: ${rec}% of the straggler's cost recovered on the timeline (a staged plan)"
 check slow-pp-fail 0 "$ntpc" train $sl $ppf --slow 3:2 --fail-at 4:6 --join-at 6:6
 expect_text slow-pp-fail "step    4: GPU 6 failed; the planner re-plans for the 7 survivors:"

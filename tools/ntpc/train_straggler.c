@@ -19,8 +19,9 @@
  * the whole batch whatever the split, so the trajectory is the uninterrupted run's (within fp32
  * rounding). A plan with pipeline stages is re-planned as after a failure (plan_failover_stages):
  * the straggler's replica cut again around it (its stage's time its own: fewer layers there, fewer
- * rows for the replica), or its stage going on without it, whichever the timeline finds faster;
- * the straggler's state is still there to be read. */
+ * rows for the replica), or its stage going on without it, or the straggler a group of its own inside
+ * its stage (the stage's rows by pace), whichever the timeline finds fastest; the straggler's state
+ * is still there to be read. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,7 @@ typedef struct resplit {
   bool isolate;         /* cut the straggler's groups so it is a group of its own */
   piece_rate *rates;
   int nrates;
+  double pipe_share[NTP_MAX_PIPES]; /* a staged plan: each pipeline's batch share */
 } resplit;
 
 static double rate_of(const resplit *rs, int32_t lo, int32_t hi) {
@@ -146,18 +148,22 @@ static double rate_of(const resplit *rs, int32_t lo, int32_t hi) {
   return (double)(hi - lo) * (rs->slow_rank >= lo && rs->slow_rank < hi ? rs->speed : 1.0);
 }
 
-/* Layer l's pieces (ranks) and rows: its groups, cut around the straggler when isolating; the rows
- * one at a time to the piece that finishes them soonest. n pieces; rows 0: a layer that follows. */
-static int pieces(const resplit *rs, size_t l, int32_t *lo, int32_t *hi, int64_t *share, int64_t *rows) {
+/* Layer l's pieces (ranks) and rows in pipeline pi (-1: every group): its groups, cut around the
+ * straggler when isolating; the rows one at a time to the piece that finishes them soonest. n
+ * pieces; rows 0: a layer that follows. */
+static int pieces(const resplit *rs, size_t l, int32_t pi, int32_t *lo, int32_t *hi, int64_t *share, int64_t *rows) {
   const sh_placement *pl = &rs->sp->placements[l];
-  int n = 0;
+  int n = 0, g0 = -1, g1 = -1;
   for (int g = 0; g < pl->ngroups && n + 3 <= NTP_MAX_GROUPS; g++) {
+    if (pi >= 0 && pl->npipes && pl->group_pipe[g] != pi) continue;
     int32_t a = pl->group_start[g], e = pl->group_end[g], cut[4] = {a, a, e, e};
     if (rs->isolate && rs->slow_rank >= a && rs->slow_rank < e) cut[1] = rs->slow_rank, cut[2] = rs->slow_rank + 1;
     for (int k = 0; k < 3; k++)
       if (cut[k + 1] > cut[k]) lo[n] = cut[k], hi[n] = cut[k + 1], share[n++] = 0;
+    g1 = g + 1;
+    if (g0 < 0) g0 = g;
   }
-  *rows = pl->row_start[pl->ngroups] - pl->row_start[0];
+  *rows = g0 < 0 ? 0 : pl->row_start[g1] - pl->row_start[g0];
   for (int64_t i = 0; i < *rows; i++) {
     int best = 0;
     for (int k = 1; k < n; k++)
@@ -168,24 +174,49 @@ static int pieces(const resplit *rs, size_t l, int32_t *lo, int32_t *hi, int64_t
   return n;
 }
 
-static bool write_resplit(FILE *out, const ir_module *m, const resplit *rs) {
-  fprintf(out, "plan resplit for %s {\n  world %d;\n", m->name, rs->sp->world);
-  if (rs->sp->zero) fprintf(out, "  optimizer zero %d redundancy %d;\n", rs->sp->zero, rs->sp->redundancy);
-  for (size_t l = 0; l < m->n_layers; l++) {
-    int32_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
-    int64_t share[NTP_MAX_GROUPS], rows;
-    int n = pieces(rs, l, lo, hi, share, &rows);
-    for (int k = 0; k < n && rows > 0; k++)
-      if (!share[k]) return false; /* a piece left without rows: not a plan (batch shares are positive) */
-    fprintf(out, "  %s tp (", m->layers[l].name);
-    for (int k = 0; k < n; k++) fprintf(out, "%s%d", k ? ", " : "", hi[k] - lo[k]);
-    fputc(')', out);
-    for (int k = 0; rows > 0 && k < n; k++) fprintf(out, "%s%lld%s", k ? ", " : ", batch (", (long long)share[k], k + 1 == n ? ")" : "");
-    const sh_placement *pl = &rs->sp->placements[l];
-    fprintf(out, "%s%s;\n", pl->seq_parallel ? ", sequence_parallel" : "", pl->recompute ? ", recompute" : "");
-  }
-  fputs("}\n", out);
+/* layer l's rule: its pieces in pipeline pi; its groups kept where a piece cut around the straggler
+ * would be left without rows (a few rows a micro-batch); false when a piece is left without rows
+ * even so (batch shares are positive) */
+static bool write_layer(FILE *out, const char *indent, const ir_module *m, const resplit *rs, size_t l, int32_t pi) {
+  int32_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
+  int64_t share[NTP_MAX_GROUPS], rows;
+  int n = pieces(rs, l, pi, lo, hi, share, &rows);
+  for (int k = 0; k < n && rows > 0; k++)
+    if (!share[k]) {
+      if (!rs->isolate) return false;
+      resplit kept = *rs;
+      kept.isolate = false;
+      return write_layer(out, indent, m, &kept, l, pi);
+    }
+  fprintf(out, "%s%s tp (", indent, m->layers[l].name);
+  for (int k = 0; k < n; k++) fprintf(out, "%s%d", k ? ", " : "", hi[k] - lo[k]);
+  fputc(')', out);
+  for (int k = 0; rows > 0 && n > 1 && k < n; k++) fprintf(out, "%s%lld%s", k ? ", " : ", batch (", (long long)share[k], k + 1 == n ? ")" : "");
+  const sh_placement *pl = &rs->sp->placements[l];
+  fprintf(out, "%s%s;\n", pl->seq_parallel ? ", sequence_parallel" : "", pl->recompute ? ", recompute" : "");
   return true;
+}
+
+static bool write_resplit(FILE *out, const ir_module *m, const resplit *rs) {
+  const sh_program *sp = rs->sp;
+  bool ok = true;
+  fprintf(out, "plan resplit for %s {\n  world %d;\n", m->name, sp->world);
+  if (sp->micro_batches > 1) fprintf(out, "  micro_batches %d;\n", sp->micro_batches);
+  if (sp->zero) fprintf(out, "  optimizer zero %d redundancy %d;\n", sp->zero, sp->redundancy);
+  for (int32_t pi = 0; pi < sp->pipes.npipes; pi++) { /* a staged plan: each pipeline's stages and rules */
+    const sh_pipeline *P = &sp->pipes.pipe[pi];
+    fprintf(out, "  pipeline batch %.0f {\n", fmax(1, rs->pipe_share[pi]));
+    for (int32_t i = 0; i < P->nstages; i++) {
+      const sh_stage *st = &P->stages[i];
+      fprintf(out, "    stage %s .. %s ranks %d..%d;\n", m->layers[st->first_layer].name, m->layers[st->last_layer].name,
+              st->rank_lo, st->rank_hi - 1);
+    }
+    for (size_t l = 0; l < m->n_layers; l++) ok = ok && write_layer(out, "    ", m, rs, l, pi);
+    fputs("  }\n", out);
+  }
+  for (size_t l = 0; !sp->pipes.npipes && l < m->n_layers; l++) ok = ok && write_layer(out, "  ", m, rs, l, -1);
+  fputs("}\n", out);
+  return ok;
 }
 
 /* one candidate compiled: its program (NULL when it is no plan), the plan's text kept in text[] */
@@ -217,11 +248,12 @@ static void measure_rates(resplit *rs, const ir_module *m, const ntp_program *p,
   double *busy = calloc((size_t)p->world + 1, sizeof *busy), *work = calloc((size_t)p->world + 1, sizeof *work);
   piece_rate *pr = calloc(NTP_MAX_GROUPS * 4, sizeof *pr);
   int np = 0;
-  if (busy && work && pr && isfinite(straggler_timeline(p, rs->phys, slow, busy, work)))
+  bool ran = busy && work && pr && isfinite(straggler_timeline(p, rs->phys, slow, busy, work));
+  for (int32_t pi = rs->sp->pipes.npipes ? 0 : -1; ran && pi < rs->sp->pipes.npipes; pi++)
     for (size_t l = 0; l < m->n_layers; l++) {
       int32_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
       int64_t share[NTP_MAX_GROUPS], rows;
-      int n = pieces(rs, l, lo, hi, share, &rows);
+      int n = pieces(rs, l, pi, lo, hi, share, &rows);
       for (int k = 0; k < n && rows > 0 && np < NTP_MAX_GROUPS * 4; k++) {
         bool seen = false;
         for (int j = 0; j < np && !seen; j++) seen = pr[j].lo == lo[k] && pr[j].hi == hi[k];
@@ -255,13 +287,81 @@ static void measured_pace(const ntp_program *p, const int32_t *ph, const int32_t
   free(most);
 }
 
+/* a staged plan, a third way: the straggler stays in its stage as a group of its own beside its
+ * stage-mates (that stage data-parallel inside, its rows by pace), so the stage runs at
+ * (n - 1 + speed) / n of a healthy one rather than at the straggler's speed, and the stages are cut
+ * for that pace; the rows inside the stage and between the replicas measured again twice on the
+ * timeline. Its program and GPUs, its plan in text[]; NULL when the stage has no one beside it. */
+static ntp_program *staged_isolated(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
+                                    const sh_pipes *pipes, int32_t slow_gpu, double speed, const double *slow,
+                                    double *span, int32_t **nphys, char *text, char *err, size_t cap) {
+  const sh_pipeline *P = &pipes->pipe[pipes->pipe_of_rank[slow_gpu]];
+  int32_t n = 0;
+  for (int32_t i = 0; i < P->nstages; i++)
+    if (P->stages[i].rank_lo <= slow_gpu && slow_gpu < P->stages[i].rank_hi)
+      for (int32_t r = P->stages[i].rank_lo; r < P->stages[i].rank_hi; r++) {
+        bool down = false;
+        for (int32_t k = 0; k < nfailed; k++) down |= failed[k] == r;
+        n += !down;
+      }
+  double *pace = n >= 2 ? malloc(4096 * sizeof *pace) : NULL;
+  char *log = malloc(1 << 15), *cand = malloc(1 << 16);
+  ntp_program *best = NULL;
+  *span = INFINITY;
+  if (!pace || !log || !cand) goto out;
+  memcpy(pace, slow, 4096 * sizeof *pace);
+  pace[slow_gpu] = n / (n - 1 + speed); /* the stage's slowdown, its straggler a group of its own */
+  replan_ask ask = {.failed = failed, .nfailed = nfailed, .slow = pace, .log = log, .log_cap = 1 << 15};
+  int32_t *ph = NULL;
+  ntpc_session *s = train_replan_session(src, world, &ask, false, &ph, err, cap);
+  const sh_program *sp = s ? ntpc_sharded(s) : NULL;
+  resplit rs = {.sp = sp, .phys = ph, .slow_rank = -1, .speed = speed, .isolate = true};
+  for (int32_t r = 0; sp && r < sp->world; r++)
+    if (ph[r] == slow_gpu) rs.slow_rank = r;
+  for (int32_t pi = 0; sp && pi < sp->pipes.npipes; pi++) rs.pipe_share[pi] = (double)sp->pipes.pipe[pi].share;
+  printf("  its stage's GPUs split around it:");
+  for (int it = 0; sp && rs.slow_rank >= 0 && it < 3; it++) {
+    ntp_program *p = candidate(src, ntpc_module(s), &rs, cand, 1 << 16, err, cap);
+    double *busy = p ? calloc((size_t)p->world + 1, sizeof *busy) : NULL,
+           *work = p ? calloc((size_t)p->world + 1, sizeof *work) : NULL;
+    double t = busy && work ? straggler_timeline(p, ph, slow, busy, work) : NAN;
+    if (isfinite(t)) { /* the replicas' rows by the pace measured; the rows inside by the pieces' rates */
+      double was[NTP_MAX_PIPES];
+      memcpy(was, rs.pipe_share, sizeof was);
+      measured_pace(p, NULL, sp->pipes.pipe_of_rank, sp->pipes.npipes, busy, rs.pipe_share);
+      for (int32_t pi = 0; pi < sp->pipes.npipes; pi++) rs.pipe_share[pi] = sqrt(rs.pipe_share[pi] * 1000 * was[pi]);
+      measure_rates(&rs, ntpc_module(s), p, slow);
+    }
+    free(busy);
+    free(work);
+    if (p) printf(" %.4g%s", t, it ? " (rows as measured)" : " a step on the timeline (rows by the planner's pace),");
+    else printf(" no plan (%s)", err[0] ? err : "a piece of a group left without rows");
+    if (p && t < *span) {
+      ntp_program_free(best);
+      best = p, *span = t;
+      memcpy(text, cand, 1 << 16);
+    } else {
+      ntp_program_free(p);
+    }
+    if (!p) break;
+  }
+  printf("\n");
+  free(rs.rates);
+  ntpc_session_free(s);
+  if (best) *nphys = ph;
+  else free(ph);
+out:
+  free(pace), free(log), free(cand);
+  return best;
+}
+
 /* a staged plan: the stages cut around the straggler (its stage's time its own, so fewer layers
  * there and fewer rows for its replica), or the plan without it (its stage one GPU short, as after
  * its failure), the GPUs `failed` down in both; each with the rows shared by the planner's pace,
  * then twice more by the pace measured on its timeline; the fastest, its step in *span */
 static ntp_program *staged_resplit(const train_source *src, int32_t world, const int32_t *failed, int32_t nfailed,
-                                   const sh_pipes *pipes, int32_t slow_gpu, const double *slow, double *span,
-                                   int32_t **nphys, char *err, size_t cap) {
+                                   const sh_pipes *pipes, int32_t slow_gpu, double speed, const double *slow,
+                                   double *span, int32_t **nphys, char *err, size_t cap) {
   int32_t down[65];
   if (nfailed > 64) return snprintf(err, cap, "too many GPUs down"), NULL;
   memcpy(down, failed, (size_t)nfailed * sizeof *down);
@@ -304,11 +404,26 @@ static ntp_program *staged_resplit(const train_source *src, int32_t world, const
     }
     printf("\n");
   }
-  if (best) {
-    printf("  the faster, %s:\n%s", how[best_how], best_log);
-    err[0] = 0;
+  double iso_span;
+  int32_t *iso_phys = NULL;
+  char *iso_text = malloc(1 << 16);
+  ntp_program *iso = iso_text ? staged_isolated(src, world, failed, nfailed, pipes, slow_gpu, speed, slow, &iso_span,
+                                                &iso_phys, iso_text, err, cap)
+                              : NULL;
+  if (iso && iso_span < *span) {
+    ntp_program_free(best);
+    free(*nphys);
+    best = iso, *nphys = iso_phys, *span = iso_span;
+    printf("  the fastest, its stage's GPUs split around it:\n");
+    for (char *line = strtok(iso_text, "\n"); line; line = strtok(NULL, "\n"))
+      if (line[0] == ' ') printf("  %s\n", line);
+  } else {
+    ntp_program_free(iso);
+    free(iso_phys);
+    if (best) printf("  the fastest, %s:\n%s", how[best_how], best_log);
   }
-  free(log), free(best_log);
+  if (best) err[0] = 0;
+  free(log), free(best_log), free(iso_text);
   return best;
 }
 
@@ -322,7 +437,7 @@ ntp_program *straggler_resplit(const train_source *src, int32_t world, const int
   char *text = malloc(1 << 16), *best_text = malloc(1 << 16);
   *best_span = INFINITY;
   if (sp && sp->pipes.npipes) {
-    best = staged_resplit(src, world, failed, nfailed, &sp->pipes, slow_gpu, slow, best_span, nphys, err, cap);
+    best = staged_resplit(src, world, failed, nfailed, &sp->pipes, slow_gpu, speed, slow, best_span, nphys, err, cap);
     sp = NULL;
     if (best_text) best_text[0] = 0;
   }
