@@ -19,6 +19,7 @@
 #include "planner_internal.h"
 
 #define FS_MAX_STAGES 64
+#define PACK_GAIN 1.01 /* packed only where its pace is higher by 1% */
 
 typedef struct fs_pipe {
   int32_t nstages, kept[FS_MAX_STAGES], first_ir[FS_MAX_STAGES + 1];
@@ -86,6 +87,87 @@ static bool recut(const plan_model *pm, const plan_request *rq, const sh_program
   return ok;
 }
 
+/* the IR layer each stage of the degraded replica starts at: after the previous stage's last chain layer */
+static void stage_starts(const plan_model *pm, const ir_module *m, const int32_t *first, int32_t p, int32_t *first_ir) {
+  first_ir[0] = 0;
+  for (int32_t i = 1; i < p; i++) first_ir[i] = plan_model_ir_layer(pm, first[i] - 1) + 1;
+  first_ir[p] = (int32_t)m->n_layers;
+}
+
+/* Pipeline pi of the survivors from the GPUs it holds (fp->ranks, fp->kept): dropped when a stage
+ * has none, degraded when one has fewer than the plan's or a straggler; every kept replica priced at
+ * the best cut for its GPUs (the rows are shared by that pace); a degraded one's layers cut again,
+ * a healthy one keeps its own cut. */
+static void price_pipe(const plan_model *pm, const ir_module *m, const sh_program *hp, const plan_request *rq,
+                       int32_t pi, fs_pipe *fp, plan_tables **tabs, diag_sink *quiet) {
+  const sh_pipeline *P = &hp->pipes.pipe[pi];
+  fp->dropped = fp->degraded = false;
+  fp->slowest = 0;
+  for (int32_t i = 0; i < P->nstages; i++) {
+    const sh_stage *st = &P->stages[i];
+    fp->factor[i] = 1;
+    for (int32_t k = 0; rq->slow && k < fp->kept[i]; k++) fp->factor[i] = fmax(fp->factor[i], rq->slow[fp->ranks[i][k]]);
+    fp->dropped |= fp->kept[i] == 0;
+    fp->degraded |= fp->kept[i] < st->rank_hi - st->rank_lo || fp->factor[i] > 1;
+    fp->first_ir[i] = st->first_layer;
+  }
+  fp->first_ir[P->nstages] = (int32_t)m->n_layers;
+  int32_t first[FS_MAX_STAGES + 1];
+  if (fp->dropped || !recut(pm, rq, hp, fp->kept, fp->factor, fp->nstages, tabs, first, &fp->slowest, quiet)) {
+    fp->slowest = 0; /* dropped, or no cut fits: the cut kept */
+    return;
+  }
+  if (fp->degraded) stage_starts(pm, m, first, fp->nstages, fp->first_ir);
+  if (rq->pipe_scale && rq->pipe_scale[pi] > 0) fp->slowest /= rq->pipe_scale[pi];
+}
+
+/* the replicas' summed pace (rows per unit of time); 0 when one kept is not priced */
+static double pace_of(const fs_pipe *fps, int32_t n) {
+  double pace = 0;
+  for (int32_t pi = 0; pi < n; pi++) {
+    if (fps[pi].dropped) continue;
+    if (!(fps[pi].slowest > 0)) return 0;
+    pace += 1 / fps[pi].slowest;
+  }
+  return pace;
+}
+
+static int cmp_rank(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
+
+/* The failures gathered into as few replicas as possible: stage by stage, the least damaged
+ * replicas' holes filled from the most damaged ones' survivors. false when the replicas' stage sizes
+ * differ or no GPU moves. */
+static bool pack(const sh_pipes *pp, const fs_pipe *spread, fs_pipe *out) {
+  int32_t n = pp->npipes, order[NTP_MAX_PIPES], lost[NTP_MAX_PIPES];
+  const sh_pipeline *P0 = &pp->pipe[0];
+  for (int32_t pi = 0; pi < n; pi++) {
+    const sh_pipeline *P = &pp->pipe[pi];
+    if (P->nstages != P0->nstages) return false;
+    lost[pi] = 0;
+    for (int32_t i = 0; i < P->nstages; i++) {
+      int32_t size = P->stages[i].rank_hi - P->stages[i].rank_lo;
+      if (size != P0->stages[i].rank_hi - P0->stages[i].rank_lo) return false;
+      lost[pi] += size - spread[pi].kept[i];
+    }
+    int32_t at = pi; /* the most damaged first, in replica order among equals */
+    while (at > 0 && lost[order[at - 1]] < lost[pi]) order[at] = order[at - 1], at--;
+    order[at] = pi;
+  }
+  memcpy(out, spread, (size_t)n * sizeof *out);
+  bool moved = false;
+  for (int32_t i = 0; i < P0->nstages; i++) {
+    int32_t size = P0->stages[i].rank_hi - P0->stages[i].rank_lo;
+    for (int32_t a = n - 1; a > 0; a--) {
+      fs_pipe *to = &out[order[a]];
+      for (int32_t b = 0; b < a && to->kept[i] < size; b++)
+        for (fs_pipe *from = &out[order[b]]; from->kept[i] > 0 && to->kept[i] < size; moved = true)
+          to->ranks[i][to->kept[i]++] = from->ranks[i][--from->kept[i]];
+      qsort(to->ranks[i], (size_t)to->kept[i], sizeof to->ranks[i][0], cmp_rank);
+    }
+  }
+  return moved;
+}
+
 static void write_rule(FILE *out, const char *indent, const char *pattern, const ir_tp *tp, bool sp, bool rc,
                        const ir_rule *r) {
   fprintf(out, "%s%s ", indent, pattern);
@@ -95,13 +177,6 @@ static void write_rule(FILE *out, const char *indent, const char *pattern, const
   for (int b = 0; r && b < r->nbatch; b++) fprintf(out, "%s%lld%s", b ? ", " : ", batch (", (long long)r->batch[b],
                                                    b + 1 == r->nbatch ? ")" : "");
   fputs(";\n", out);
-}
-
-/* the IR layer each stage of the degraded replica starts at: after the previous stage's last chain layer */
-static void stage_starts(const plan_model *pm, const ir_module *m, const int32_t *first, int32_t p, int32_t *first_ir) {
-  first_ir[0] = 0;
-  for (int32_t i = 1; i < p; i++) first_ir[i] = plan_model_ir_layer(pm, first[i] - 1) + 1;
-  first_ir[p] = (int32_t)m->n_layers;
 }
 
 static void write_pipe(FILE *out, const ir_module *m, const sh_program *hp, const fs_pipe *fp, int32_t pi,
@@ -128,6 +203,46 @@ static void write_pipe(FILE *out, const ir_module *m, const sh_program *hp, cons
   (void)newpi;
 }
 
+/* the survivors' plan: its world, the replicas (each with its batch share by its pace, where every one
+ * was priced; else in proportion to its GPUs), the healthy plan's rules for every pipeline; the GPUs
+ * that serve another replica when packed */
+static void write_survivors(FILE *out, const ir_module *m, const sh_program *hp, fs_pipe *fps, const int32_t *new_rank,
+                            int32_t W, bool packed) {
+  const sh_pipes *pp = &hp->pipes;
+  const ir_plan *plan = &m->plans[m->active_plan];
+  fprintf(out, "plan survivors for %s {\n  world %d;\n", m->name, W);
+  for (int32_t pi = 0; packed && pi < pp->npipes; pi++)
+    for (int32_t i = 0; !fps[pi].dropped && i < fps[pi].nstages; i++)
+      for (int32_t k = 0; k < fps[pi].kept[i]; k++)
+        if (pp->pipe_of_rank[fps[pi].ranks[i][k]] != pi)
+          fprintf(out, "  // packed: GPU %d of replica %d serves replica %d's stage %d as rank %d\n",
+                  fps[pi].ranks[i][k], pp->pipe_of_rank[fps[pi].ranks[i][k]], pi, i, new_rank[fps[pi].ranks[i][k]]);
+  for (int32_t pi = 0; pi < pp->npipes; pi++) {
+    if (!fps[pi].dropped) continue;
+    fprintf(out, "  // dropped: replica %d, a stage without a GPU; idle:", pi);
+    for (int32_t i = 0; i < fps[pi].nstages; i++)
+      for (int32_t k = 0; k < fps[pi].kept[i]; k++) fprintf(out, " GPU %d", fps[pi].ranks[i][k]);
+    fputc('\n', out);
+  }
+  if (hp->micro_batches > 1) fprintf(out, "  micro_batches %d;\n", hp->micro_batches);
+  if (plan->zero_loc.first_line)
+    fprintf(out, "  optimizer zero %d redundancy %d%s%.0d;\n", plan->zero, plan->zero ? plan->redundancy : 1,
+            plan->domain_size ? " domain " : "", plan->domain_size);
+  /* the batch shares in thousandths of the fastest replica's pace */
+  double fastest = 0;
+  bool priced = true;
+  for (int32_t pi = 0; pi < pp->npipes; pi++)
+    if (!fps[pi].dropped) priced &= fps[pi].slowest > 0, fastest = fmax(fastest, fps[pi].slowest > 0 ? 1 / fps[pi].slowest : 0);
+  for (int32_t pi = 0; pi < pp->npipes && !priced; pi++) fps[pi].slowest = 0;
+  for (int32_t pi = 0, np = 0; pi < pp->npipes; pi++)
+    if (!fps[pi].dropped) write_pipe(out, m, hp, &fps[pi], pi, new_rank, np++, fastest > 0 ? fastest * 1000 : 1);
+  for (size_t r = 0; r < plan->nrules; r++)
+    if (plan->rules[r].pipe < 0)
+      write_rule(out, "  ", plan->rules[r].pattern, &plan->rules[r].tp, plan->rules[r].seq_parallel,
+                 plan->rules[r].recompute, &plan->rules[r]);
+  fputs("}\n", out);
+}
+
 bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_program *hp, const plan_request *rq,
                           FILE *out, int32_t **phys, int32_t *world, char *why, size_t cap) {
   const sh_pipes *pp = &hp->pipes;
@@ -136,77 +251,48 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
   if (!plan || !pp->npipes) return snprintf(why, cap, "the plan has no pipelines"), false;
   bool *dead = calloc((size_t)hp->world, 1);
   int32_t *new_rank = malloc((size_t)hp->world * sizeof *new_rank), nkept = 0;
-  fs_pipe *fps = calloc((size_t)pp->npipes, sizeof *fps);
+  fs_pipe *fps = calloc((size_t)pp->npipes, sizeof *fps), *packs = calloc((size_t)pp->npipes, sizeof *packs);
   plan_tables **tabs = calloc(NTP_MAX_GROUPS + 1, sizeof *tabs);
   diag_sink quiet = {0}; /* a stage too small for a layer: its cut is kept */
   bool ok = dead && new_rank && fps && tabs;
   for (int32_t k = 0; ok && k < rq->nfailed; k++) dead[rq->failed[k]] = true;
   for (int32_t pi = 0; ok && pi < pp->npipes; pi++) {
     const sh_pipeline *P = &pp->pipe[pi];
-    fs_pipe *fp = &fps[pi];
     if (P->v > 1 || P->nstages > FS_MAX_STAGES) {
       snprintf(why, cap, "interleaved stages (or more than %d) are not re-planned", FS_MAX_STAGES);
       ok = false;
       break;
     }
-    fp->nstages = P->nstages;
-    for (int32_t i = 0; i < P->nstages; i++) {
-      const sh_stage *st = &P->stages[i];
-      fp->factor[i] = 1;
-      for (int32_t r = st->rank_lo; r < st->rank_hi; r++)
-        if (!dead[r] && fp->kept[i] < NTP_MAX_GROUPS) {
-          fp->ranks[i][fp->kept[i]++] = r;
-          if (rq->slow && rq->slow[r] > fp->factor[i]) fp->factor[i] = rq->slow[r];
-        }
-      fp->dropped |= fp->kept[i] == 0;
-      fp->degraded |= fp->kept[i] < st->rank_hi - st->rank_lo || fp->factor[i] > 1;
-      fp->first_ir[i] = st->first_layer;
-    }
-    fp->first_ir[P->nstages] = (int32_t)m->n_layers;
-    nkept += !fp->dropped;
-    if (fp->dropped) continue;
-    /* every kept replica priced at the best cut for its GPUs: the rows are shared by that pace; a
-       healthy replica keeps its own cut */
-    int32_t first[FS_MAX_STAGES + 1];
-    if (!recut(pm, rq, hp, fp->kept, fp->factor, fp->nstages, tabs, first, &fp->slowest, &quiet)) { /* none fits: keep the cut */
-      fp->slowest = 0;
-      continue;
-    }
-    if (fp->degraded) stage_starts(pm, m, first, fp->nstages, fp->first_ir);
-    if (rq->pipe_scale && rq->pipe_scale[pi] > 0) fp->slowest /= rq->pipe_scale[pi];
+    fps[pi].nstages = P->nstages;
+    for (int32_t i = 0; i < P->nstages; i++) /* each replica keeps its stages' survivors */
+      for (int32_t r = P->stages[i].rank_lo; r < P->stages[i].rank_hi; r++)
+        if (!dead[r] && fps[pi].kept[i] < NTP_MAX_GROUPS) fps[pi].ranks[i][fps[pi].kept[i]++] = r;
   }
+  for (int32_t pi = 0; ok && pi < pp->npipes; pi++) price_pipe(pm, m, hp, rq, pi, &fps[pi], tabs, &quiet);
+  bool packed = false;
+  if (ok && packs && pack(pp, fps, packs)) { /* the failures gathered into few replicas, if faster */
+    for (int32_t pi = 0; pi < pp->npipes; pi++) price_pipe(pm, m, hp, rq, pi, &packs[pi], tabs, &quiet);
+    if (getenv("NTP_DBG_PACK")) fprintf(stderr, "pace spread %g packed %g\n", pace_of(fps, pp->npipes), pace_of(packs, pp->npipes));
+    if ((packed = pace_of(packs, pp->npipes) > PACK_GAIN * pace_of(fps, pp->npipes))) {
+      fs_pipe *t = fps;
+      fps = packs, packs = t;
+    }
+  }
+  for (int32_t pi = 0; ok && pi < pp->npipes; pi++) nkept += !fps[pi].dropped;
   if (ok && !nkept) snprintf(why, cap, "every pipeline replica lost a whole stage"), ok = false;
   int32_t W = 0;
   for (int32_t r = 0; ok && r < hp->world; r++) new_rank[r] = -1;
-  for (int32_t pi = 0; ok && pi < pp->npipes; pi++) /* the survivors, numbered in physical order */
-    for (int32_t r = 0; !fps[pi].dropped && r < hp->world; r++)
-      if (pp->pipe_of_rank[r] == pi && !dead[r]) new_rank[r] = 0;
-  for (int32_t r = 0; ok && r < hp->world; r++)
+  for (int32_t pi = 0; ok && pi < pp->npipes; pi++) /* the survivors kept: by pipeline and stage */
+    for (int32_t i = 0; !fps[pi].dropped && i < fps[pi].nstages; i++)
+      for (int32_t k = 0; k < fps[pi].kept[i]; k++) new_rank[fps[pi].ranks[i][k]] = packed ? W++ : 0;
+  for (int32_t r = 0; ok && !packed && r < hp->world; r++) /* not packed: in physical order */
     if (new_rank[r] == 0) new_rank[r] = W++;
   if (ok && !(*phys = malloc((size_t)W * sizeof **phys))) ok = false;
   for (int32_t r = 0; ok && r < hp->world; r++)
     if (new_rank[r] >= 0) (*phys)[new_rank[r]] = r;
   if (ok) {
     *world = W;
-    fprintf(out, "plan survivors for %s {\n  world %d;\n", m->name, W);
-    if (hp->micro_batches > 1) fprintf(out, "  micro_batches %d;\n", hp->micro_batches);
-    if (plan->zero_loc.first_line)
-      fprintf(out, "  optimizer zero %d redundancy %d%s%.0d;\n", plan->zero, plan->zero ? plan->redundancy : 1,
-              plan->domain_size ? " domain " : "", plan->domain_size);
-    /* the replicas' batch shares by their pace (rows per unit of time, in thousandths of the fastest's),
-       where every one was priced; else in proportion to their GPUs */
-    double fastest = 0;
-    bool priced = true;
-    for (int32_t pi = 0; pi < pp->npipes; pi++)
-      if (!fps[pi].dropped) priced &= fps[pi].slowest > 0, fastest = fmax(fastest, fps[pi].slowest > 0 ? 1 / fps[pi].slowest : 0);
-    for (int32_t pi = 0; pi < pp->npipes && !priced; pi++) fps[pi].slowest = 0;
-    for (int32_t pi = 0, np = 0; pi < pp->npipes; pi++)
-      if (!fps[pi].dropped) write_pipe(out, m, hp, &fps[pi], pi, new_rank, np++, fastest > 0 ? fastest * 1000 : 1);
-    for (size_t r = 0; r < plan->nrules; r++)
-      if (plan->rules[r].pipe < 0)
-        write_rule(out, "  ", plan->rules[r].pattern, &plan->rules[r].tp, plan->rules[r].seq_parallel,
-                   plan->rules[r].recompute, &plan->rules[r]);
-    fputs("}\n", out);
+    write_survivors(out, m, hp, fps, new_rank, W, packed);
   }
   for (int32_t n = 0; tabs && n <= NTP_MAX_GROUPS; n++) plan_tables_free(tabs[n]);
   free(tabs);
@@ -214,6 +300,7 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
   free(dead);
   free(new_rank);
   free(fps);
+  free(packs);
   if (!ok) {
     free(*phys);
     *phys = NULL;

@@ -164,6 +164,24 @@ static int exec_lose(void *be, const bool *lost, ntp_exec_survivors *s, char *er
   return 0;
 }
 
+static int exec_order(void *be, ntp_exec_survivors *s, int32_t world, const int32_t *from, char *err, size_t cap) {
+  const cuda_exec *x = be;
+  ntp_cuda_survivors *sv = s->held;
+  if (x->o.loopback || !sv) return 0; /* every rank on one GPU: nothing bound to a survivor's place */
+  int rc = ntp_cuda_survivors_order(x->c, sv, world, from, err, cap);
+  if (rc != 0) return rc;
+  s->local = sv->local;
+  s->next.device = sv->devices[0], s->next.devices = sv->devices, s->next.comms = sv->world;
+  s->next.rank_lo = sv->local >= 0 ? sv->local : 0;
+  s->next.rank_hi = sv->local >= 0 ? sv->local + 1 : sv->n;
+  int k = (int)strlen(s->report);
+  k += snprintf(s->report + k, sizeof s->report - (size_t)k, "; then split into the survivors' plan's order "
+                "(ncclCommSplit)%s", sv->local >= 0 ? "" : ", its ranks on GPUs");
+  for (int r = 0; sv->local < 0 && r < sv->n && k > 0 && (size_t)k < sizeof s->report; r++)
+    k += snprintf(s->report + k, sizeof s->report - (size_t)k, " %d", sv->devices[r]);
+  return 0;
+}
+
 static int exec_grow(void *be, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s, char *err,
                      size_t cap) {
   const cuda_exec *x = be;
@@ -287,7 +305,7 @@ static const ntp_exec_ops cuda_ops = {
     .copy_to_host = exec_copy_to_host, .set_device = exec_set_device, .output_device = exec_output_device,
     .run = exec_run, .output = exec_output, .alloc = exec_alloc, .put = exec_put, .get = exec_get,
     .tensor_put = exec_tensor_put, .sumsq = exec_sumsq, .adamw = exec_adamw, .merge = exec_merge,
-    .exchange = exec_exchange, .lose = exec_lose, .grow = exec_grow, .peer_lost = exec_peer_lost, .describe = exec_describe,
+    .exchange = exec_exchange, .lose = exec_lose, .order = exec_order, .grow = exec_grow, .peer_lost = exec_peer_lost, .describe = exec_describe,
     .label = exec_label, .measure = exec_measure, .free = exec_free};
 
 const ntp_exec_backend ntp_exec_cuda_backend = {

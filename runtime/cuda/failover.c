@@ -175,6 +175,57 @@ fail:
   return -1;
 }
 
+int ntp_cuda_survivors_order(ntp_cuda *c, ntp_cuda_survivors *s, int world, const int32_t *from, char *err, size_t cap) {
+  int n = s->n, idle = 0;
+  bool same = world == n;
+  for (int r = 0; r < world; r++) same &= from[r] == r;
+  if (same) return 0;
+  int *key = malloc((size_t)n * sizeof *key), *dev = calloc((size_t)world + 1, sizeof *dev);
+  void **nw = calloc((size_t)world + 1, sizeof *nw), **none = calloc((size_t)n, sizeof *none); /* the idle's */
+  if (!key || !dev || !nw || !none) {
+    snprintf(err, cap, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < n; i++) key[i] = -1;
+  for (int r = 0; r < world; r++) key[from[r]] = r, dev[r] = s->devices[from[r]];
+  if (s->local >= 0) { /* this process's survivor alone; the others split theirs in their processes */
+    int me = s->local, k = key[me];
+    CU(cu_api.cudaSetDevice(s->devices[me]));
+    ncclComm_t got = NULL;
+    c->settling = &got; /* non-blocking as its parent: settled alone */
+    NC(cu_api.ncclCommSplit((ncclComm_t)s->world[me], k >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, k >= 0 ? k : 0, &got, NULL));
+    c->settling = NULL;
+    if (k >= 0) nw[k] = got;
+    for (int r = 0; r < world; r++) dev[r] = s->devices[me];
+    idle = k < 0;
+    s->local = k;
+  } else {
+    NC(cu_api.ncclGroupStart()); /* every survivor's GPU from this thread: one group */
+    for (int i = 0; i < n; i++) {
+      CU(cu_api.cudaSetDevice(s->devices[i]));
+      ncclComm_t *out = (ncclComm_t *)(key[i] >= 0 ? &nw[key[i]] : &none[i]);
+      NC(cu_api.ncclCommSplit((ncclComm_t)s->world[i], key[i] >= 0 ? 0 : NCCL_SPLIT_NOCOLOR, key[i] >= 0 ? key[i] : 0,
+                              out, NULL));
+    }
+    NC(cu_api.ncclGroupEnd());
+  }
+  NC(cu_api.ncclGroupStart()); /* the shrunk world let go */
+  for (int i = 0; i < n; i++)
+    if (s->world[i]) {
+      CU(cu_api.cudaSetDevice(s->devices[i]));
+      NC(cu_api.ncclCommDestroy((ncclComm_t)s->world[i]));
+      s->world[i] = NULL;
+    }
+  NC(cu_api.ncclGroupEnd());
+  free(s->world), free(s->devices), free(key), free(none);
+  s->world = nw, s->devices = dev, s->n = world;
+  return idle;
+fail:
+  c->settling = NULL;
+  free(key), free(dev), free(nw), free(none);
+  return -1;
+}
+
 void ntp_cuda_survivors_free(ntp_cuda_survivors *s) {
   if (s->world && cu_api.nccl) cu_api.ncclGroupStart(); /* several GPUs' communicators from one thread: one group */
   for (int i = 0; s->world && i < s->n; i++)

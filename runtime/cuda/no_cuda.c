@@ -108,6 +108,10 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
   return ntp_cuda_available(err, cap);
 }
 void ntp_cuda_survivors_free(ntp_cuda_survivors *s) { memset(s, 0, sizeof *s); }
+int ntp_cuda_survivors_order(ntp_cuda *c, ntp_cuda_survivors *s, int world, const int32_t *from, char *err, size_t cap) {
+  (void)c, (void)s, (void)world, (void)from;
+  return ntp_cuda_available(err, cap);
+}
 int ntp_cuda_grow(ntp_cuda *c, int world, const int *from, const int *devices, ntp_cuda_survivors *s, char *err,
                   size_t cap) {
   (void)c, (void)world, (void)from, (void)devices;

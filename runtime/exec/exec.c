@@ -58,6 +58,18 @@ int ntp_exec_lose(ntp_exec *e, const bool *lost, int32_t world, ntp_exec_survivo
   return e ? e->ops->lose(e->be, lost, s, err, cap) : 0;
 }
 
+int ntp_exec_survivors_order(ntp_exec *e, ntp_exec_survivors *s, int32_t world, const int32_t *from, char *err,
+                             size_t cap) {
+  bool same = world == s->n;
+  for (int32_t r = 0; r < world; r++) {
+    if (from[r] < 0 || from[r] >= s->n) return snprintf(err, cap, "internal: rank %d from survivor %d of %d", r, from[r], s->n), -1;
+    same &= from[r] == r;
+  }
+  int rc = same || !e || !e->ops->order ? 0 : e->ops->order(e->be, s, world, from, err, cap);
+  if (rc == 0) s->n = world;
+  return rc;
+}
+
 int ntp_exec_grow(ntp_exec *e, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s,
                   char *err, size_t cap) {
   *s = (ntp_exec_survivors){.local = -1, .n = world};

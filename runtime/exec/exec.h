@@ -120,6 +120,10 @@ typedef struct ntp_exec_ops {
   /* ranks lost[r] (this executor's ranks) failed with their devices: nothing waits on them any
    * more, and *s (its survivors counted by ntp_exec_lose) says how the survivors' executor is made */
   int (*lose)(void *be, const bool *lost, ntp_exec_survivors *s, char *err, size_t cap);
+  /* after lose: the next program's `world` ranks, rank r being survivor from[r]; a survivor no
+   * rank names is idle. 0 with s->next made for that order; 1 when this process's rank is idle;
+   * -1 with err. NULL: any order (nothing is bound to a survivor's place) */
+  int (*order)(void *be, ntp_exec_survivors *s, int32_t world, const int32_t *from, char *err, size_t cap);
   /* a repair: the next program's `world` ranks, rank r this executor's rank from[r] or a new one
    * (-1) on device devices[r]; *s says how its executor is made (the world grown by the new
    * ranks). 0; 1 when the next executor makes its world afresh (s->report: how and why, or "" when
@@ -172,6 +176,12 @@ void ntp_exec_free(ntp_exec *e);
 /* The operations any caller may make on an executor it holds (NULL: the CPU reference, which has
  * one rank here, no devices and nothing to lose). */
 int ntp_exec_lose(ntp_exec *e, const bool *lost, int32_t world, ntp_exec_survivors *s, char *err, size_t cap);
+/* After ntp_exec_lose, before the survivors' executor is made: its program's `world` ranks, rank r
+ * being survivor from[r] (0 .. s->n - 1, the survivors in their old rank order); survivors no rank
+ * names are idle (a pipeline replica dropped) and ranks may move (failures packed into few
+ * replicas). 0; 1 when this process's one rank is idle (it has nothing more to run); -1 with err. */
+int ntp_exec_survivors_order(ntp_exec *e, ntp_exec_survivors *s, int32_t world, const int32_t *from, char *err,
+                             size_t cap);
 /* After a repair (ntp_exec_ops.grow): 0 with *s, the next executor's options; 1 when e's backend
  * makes the larger world afresh instead (s->report: how and why, or ""); -1 with err. */
 int ntp_exec_grow(ntp_exec *e, int32_t world, const int32_t *from, const int *devices, ntp_exec_survivors *s,

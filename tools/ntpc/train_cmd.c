@@ -610,6 +610,7 @@ static int train_step(train_run *r, long *step, bool *dump_failed, char *err, si
   if (nnow && !lost) {
     if (train_fail_over(&r->fr, *step + 1, now, nnow, &r->prog, &r->tr, &r->phys, &o->adamw, r->data, err, cap) != 0)
       return -1;
+    if (r->fr.idle) return 0;
     *step = (long)ntp_trainer_steps_taken(r->tr); /* the checkpoint's, when the run went back to it */
   }
   int32_t back[64];
@@ -632,6 +633,7 @@ static int train_step(train_run *r, long *step, bool *dump_failed, char *err, si
     ntp_tokens_seek(r->data, pos, epoch);
     if (train_fail_over(&r->fr, *step + 1, now, nnow, &r->prog, &r->tr, &r->phys, &o->adamw, r->data, err, cap) != 0)
       return -1;
+    if (r->fr.idle) return 0;
     *step = (long)ntp_trainer_steps_taken(r->tr);
     lost = false;
   }
@@ -695,7 +697,8 @@ static int train(const train_opts *o, ntpc_session *s) {
   train_run r = {.o = o, .first = NAN, .last = NAN};
   int rc = open_run(&r, s, err, sizeof err);
   if (rc == 0) print_header(&r, ntpc_sharded(s));
-  for (long step = r.tr ? (long)ntp_trainer_steps_taken(r.tr) : 0; rc == 0 && step < o->adamw.steps; step++, r.ran++) {
+  for (long step = r.tr ? (long)ntp_trainer_steps_taken(r.tr) : 0; rc == 0 && !r.fr.idle && step < o->adamw.steps;
+       step++, r.ran++) {
     bool dump_failed = false;
     if (train_step(&r, &step, &dump_failed, err, sizeof err) != 0) rc = dump_failed ? 2 : 1;
     if (r.ckpt_failed) { /* this step counts; the run stops */
@@ -703,7 +706,7 @@ static int train(const train_opts *o, ntpc_session *s) {
       break;
     }
   }
-  if (rc == 0) rc = finish_run(&r, err, sizeof err);
+  if (rc == 0 && !r.fr.idle) rc = finish_run(&r, err, sizeof err);
   if (rc) fprintf(stderr, rc == 3 ? "ntpc train: internal error: %s\n" : "ntpc train: error: %s\n", err);
   free(r.tok);
   free(r.tgt);

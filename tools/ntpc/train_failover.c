@@ -112,7 +112,8 @@ ntpc_session *train_replan_session(const train_source *src, int32_t world, const
   size_t used = 0;
   if (ask->log && ask->log_cap) ask->log[0] = 0;
   while (in && fgets(line, sizeof line, in))
-    if (line[0] == ' ' && (strchr(line, ';') || strchr(line, '{') || strchr(line, '}')) && !strstr(line, "optimizer")) {
+    if (line[0] == ' ' && (strchr(line, ';') || strchr(line, '{') || strchr(line, '}') || strstr(line, "// packed") || strstr(line, "// dropped")) &&
+        !strstr(line, "optimizer")) {
       if (!ask->log) printf("  %s", line);
       else if (used + strlen(line) + 3 < ask->log_cap) used += (size_t)snprintf(ask->log + used, ask->log_cap - used, "  %s", line);
     }
@@ -182,6 +183,24 @@ static bool note_failed(failover_run *fr, long step, const int32_t *now, int nno
   return true;
 }
 
+/* the survivors' plan's ranks on their GPUs: survivor i (the old program's i-th rank not lost)
+ * is rank r of the new one where GPU nphys[r] ran it; survivors no rank names are idle (a replica
+ * dropped). 0; 1 when this process's rank is idle; -1 with err. */
+static int survivors_placed(ntp_exec *e, const ntp_program *old, const int32_t *phys, const bool *lost,
+                            const ntp_program *np, const int32_t *nphys, ntp_exec_survivors *sv, char *err, size_t cap) {
+  int32_t *from = malloc(((size_t)np->world + 1) * sizeof *from), *index = malloc(4096 * sizeof *index);
+  int rc = from && index ? 0 : -1;
+  for (int32_t g = 0; rc == 0 && g < 4096; g++) index[g] = -1;
+  for (int32_t r = 0, i = 0; rc == 0 && r < old->world; r++)
+    if (!lost[r]) index[phys ? phys[r] : r] = i++;
+  for (int32_t r = 0; rc == 0 && r < np->world; r++)
+    if ((from[r] = index[nphys[r]]) < 0) rc = -1, snprintf(err, cap, "internal: GPU %d of the survivors' plan did not survive", nphys[r]);
+  if (rc == 0) rc = ntp_exec_survivors_order(e, sv, np->world, from, err, cap);
+  free(from);
+  free(index);
+  return rc;
+}
+
 /* what the backend did to let the failed ranks go, and where this process's rank went */
 static bool survivors_agree(const failover_run *fr, const ntp_exec_survivors *sv, const ntp_program *np,
                             const int32_t *nphys, char *err, size_t cap) {
@@ -225,8 +244,18 @@ int train_fail_over(failover_run *fr, long step, const int32_t *now, int nnow, n
   if (ntp_exec_lose(ntp_trainer_exec(*tr), lost, (*prog)->world, &sv, err, cap) != 0) return -1;
   int64_t moved = 0, missing = 0;
   replan_ask ask = {.failed = fr->failed, .nfailed = fr->nfailed, .slow = fr->slow_known};
-  if (!(np = train_replan(&fr->src, fr->world0, &ask, &nphys, err, cap)) ||
-      !survivors_agree(fr, &sv, np, nphys, err, cap) ||
+  int placed = (np = train_replan(&fr->src, fr->world0, &ask, &nphys, err, cap))
+                   ? survivors_placed(ntp_trainer_exec(*tr), *prog, *phys, lost, np, nphys, &sv, err, cap) : -1;
+  if (placed == 1) { /* this process's GPU is left out (its replica dropped): its work is done */
+    printf("  GPU %d is idle in the survivors' plan (its pipeline replica dropped): this process stops here\n",
+           fr->phys_rank);
+    fr->idle = true;
+    ntp_exec_survivors_free(&sv);
+    ntp_program_free(np);
+    free(nphys);
+    return 0;
+  }
+  if (placed != 0 || !survivors_agree(fr, &sv, np, nphys, err, cap) ||
       ntp_trainer_new(np, aw, fr->seed, NULL, &sv.next, &ntr, err, cap) != 0 ||
       ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0 ||
       (missing && back_to_checkpoint(fr, nnow, missing, ntr, data, err, cap) != 0))

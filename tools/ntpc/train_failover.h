@@ -37,6 +37,7 @@ typedef struct failover_run {
   bool loopback;
   double *slow_known;  /* per physical GPU: the slowdown of a straggler absorbed (1: none), NULL before
                           the first; a staged plan's later re-plans cut their stages around it */
+  bool idle;           /* one rank per process: this process's GPU has no rank in the survivors' plan */
 } failover_run;
 
 /* GPUs `now` fail before step `step` (1-based): their ranks are let go on the executor
