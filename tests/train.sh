@@ -138,6 +138,30 @@ rm -rf "$tmp/fppck"
 check fail-pp-ckpt 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_pp2.ntp --fail-at 4:1 --checkpoint "$tmp/fppck" --checkpoint-every 2
 expect_text fail-pp-ckpt "back to the checkpoint of step 2"
 same_losses fail-pp-ckpt
+# a replica that lost a whole stage is dropped, its other GPUs idle (the survivors' world leaves them
+# out), and a repair brings it back; then three replicas losing a GPU each in two of them: the
+# failures packed into one replica (GPU 1 moves to fill replica 1's hole) where the planner finds
+# that faster (3 heads: a stage of 2 GPUs splits them 2/1; 1.3% more rows per unit of time), the
+# state handed over as after any failure; with 12 heads and 48 rows packing gains 0.6%, under the 1%
+# it must: each replica keeps its survivors
+check fail-pp-drop 0 "$ntpc" train $fa $ppf --fail-at 2:2,2:3 --join-at 4:2
+expect_text fail-pp-drop "// dropped: replica 0, a stage without a GPU; idle: GPU 0 GPU 1"
+expect_text fail-pp-drop "step    4: GPU 2 back, repaired; the planner re-plans for the 7 GPUs:"
+same_losses fail-pp-drop
+cp "$tmp/fref.log" "$tmp/fref_fa.log"
+pk="examples/byte_gpt.ntp --data $tmp/docs.bin -D B=24 -D S=32 -D D=96 -D H=3 --steps 6 --shuffle --seed 2 --eps 1e-4"
+check pack-ref 0 "$ntpc" train $pk
+grep '^step' "$tmp/out" | sed 's/  [0-9]* tokens\/s$//' >"$tmp/fref.log"
+check pack 0 "$ntpc" train $pk --plan tests/plans/byte_gpt_pp_three4.ntp --fail-at 3:3,3:4
+expect_text pack "// packed: GPU 1 of replica 0 serves replica 1's stage 0 as rank 2"
+same_losses pack
+check pack-plan 0 "$ntpc" plan examples/byte_gpt.ntp -D B=24 -D S=32 -D D=96 -D H=3 --train \
+  --plan tests/plans/byte_gpt_pp_three4.ntp --fail 3,4 -o "$tmp/packed.ntp"
+expect_text pack-plan "rank r of the plan is physical GPU: 0 2 1 5 6 7 8 9 10 11"
+check pack-spread 0 "$ntpc" plan examples/byte_gpt.ntp -D B=48 -D S=32 -D D=96 -D H=12 --train -o "$tmp/spread.ntp" \
+  --plan tests/plans/byte_gpt_pp_three4.ntp --fail 3,4
+expect_text pack-spread "rank r of the plan is physical GPU: 0 1 2 5 6 7 8 9 10 11"
+cp "$tmp/fref_fa.log" "$tmp/fref.log"
 # --join-at: a failed GPU repaired and back: the planner returns to the healthy plan (or re-plans for
 # the larger world while others are still down), the newcomer's state from the ranks that hold it;
 # the uninterrupted run's losses and parameters

@@ -204,13 +204,18 @@ static void write_pipe(FILE *out, const ir_module *m, const sh_program *hp, cons
 }
 
 /* the survivors' plan: its world, the replicas (each with its batch share by its pace, where every one
- * was priced; else in proportion to its GPUs), the healthy plan's rules for every pipeline; the GPUs
- * that serve another replica when packed */
+ * was priced; else in proportion to its GPUs), the healthy plan's rules for every pipeline; when
+ * packed (its pace over the spread one's, > 0), the GPUs that serve another replica */
 static void write_survivors(FILE *out, const ir_module *m, const sh_program *hp, fs_pipe *fps, const int32_t *new_rank,
-                            int32_t W, bool packed) {
+                            int32_t W, double packed) {
   const sh_pipes *pp = &hp->pipes;
   const ir_plan *plan = &m->plans[m->active_plan];
   fprintf(out, "plan survivors for %s {\n  world %d;\n", m->name, W);
+  if (packed > 0 && isfinite(packed))
+    fprintf(out, "  // packed: the failures gathered into few replicas, %.1f%% more rows per unit of time than each "
+            "replica keeping its own survivors\n", 100 * (packed - 1));
+  else if (packed > 0)
+    fprintf(out, "  // packed: the failures gathered into few replicas (with each keeping its own survivors no cut fits)\n");
   for (int32_t pi = 0; packed && pi < pp->npipes; pi++)
     for (int32_t i = 0; !fps[pi].dropped && i < fps[pi].nstages; i++)
       for (int32_t k = 0; k < fps[pi].kept[i]; k++)
@@ -270,10 +275,11 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
   }
   for (int32_t pi = 0; ok && pi < pp->npipes; pi++) price_pipe(pm, m, hp, rq, pi, &fps[pi], tabs, &quiet);
   bool packed = false;
+  double gain = 0; /* the packed assignment's pace over the spread one's */
   if (ok && packs && pack(pp, fps, packs)) { /* the failures gathered into few replicas, if faster */
     for (int32_t pi = 0; pi < pp->npipes; pi++) price_pipe(pm, m, hp, rq, pi, &packs[pi], tabs, &quiet);
-    if (getenv("NTP_DBG_PACK")) fprintf(stderr, "pace spread %g packed %g\n", pace_of(fps, pp->npipes), pace_of(packs, pp->npipes));
-    if ((packed = pace_of(packs, pp->npipes) > PACK_GAIN * pace_of(fps, pp->npipes))) {
+    gain = pace_of(fps, pp->npipes) > 0 ? pace_of(packs, pp->npipes) / pace_of(fps, pp->npipes) : INFINITY;
+    if ((packed = gain > PACK_GAIN)) {
       fs_pipe *t = fps;
       fps = packs, packs = t;
     }
@@ -292,7 +298,7 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
     if (new_rank[r] >= 0) (*phys)[new_rank[r]] = r;
   if (ok) {
     *world = W;
-    write_survivors(out, m, hp, fps, new_rank, W, packed);
+    write_survivors(out, m, hp, fps, new_rank, W, packed ? gain : 0);
   }
   for (int32_t n = 0; tabs && n <= NTP_MAX_GROUPS; n++) plan_tables_free(tabs[n]);
   free(tabs);

@@ -6,7 +6,8 @@
 # one GPU, and through NCCL with its communicators aborted and shrunk, or created again), at 8
 # ranks with every layer its own way through NCCL (its overlap line showing more collectives with
 # compute in flight than step order, and the same bits in step order), and
-# of a bf16 GPT at 7 ranks, pipeline stages losing a GPU (loopback and NCCL), and with the distributed optimizer (ZeRO-2, redundancy 2) on one GPU and
+# of a bf16 GPT at 7 ranks, pipeline stages losing a GPU (loopback and NCCL), a whole stage (the
+# replica dropped) and two GPUs packed into one replica (NCCL: the world split into the plan's order), and with the distributed optimizer (ZeRO-2, redundancy 2) on one GPU and
 # through NCCL losing a GPU; each step's loss and the trained parameters are compared with the CPU
 # run's (fp32 within 1e-5; bf16: losses within 1e-3, parameters within 5e-2 of at least 0.05,
 # the parameters' scale: bf16 activations make a gradient that is within their rounding step move
@@ -104,7 +105,21 @@ pp="$gpt --plan tests/plans/byte_gpt_pp_two4.ntp --backend cuda"
 train ppfail7 $pp --loopback --fail-at 2:3 && same cpu ppfail7 1e-5 1e-5
 export NTP_EMU_FAIL_GPUS=3
 train ppfail8 $pp --fail-at 2:3 && same cpu ppfail8 1e-5 1e-5
-unset NTP_EMU_FAIL_GPUS
+# a replica that lost a whole stage (GPUs 2 and 3) is dropped: NCCL's shrunk world is split into the
+# survivors' plan's order without its idle GPUs 0 and 1 (ncclCommSplit, NCCL_SPLIT_NOCOLOR); three
+# replicas losing GPUs 3 and 4 (12 emulated GPUs): the failures packed into one replica, GPU 1
+# serving replica 1 as rank 2, the world split into that order
+export NTP_EMU_FAIL_GPUS=2,3
+train ppdrop8 $pp --fail-at 2:2,2:3 && same cpu ppdrop8 1e-5 1e-5
+pk="examples/byte_gpt.ntp -D B=6 -D S=16 -D D=48 -D H=3"
+export NTP_EMU_FAIL_GPUS=3,4 NTP_EMU_GPUS=12
+train pkcpu $pk &&
+  train pack12 $pk --plan tests/plans/byte_gpt_pp_three4.ntp --backend cuda --fail-at 2:3,2:4 && same pkcpu pack12 1e-5 1e-5
+unset NTP_EMU_FAIL_GPUS NTP_EMU_GPUS
+grep -q "then split into the survivors' plan's order (ncclCommSplit), its ranks on GPUs 4 5 6 7$" "$tmp/ppdrop8.out" ||
+  { echo "[FAIL] ppdrop8: the survivors' world was not split without the idle GPUs"; cat "$tmp/ppdrop8.out"; fail=1; }
+grep -q "its ranks on GPUs 0 2 1 5 6 7 8 9 10 11$" "$tmp/pack12.out" ||
+  { echo "[FAIL] pack12: the failures were not packed"; cat "$tmp/pack12.out"; fail=1; }
 # a repair: GPU 3 fails before step 2 and is back, replaced, before step 3 (the emulator then
 # refuses anything made on it before: NTP_EMU_REPAIR_GPUS). Through NCCL the survivors' world grows
 # by its rank (ncclCommGrow), or is made afresh (NTP_NCCL_NO_GROW=1); on one GPU; the newcomer's
