@@ -14,7 +14,8 @@
 #   parameters; and GPU 6's process killed before step 3 as well; and a plan whose only copy of some
 #   state was on the killed GPU, which goes back to the checkpoint that rank 0's process wrote;
 #   and the distributed optimizer (ZeRO-2, redundancy 2) losing a process: no checkpoint read; and
-#   pipeline stages losing a process (the stage cut again, the state from the other replica).
+#   pipeline stages losing a process (the stage cut again, the state from the other replica), and
+#   a whole stage (its replica dropped, the processes left out stopping).
 # fp32 within 1e-5 (AdamW's eps 1e-4, as in train.sh). Run by CTest with the emulator's environment.
 set -u
 ntpc=$1 py=$2
@@ -64,13 +65,18 @@ procs() {
   done
 }
 
-# check NAME DEAD: every process but those of DEAD ("3 6"; -1: none) exited 0 and printed the CPU
-# run's losses; DEAD's died by SIGKILL
+# check NAME DEAD [IDLE]: every process but those of DEAD ("3 6"; -1: none) exited 0 and printed the
+# CPU run's losses; DEAD's died by SIGKILL; IDLE's ("0 1") exited 0 when the survivors' plan left them out
 check() {
-  name=$1 dead=" $2 "
+  name=$1 dead=" $2 " idle=" ${3:-} "
   while read -r r st; do
     if [ "${dead#* $r }" != "$dead" ]; then
       [ "$st" = 137 ] || { echo "[FAIL] $name: the process of GPU $r exited $st, not 137 (SIGKILL)"; fail=1; }
+      continue
+    fi
+    if [ "${idle#* $r }" != "$idle" ]; then
+      [ "$st" = 0 ] && grep -q "GPU $r is idle in the survivors' plan" "$tmp/$name.$r.out" ||
+        { echo "[FAIL] $name: the process of GPU $r (idle) exited $st"; cat "$tmp/$name.$r.out"; fail=1; }
       continue
     fi
     if [ "$st" != 0 ]; then
@@ -130,6 +136,12 @@ check ppkill 3
 for r in 0 1 2 4 5 6 7; do
   grep -q '(no checkpoint read)' "$tmp/ppkill.$r.out" || { echo "[FAIL] ppkill: rank $r took no hand-over from the other replica"; fail=1; }
 done
+# a whole stage's processes killed (GPUs 2 and 3): their replica is dropped, the processes of GPUs 0
+# and 1 stop (idle in the survivors' plan: the shrunk world is split without them), the other
+# replica goes on with the CPU run's losses and parameters (written by the new rank 0's process)
+procs ppdrop 8 $gpt --plan tests/plans/byte_gpt_pp_two4.ntp --backend cuda --fail-at 2:2,2:3
+grep -E '^(step|  communicators|  resumed|  GPU)' "$tmp/ppdrop.0.out" "$tmp/ppdrop.4.out"
+check ppdrop "2 3" "0 1"
 # the distributed optimizer across processes (ZeRO-2, each part of the state on both replicas of
 # (4, 3)): GPU 5's process killed before step 2, its parts taken from their other owners' processes
 procs zero 7 $gpt --plan tests/plans/byte_gpt_zero2_43.ntp --backend cuda --fail-at 2:5

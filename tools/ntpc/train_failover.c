@@ -216,6 +216,16 @@ static bool survivors_agree(const failover_run *fr, const ntp_exec_survivors *sv
   return true;
 }
 
+/* the GPUs whose state no longer can be read: the failed ones, and with one rank per process the
+ * idle ones too (their processes stopped: survivors_placed); dead[] extended in place */
+static const bool *gone_too(const failover_run *fr, bool *dead, const ntp_program *np, const int32_t *nphys) {
+  if (fr->phys_rank < 0) return dead; /* every rank here: an idle GPU's slices are still readable */
+  bool used[4096] = {false};
+  for (int32_t r = 0; r < np->world; r++) used[nphys[r]] = true;
+  for (int32_t g = 0; g < fr->world0 && g < 4096; g++) dead[g] |= !used[g];
+  return dead;
+}
+
 /* the state the survivors could not take from a replica: from the checkpoint, or the run ends */
 static int back_to_checkpoint(const failover_run *fr, int nnow, int64_t missing, ntp_trainer *ntr, ntp_tokens *data,
                               char *err, size_t cap) {
@@ -257,7 +267,7 @@ int train_fail_over(failover_run *fr, long step, const int32_t *now, int nnow, n
   }
   if (placed != 0 || !survivors_agree(fr, &sv, np, nphys, err, cap) ||
       ntp_trainer_new(np, aw, fr->seed, NULL, &sv.next, &ntr, err, cap) != 0 ||
-      ntp_trainer_take_state(ntr, *tr, *phys, nphys, dead, &moved, &missing, err, cap) != 0 ||
+      ntp_trainer_take_state(ntr, *tr, *phys, nphys, gone_too(fr, dead, np, nphys), &moved, &missing, err, cap) != 0 ||
       (missing && back_to_checkpoint(fr, nnow, missing, ntr, data, err, cap) != 0))
     goto fail;
   if (!missing && fr->phys_rank >= 0)
