@@ -88,6 +88,13 @@ static void placement(void) {
     CHECK(ntp_exec_lose(e, lost, 2, &sv, err, sizeof err) == 0);
     CHECK(sv.n == 1 && sv.local == -1 && strcmp(sv.next.backend, "cpu") == 0 && sv.report[0] == 0);
     ntp_exec_survivors_free(&sv);
+    /* the survivors in another order, or some idle: the simulation binds nothing to a place */
+    bool none[2] = {false, false};
+    CHECK(ntp_exec_lose(e, none, 2, &sv, err, sizeof err) == 0 && sv.n == 2);
+    CHECK(ntp_exec_survivors_order(e, &sv, 2, (int32_t[]){1, 0}, err, sizeof err) == 0 && sv.n == 2);
+    CHECK(ntp_exec_survivors_order(e, &sv, 1, (int32_t[]){1}, err, sizeof err) == 0 && sv.n == 1);
+    CHECK(ntp_exec_survivors_order(e, &sv, 1, (int32_t[]){1}, err, sizeof err) == -1 && strstr(err, "survivor 1 of 1"));
+    ntp_exec_survivors_free(&sv);
     char line[64] = "x";
     ntp_exec_describe(e, line, sizeof line);
     CHECK(line[0] == 0);
