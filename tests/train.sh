@@ -134,6 +134,12 @@ if "$py" tests/emu/compare_params.py "$tmp/fref.st" "$tmp/fpp.st" 1e-5 >"$tmp/cm
 check fail-pp-twice 0 "$ntpc" train $fa $ppf --fail-at 3:3,5:4
 expect_text fail-pp-twice "re-plans for the 6 survivors"
 same_losses fail-pp-twice
+# interleaved stages (two rank sets of two chunks a replica): the set one GPU short runs its two
+# chunks as smaller groups, the cut kept, its replica fewer rows; the state from the other replica
+check fail-pp-inter 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_pp_inter8.ntp --fail-at 3:3
+expect_text fail-pp-inter "      stage blk.0.ln2 .. blk.0.mlp ranks 2..2;"
+expect_text fail-pp-inter "(no checkpoint read)"
+same_losses fail-pp-inter
 rm -rf "$tmp/fppck"
 check fail-pp-ckpt 0 "$ntpc" train $fa --plan tests/plans/byte_gpt_pp2.ntp --fail-at 4:1 --checkpoint "$tmp/fppck" --checkpoint-every 2
 expect_text fail-pp-ckpt "back to the checkpoint of step 2"

@@ -11,7 +11,19 @@
  * other replicas keep their stages and the plan's rules; the degraded replica's placements are rules
  * inside its pipeline block, sequence parallelism and recomputation as the healthy plan had them.
  * A straggler (rq->slow) makes its replica degraded too: its stage's time is its slowest GPU's, so
- * the cut gives that stage fewer layers and the replica fewer rows (`ntpc train --slow`). */
+ * the cut gives that stage fewer layers and the replica fewer rows (`ntpc train --slow`).
+ *
+ * Packing: where the replicas have the same stage sizes, the failures may instead be gathered into
+ * as few replicas as possible — the surviving GPUs of the most damaged replicas fill the others'
+ * holes, stage by stage — and that assignment is kept when its replicas' summed pace (rows per unit
+ * of time, each at its best cut) is higher by more than PACK_GAIN: a stage of 2 GPUs that runs no
+ * faster per GPU than 1 (3 heads split 2/1) is better twice in one replica than once in each. The
+ * survivors are then numbered by pipeline and stage, not by GPU, and a moved GPU takes its new
+ * slices from the copies that hold them, as after every failure.
+ *
+ * Interleaved stages (a rank set holding several chunks) keep their cut; a set short of GPUs runs
+ * each of its chunks as one smaller group, and the replica's pace is its slowest set's (the sum of
+ * its chunks' times). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +106,29 @@ static void stage_starts(const plan_model *pm, const ir_module *m, const int32_t
   first_ir[p] = (int32_t)m->n_layers;
 }
 
+/* An interleaved pipeline's slowest rank set at its cut: each set runs its chunks in turn, each chunk
+ * one group of the set's GPUs (timed by the planner's tables at that count, its straggler's factor);
+ * 0 when a set's layers do not fit the cap or a layer has no placement there. */
+static double interleaved_time(const plan_model *pm, const plan_request *rq, const sh_program *hp,
+                               const sh_pipeline *P, const fs_pipe *fp, plan_tables **tabs, diag_sink *quiet) {
+  double t[FS_MAX_STAGES] = {0}, mem[FS_MAX_STAGES] = {0}, slowest = 0;
+  for (int32_t l = 0, i = 0; l < pm->n; l++) {
+    int32_t ir = plan_model_ir_layer(pm, l);
+    while (i + 1 < P->nstages && ir >= P->stages[i + 1].first_layer) i++;
+    plan_tables *T = table_for(pm, rq, fp->kept[i], tabs, quiet);
+    if (!T) return 0;
+    size_t k = (size_t)l * T->S + state_of_layer(&hp->placements[ir]);
+    if (!T->legal[k]) return 0;
+    t[i % P->nsets] += (T->tcomp[k] + T->tcomm[k]) * fp->factor[i];
+    mem[i % P->nsets] += T->pmax[k] + T->amax[k];
+  }
+  for (int32_t s = 0; s < P->nsets; s++) {
+    if (mem[s] > pl_cap_of(rq)) return 0;
+    slowest = fmax(slowest, t[s]);
+  }
+  return slowest;
+}
+
 /* Pipeline pi of the survivors from the GPUs it holds (fp->ranks, fp->kept): dropped when a stage
  * has none, degraded when one has fewer than the plan's or a straggler; every kept replica priced at
  * the best cut for its GPUs (the rows are shared by that pace); a degraded one's layers cut again,
@@ -113,6 +148,10 @@ static void price_pipe(const plan_model *pm, const ir_module *m, const sh_progra
   }
   fp->first_ir[P->nstages] = (int32_t)m->n_layers;
   int32_t first[FS_MAX_STAGES + 1];
+  if (P->v > 1) { /* interleaved: the cut kept (a rank set runs its chunks in turn) */
+    if (!fp->dropped) fp->slowest = interleaved_time(pm, rq, hp, P, fp, tabs, quiet);
+    return;
+  }
   if (fp->dropped || !recut(pm, rq, hp, fp->kept, fp->factor, fp->nstages, tabs, first, &fp->slowest, quiet)) {
     fp->slowest = 0; /* dropped, or no cut fits: the cut kept */
     return;
@@ -142,7 +181,7 @@ static bool pack(const sh_pipes *pp, const fs_pipe *spread, fs_pipe *out) {
   const sh_pipeline *P0 = &pp->pipe[0];
   for (int32_t pi = 0; pi < n; pi++) {
     const sh_pipeline *P = &pp->pipe[pi];
-    if (P->nstages != P0->nstages) return false;
+    if (P->nstages != P0->nstages || P->v > 1) return false; /* a set's chunks share its GPUs: not moved */
     lost[pi] = 0;
     for (int32_t i = 0; i < P->nstages; i++) {
       int32_t size = P->stages[i].rank_hi - P->stages[i].rank_lo;
@@ -263,8 +302,8 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
   for (int32_t k = 0; ok && k < rq->nfailed; k++) dead[rq->failed[k]] = true;
   for (int32_t pi = 0; ok && pi < pp->npipes; pi++) {
     const sh_pipeline *P = &pp->pipe[pi];
-    if (P->v > 1 || P->nstages > FS_MAX_STAGES) {
-      snprintf(why, cap, "interleaved stages (or more than %d) are not re-planned", FS_MAX_STAGES);
+    if (P->nstages > FS_MAX_STAGES) {
+      snprintf(why, cap, "a pipeline of more than %d stages is not re-planned", FS_MAX_STAGES);
       ok = false;
       break;
     }
