@@ -131,11 +131,6 @@ void ntpc_set_rank_gpus(ntpc_session *s, const int32_t *gpus, int32_t n) {
 }
 
 ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char *schedule) {
-  static const struct {
-    const char *name;
-    sh_schedule_kind kind;
-  } kinds[] = {{"1f1b", SH_SCHED_1F1B}, {"gpipe", SH_SCHED_GPIPE}, {"interleaved", SH_SCHED_INTERLEAVED},
-               {"zb-h1", SH_SCHED_ZBH1}, {"zbh1", SH_SCHED_ZBH1}};
   if (micro_batches < 0 || micro_batches > NTP_MAX_MICRO_BATCHES) {
     snprintf(s->last_error, sizeof s->last_error, "--micro-batches must be in 1..%d, got %d", NTP_MAX_MICRO_BATCHES,
              micro_batches);
@@ -155,11 +150,7 @@ ntpc_status ntpc_set_pipeline(ntpc_session *s, int32_t micro_batches, const char
   s->pipe.schedule_csv = schedule_csv;
   s->pipe.schedule = SH_SCHED_DEFAULT;
   if (!schedule || schedule_csv) return NTPC_OK;
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    if (strcasecmp(schedule, kinds[i].name) == 0) {
-      s->pipe.schedule = kinds[i].kind;
-      return NTPC_OK;
-    }
+  if ((s->pipe.schedule = (sh_schedule_kind)ir_schedule_code(schedule)) != SH_SCHED_DEFAULT) return NTPC_OK;
   return usage_error(s, "--schedule: no schedule '%s' (gpipe, 1f1b, interleaved, zb-h1, or a .csv table)", schedule);
 }
 void ntpc_set_error_limit(ntpc_session *s, size_t n) { s->diags.error_limit = n; }

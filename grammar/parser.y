@@ -114,7 +114,7 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %token KW_REPEAT "'repeat'" KW_AS "'as'" KW_WORLD "'world'" KW_TP "'tp'" KW_AUTO "'auto'"
 %token KW_DIAGONAL "'diagonal'" KW_SEQPAR "'sequence_parallel'" KW_RECOMPUTE "'recompute'" KW_BATCH "'batch'"
 %token KW_STAGE "'stage'" KW_STAGES "'stages'" KW_PIPELINE "'pipeline'" KW_RANKS "'ranks'"
-%token KW_MICRO_BATCHES "'micro_batches'"
+%token KW_MICRO_BATCHES "'micro_batches'" KW_SCHEDULE "'schedule'"
 %token KW_OPTIMIZER "'optimizer'"
 %token AT_TP "'@tp'" ARROW "'->'" DOTDOT "'..'"
 %token <str> IDENT "name" PATH "dotted name"
@@ -132,7 +132,7 @@ static void yyerror(ntp_loc *loc, parse_ctx *ctx, const char *msg) {
 %nterm <tdim> tdims tdim
 %nterm <type> type layout layout_opt
 %nterm <pstmt> pstmts pstmt options option stage stages
-%nterm <str> stage_last
+%nterm <str> stage_last sched_name
 %nterm <expr> pipe_share
 %nterm <str> pattern
 %nterm <ival> diag_opt
@@ -329,8 +329,19 @@ pstmt:
       $$ = NEW(ast_pstmt); $$->kind = PST_PIPELINE; $$->loc = @1; $$->world = $2; $$->body = $4;
     }
   | KW_MICRO_BATCHES expr ';'     { $$ = NEW(ast_pstmt); $$->kind = PST_MICRO_BATCHES; $$->loc = @$; $$->world = $2; }
+  | KW_SCHEDULE sched_name ';'    {
+      $$ = NEW(ast_pstmt); $$->kind = PST_SCHEDULE; $$->loc = @$; $$->pattern = $2; $$->pattern_loc = @2;
+    }
   | KW_OPTIMIZER opt_settings ';' { $$ = NEW(ast_pstmt); $$->kind = PST_OPTIMIZER; $$->loc = @$; $$->settings = $2; }
   | error ';'                     { $$ = NULL; yyerrok; }
+  ;
+
+/* schedule -> 'schedule' name ';' with the command line's names: gpipe, 1f1b, interleaved, zb-h1
+   (1f1b lexes as 1 and f1b, zb-h1 as zb - h1: put back together) */
+sched_name:
+    IDENT                         { $$ = $1; }
+  | INT IDENT                     { $$ = arena_printf(ctx->pool, "%lld%s", (long long)$1, $2); }
+  | IDENT '-' IDENT               { $$ = arena_printf(ctx->pool, "%s-%s", $1, $3); }
   ;
 
 /* optimizer -> 'optimizer' (name value)+ ';'   e.g. optimizer zero 1 redundancy 2; */

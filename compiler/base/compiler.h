@@ -196,7 +196,7 @@ struct ast_stmt {
   bool is_output;
 };
 
-typedef enum { PST_WORLD, PST_RULE, PST_STAGE, PST_PIPELINE, PST_STAGES, PST_OPTIMIZER, PST_MICRO_BATCHES } ast_pstmt_kind;
+typedef enum { PST_WORLD, PST_RULE, PST_STAGE, PST_PIPELINE, PST_STAGES, PST_OPTIMIZER, PST_MICRO_BATCHES, PST_SCHEDULE } ast_pstmt_kind;
 typedef struct ast_pstmt {
   ast_pstmt_kind kind;
   ntp_loc loc;
@@ -218,6 +218,7 @@ typedef struct ast_pstmt {
      PST_STAGES: world holds the stage count */
   struct ast_pstmt *body;
   ast_arg *settings; /* PST_OPTIMIZER: name value pairs (zero 1, redundancy 2) */
+  /* PST_SCHEDULE: the schedule's name in `pattern` (gpipe, 1f1b, interleaved, zb-h1) */
 } ast_pstmt;
 
 typedef struct ast_model {

@@ -150,6 +150,8 @@ void ast_print(const ast_file *f, FILE *out) {
       } else if (st->kind == PST_STAGE || st->kind == PST_PIPELINE) {
         print_stages(st, out);
         continue;
+      } else if (st->kind == PST_SCHEDULE) {
+        fprintf(out, "schedule %s", st->pattern);
       } else if (st->kind == PST_OPTIMIZER) {
         fputs("optimizer", out);
         for (const ast_arg *a = st->settings; a; a = a->next) {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 
 ir_module *ir_module_new(void) {
@@ -114,4 +115,14 @@ bool ir_fail(char *err, size_t cap, const char *fmt, ...) {
   vsnprintf(err, cap, fmt, ap);
   va_end(ap);
   return false;
+}
+
+int ir_schedule_code(const char *name) {
+  static const struct {
+    const char *name;
+    int code;
+  } names[] = {{"gpipe", 1}, {"1f1b", 2}, {"interleaved", 3}, {"zb-h1", 4}, {"zbh1", 4}};
+  for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
+    if (strcasecmp(name, names[i].name) == 0) return names[i].code;
+  return 0;
 }

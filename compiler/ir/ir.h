@@ -155,6 +155,10 @@ typedef struct ir_plan {
      (ntpc_set_pipeline); 0 = not given (the batch whole) */
   int32_t micro_batches;
   ntp_loc mb_loc;
+  /* 'schedule NAME;': the pipeline schedule unless the command line says otherwise (gpipe, 1f1b,
+     interleaved, zb-h1; checked by sema); NULL = not given (1F1B, interleaved on shared rank sets) */
+  const char *schedule;
+  ntp_loc sched_loc;
   ntp_loc loc;
 } ir_plan;
 
@@ -182,6 +186,9 @@ int32_t ir_emit(ir_module *m, ir_opcode code, const int32_t *args, int32_t nargs
                 int32_t layer, ntp_loc loc);
 static inline ir_op *ir_def(const ir_module *m, int32_t value) { return &m->ops[m->values[value].def]; }
 /* Plan patterns: '*' matches any run of characters (dots included), "{A..B}" a number A..B. */
+/* A pipeline schedule's name (the plan's 'schedule', the command line's --schedule): 1 gpipe, 2
+ * 1f1b, 3 interleaved, 4 zb-h1 (also zbh1), in sh_schedule_kind's order; 0 for another name. */
+int ir_schedule_code(const char *name);
 bool ir_glob_match(const char *pattern, const char *name);
 /* The first (last: the last) layer named `name` or whose name starts with `name.` (a stage's
  * blk.6 is blk.6.attn ... blk.6.mlp); -1 when none. */

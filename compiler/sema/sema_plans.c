@@ -152,6 +152,13 @@ void sema_lower_plan(sema *s, const ast_plan *p, bool active) {
       lower_optimizer(s, st, &plan);
       continue;
     }
+    if (st->kind == PST_SCHEDULE) {
+      if (plan.schedule) sema_error(s, st->loc, "'schedule' is given twice in plan '%s'", p->name);
+      else if (!ir_schedule_code(st->pattern))
+        sema_error(s, st->pattern_loc, "no schedule '%s' (gpipe, 1f1b, interleaved, zb-h1)", st->pattern);
+      else plan.schedule = st->pattern, plan.sched_loc = st->loc;
+      continue;
+    }
     if (st->kind == PST_MICRO_BATCHES) {
       if (plan.micro_batches) sema_error(s, st->loc, "'micro_batches' is given twice in plan '%s'", p->name);
       int64_t mb;

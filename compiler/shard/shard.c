@@ -203,8 +203,14 @@ sh_program *shard_lower(const ir_module *m, int32_t world, const sh_placement *p
   if (!p) return NULL;
   lower L;
   if (!lowering_init(&L, p, m, world, placements, diags)) return NULL;
-  sh_pipe_options none = {0};
+  sh_pipe_options none = {0}, eff;
   if (!opt) opt = &none;
+  const ir_plan *active = m->active_plan >= 0 ? &m->plans[m->active_plan] : NULL;
+  if (active && active->schedule && opt->schedule == SH_SCHED_DEFAULT && !opt->schedule_csv) {
+    eff = *opt; /* the plan's 'schedule', where the command line names none */
+    eff.schedule = (sh_schedule_kind)ir_schedule_code(active->schedule);
+    opt = &eff;
+  }
   if (!shard_resolve_pipes(m, world, &p->pipes, diags)) {
     lowering_free(&L);
     sh_program_free(p);

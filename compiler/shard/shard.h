@@ -77,6 +77,7 @@ typedef enum { SH_PHASE_F, SH_PHASE_B, SH_PHASE_W } sh_phase;
 
 /* ---- pipelines: a plan's stages, resolved (shard_stages.c) ---- */
 /* How a pipelined program's micro-batches are ordered on each rank (shard_schedule.c). */
+/* (in ir_schedule_code's order: a plan's or the command line's name maps to one) */
 typedef enum { SH_SCHED_DEFAULT, SH_SCHED_GPIPE, SH_SCHED_1F1B, SH_SCHED_INTERLEAVED, SH_SCHED_ZBH1 } sh_schedule_kind;
 typedef struct sh_pipe_options {
   int32_t micro_batches;       /* 0: the plan's 'micro_batches' (else the batch whole) */
