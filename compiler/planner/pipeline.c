@@ -16,7 +16,9 @@
  *     slowest stage's time with a greedy packing (exact for that bound: both limits hold for any
  *     part of a stage that fits).
  * The step is sum(stage times) + (m - 1) x the slowest + the slowest stage's gradient sync (once per
- * step, after the last micro-batch), the 1F1B critical path with unequal stages. Structures whose
+ * step, after the last micro-batch), the 1F1B critical path with unequal stages; training also
+ * prices ZB-H1 (the zero-bubble schedule): a third of that bubble, sum - slowest, with every stage
+ * keeping up to p + 1 micro-batches' activations. Structures whose
  * lower bound (the fastest placements, perfectly balanced) is no better than the best so far are
  * not searched. The optimizer's ZeRO stage is searched on the best few structures. */
 #include <math.h>
@@ -36,9 +38,11 @@ bool pp_usable(const pp_shape *sh, const plan_tables *T, int32_t l, int32_t s) {
   return T->legal[(size_t)l * T->S + s] && sh->d * pl->ngroups <= NTP_MAX_GROUPS;
 }
 
+/* the micro-batches whose activations stage i keeps: 1F1B p - i; ZB-H1 up to p + 1 on every stage
+ * (a micro-batch's W may wait after its B: the schedule keeps at most p + 1 with W to come) */
 int32_t pp_inflight(const pp_ctx *C, const pp_shape *sh, int32_t i) {
   if (!C->train) return 1;
-  int32_t k = sh->p - i;
+  int32_t k = sh->zb ? sh->p + 1 : sh->p - i;
   return k < sh->m ? k : sh->m;
 }
 
@@ -155,17 +159,18 @@ bool pp_evaluate(const pp_ctx *C, const pp_shape *sh, const int32_t *choice, con
     if (s.mem > mem) mem = s.mem;
     if (i > 0) p2p += sh->pt->bnd[pp_boundary_level(C, sh)][(size_t)first[i] * S + choice[first[i]]];
   }
-  r->step = sum + (sh->m - 1) * slow + sync + sh->m * sh->pt->T->const_time;
+  /* 1F1B: the bubble is (sum - slow), the fill and drain of the other stages; ZB-H1 keeps a third */
+  r->step = pp_bubble_share(sh) * (sum - slow) + sh->m * slow + sync + sh->m * sh->pt->T->const_time;
   r->slowest = slow, r->sync = sync, r->p2p = p2p, r->mem = mem;
   return true;
 }
 
-/* The placements minimising (m + p - 1) x time + sync + lam x memory over the chain cut at
+/* The placements minimising (m + (p - 1) x the bubble's share) x time + sync + lam x memory over the chain cut at
  * `first` (a stage's first layer pays its input's transfer instead of a transition). */
 static void place(pp_ctx *C, const pp_shape *sh, const int32_t *first, double lam, int32_t *choice) {
   const plan_tables *T = sh->pt->T;
   int32_t S = T->S, n = C->n, i = 0;
-  double wf = sh->m + sh->p - 1;
+  double wf = sh->m + (sh->p - 1) * pp_bubble_share(sh);
   plan_level lv = pp_boundary_level(C, sh);
   for (int32_t l = 0; l < n; l++) {
     while (i + 1 < sh->p && first[i + 1] <= l) i++;

@@ -18,8 +18,13 @@ typedef struct pp_table { /* a stage of g GPUs at micro-batches of b rows */
   double *bnd[PLAN_NLEVELS]; /* [n*S]: a stage starting at layer i in state s receives its input (F and B) */
 } pp_table;
 
+/* ZB-H1's bubble against 1F1B's: (F + B - W) / (F + B + W) with a micro-batch's forward, its
+ * activations' gradients and its weights' gradients equal (the zero-bubble paper's H1) */
+#define PP_ZB_BUBBLE (1.0 / 3.0)
+
 typedef struct pp_shape {
   int32_t g, p, d, m, zero, red;
+  bool zb; /* ZB-H1 (training): the backward split, W filling the waits; else 1F1B */
   int64_t b;
   pp_table *pt;
   const plan_request *rq;
@@ -60,6 +65,9 @@ static inline double pp_st(const plan_tables *T, size_t k) { return T->pmax[k] -
 typedef struct stage_sum {
   double t, y, mem;
 } stage_sum;
+
+/* the share of the 1F1B bubble a shape's schedule keeps */
+static inline double pp_bubble_share(const pp_shape *sh) { return sh->zb ? PP_ZB_BUBBLE : 1.0; }
 
 /* pipeline.c */
 bool pp_usable(const pp_shape *sh, const plan_tables *T, int32_t l, int32_t s);

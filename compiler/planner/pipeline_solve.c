@@ -66,7 +66,7 @@ static double lower_bound(const pp_ctx *C, const pp_shape *sh) {
     }
     sum += best;
   }
-  return sum * (sh->m + sh->p - 1) / sh->p + sh->m * T->const_time;
+  return sum * (sh->m + (sh->p - 1) * pp_bubble_share(sh)) / sh->p + sh->m * T->const_time;
 }
 
 static void progress(pp_ctx *C, bool last) {
@@ -130,14 +130,18 @@ static void search_structures(pp_ctx *C, const plan_model *pm, int32_t zero, int
           C->priced++;
           progress(C, false);
           if (!pt) continue;
-          pp_shape sh = {.g = g, .p = p, .d = d, .m = (int32_t)m, .b = bs[j], .zero = zero, .red = red, .pt = pt, .rq = rq};
-          if (C->top[PP_TOP - 1].ok && lower_bound(C, &sh) >= C->top[PP_TOP - 1].step) continue;
-          pp_plan r = {.choice = malloc((size_t)C->n * sizeof(int32_t))};
-          if (!r.choice) continue;
-          pp_search_shape(C, &sh, &r);
-          if (r.ok) keep_top(C, &r);
-          else pp_note_need(C, &sh);
-          free(r.choice);
+          for (int zb = 0; zb < 2; zb++) { /* 1F1B, and for training pipelines ZB-H1 */
+            if (zb ? !C->train || p == 1 || rq->schedule == 2 : rq->schedule == 4 && C->train && p > 1) continue;
+            pp_shape sh = {.g = g, .p = p, .d = d, .m = (int32_t)m, .b = bs[j], .zero = zero, .red = red, .zb = zb,
+                           .pt = pt, .rq = rq};
+            if (C->top[PP_TOP - 1].ok && lower_bound(C, &sh) >= C->top[PP_TOP - 1].step) continue;
+            pp_plan r = {.choice = malloc((size_t)C->n * sizeof(int32_t))};
+            if (!r.choice) continue;
+            pp_search_shape(C, &sh, &r);
+            if (r.ok) keep_top(C, &r);
+            else pp_note_need(C, &sh);
+            free(r.choice);
+          }
         }
       }
     }
@@ -171,6 +175,7 @@ static bool fill(pp_ctx *C, const pp_plan *r, plan_solution *out) {
     return false;
   }
   out->pp_stages = p, out->pp_replicas = sh->d, out->pp_stage_world = g, out->micro_batches = sh->m;
+  out->schedule = sh->zb ? 4 : 2;
   out->micro_rows = sh->b;
   out->pm_stage = sh->pt->pm;
   memcpy(out->stage_first, r->first, (size_t)(p + 1) * sizeof *out->stage_first);
@@ -401,7 +406,7 @@ double plan_pipeline_shape(const plan_model *pm, const plan_request *rq, int32_t
   if (pt && r.choice) {
     int32_t zero = rq->zero == PLAN_ZERO_AUTO ? 0 : rq->zero;
     pp_shape sh = {.g = g, .p = p, .d = d, .m = m, .b = B / d / m, .zero = zero, .red = rq->redundancy > 0 ? rq->redundancy : 1,
-                   .pt = pt, .rq = rq};
+                   .zb = rq->train && p > 1 && rq->schedule == 4, .pt = pt, .rq = rq};
     pp_set_pricing(&C, &sh);
     if (exhaustive) pp_exhaust(&C, &sh, &r);
     else pp_search_shape(&C, &sh, &r);

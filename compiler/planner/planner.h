@@ -196,6 +196,7 @@ typedef struct plan_request {
   void *rows_ctx;
   int32_t stages;             /* pipeline stages: 0 chosen, 1 none (the flat search alone), N exactly N */
   int32_t micro_batches;      /* 0 chosen, else exactly this many per pipeline */
+  int32_t schedule;           /* training pipelines: 0 chosen (1F1B or ZB-H1), else ir_schedule_code's 2 or 4 */
   FILE *progress;             /* a progress line on long searches (stderr), or NULL */
   /* the 3D search restricted to a known configuration (a published one, priced as it ran): every
      layer one group of stage_tp GPUs (0: any placement), recomputed (1) or not (-1) or either (0),
@@ -277,12 +278,13 @@ typedef struct plan_solution {
      over a stage's GPUs and timed per micro-batch of micro_rows rows; pm_stage is the model at
      those rows (the request's model_at_rows) */
   int32_t pp_stages, pp_replicas, pp_stage_world, micro_batches;
+  int32_t schedule;           /* ir_schedule_code's: 2 1F1B, 4 ZB-H1 (written 'schedule zb-h1;') */
   int64_t micro_rows;
   const plan_model *pm_stage;
   int32_t *stage_first;       /* [pp_stages + 1]: the chain layer each stage starts at */
   double *stage_time;         /* [pp_stages]: a micro-batch's forward and backward, its input received */
   double *stage_sync, *stage_mem; /* [pp_stages]: the gradient sync; memory per GPU (busiest) */
-  int32_t *stage_inflight;    /* [pp_stages]: micro-batches whose activations it keeps (1F1B) */
+  int32_t *stage_inflight;    /* [pp_stages]: micro-batches whose activations it keeps (its schedule's) */
   double bubble_s, p2p_s;     /* the step's idle time in the schedule; stage inputs received, summed */
   double flat_step_s;         /* the flat search's step, when it ran and fitted (else 0) */
   int32_t structures;         /* pipeline structures priced (stage GPUs x stages x replicas x micro-batches) */
@@ -306,9 +308,10 @@ bool plan_solve_3d(const plan_model *pm, const ir_module *m, const plan_request 
 /* The model FLOPs of a step (6 x parameters x tokens, training; 2x forward) and the MFU at a step
  * time: those FLOPs over the GPUs' dense peak (0 when the profile has none for the dtype). */
 double plan_model_flops(const plan_model *pm, bool train);
-/* Tests: the step of one pipeline structure (g GPUs a stage, p stages, d replicas, m micro-batches)
- * as the 3D search finds it, or by enumerating every placement of every layer and every cut into
- * stages (tiny models only); INFINITY when nothing fits. */
+/* Tests: the step of one pipeline structure (g GPUs a stage, p stages, d replicas, m micro-batches;
+ * ZB-H1 where rq->schedule is 4 and it trains in stages, else 1F1B) as the 3D search finds it, or
+ * by enumerating every placement of every layer and every cut into stages (tiny models only);
+ * INFINITY when nothing fits. */
 double plan_pipeline_shape(const plan_model *pm, const plan_request *rq, int32_t g, int32_t p, int32_t d, int32_t m,
                            bool exhaustive, struct diag_sink *diags);
 double plan_mfu(const plan_model *pm, const plan_solution *s, const plan_profile *prof);

@@ -17,6 +17,7 @@ static void stage_layers(const plan_model *pm, const ir_module *m, const plan_so
 void pl_write_stage_lines(FILE *out, const plan_model *pm, const ir_module *m, const plan_solution *s) {
   int32_t p = s->pp_stages, g = s->pp_stage_world;
   fprintf(out, "  micro_batches %d;\n", s->micro_batches);
+  if (s->schedule == 4) fputs("  schedule zb-h1;\n", out);
   for (int32_t r = 0; r < s->pp_replicas; r++) {
     const char *ind = s->pp_replicas > 1 ? "    " : "  ";
     if (s->pp_replicas > 1) fprintf(out, "  pipeline {\n");
@@ -45,9 +46,10 @@ void pl_write_stage_report(FILE *out, const plan_model *pm, const plan_solution 
   char t1[32], t2[32], t3[32], t4[32], b1[32], b2[32], b3[32], b4[32];
   fprintf(out, "\n(the layers' figures are per micro-batch of %lld rows, on a stage's %d GPU%s)\n",
           (long long)s->micro_rows, g, g == 1 ? "" : "s");
+  const char *sched = s->schedule == 4 ? "ZB-H1" : "1F1B";
   fprintf(out, "pipeline: %d replica%s x %d stage%s x %d GPU%s = %d GPUs; %d micro-batch%s of %lld rows per replica, "
-          "1F1B\n", s->pp_replicas, s->pp_replicas == 1 ? "" : "s", p, p == 1 ? "" : "s", g, g == 1 ? "" : "s",
-          s->world, s->micro_batches, s->micro_batches == 1 ? "" : "es", (long long)s->micro_rows);
+          "%s\n", s->pp_replicas, s->pp_replicas == 1 ? "" : "s", p, p == 1 ? "" : "s", g, g == 1 ? "" : "s",
+          s->world, s->micro_batches, s->micro_batches == 1 ? "" : "es", (long long)s->micro_rows, sched);
   fprintf(out, "%5s  %-36s %-11s %16s %11s %12s %9s\n", "stage", "layers", "GPUs", "per micro-batch", "grad sync",
           "memory/GPU", "in flight");
   for (int32_t i = 0; i < p; i++) {
@@ -66,8 +68,8 @@ void pl_write_stage_report(FILE *out, const plan_model *pm, const plan_solution 
   double slow = 0;
   for (int32_t i = 0; i < p; i++)
     if (s->stage_time[i] > slow) slow = s->stage_time[i];
-  fprintf(out, "\npredicted step time (%s, 1F1B over %d micro-batches): %s = %d x the slowest stage %s + bubble %s + "
-          "gradient sync %s; %.0f tokens/s (%lld tokens per step)", s->train ? "training" : "forward",
+  fprintf(out, "\npredicted step time (%s, %s over %d micro-batches): %s = %d x the slowest stage %s + bubble %s + "
+          "gradient sync %s; %.0f tokens/s (%lld tokens per step)", s->train ? "training" : "forward", sched,
           s->micro_batches, pl_fmt_time(s->step_s, t1, sizeof t1), s->micro_batches, pl_fmt_time(slow, t2, sizeof t2),
           pl_fmt_time(s->bubble_s, t3, sizeof t3), pl_fmt_time(s->sync_s, t4, sizeof t4),
           (double)pm->tokens / s->step_s, (long long)pm->tokens);

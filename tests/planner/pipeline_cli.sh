@@ -1,7 +1,8 @@
 #!/bin/sh
 # pipeline_cli.sh NTPC — `ntpc plan` with pipeline stages (the 3D search; docs/planner.md, "Pipelines"):
-#  - forced stages and micro-batches on a small fp32 model: the plan says 'micro_batches M;' and its
-#    stages, `ntpc check` accepts it, and `ntpc train` under it gives the unsharded run's losses;
+#  - forced stages and micro-batches on a small fp32 model: the plan says 'micro_batches M;',
+#    'schedule zb-h1;' (zero bubble, chosen over 1F1B; --schedule 1f1b forces that) and its stages,
+#    `ntpc check` accepts it, and `ntpc train` under it gives the unsharded run's losses;
 #  - left to the planner, GPT-3 (4 blocks) on 16 A100s trains in stages, the report shows the stages,
 #    the step's parts and the MFU; at 1024 GPUs (Megatron's batch of 1536) the plan has replicas of
 #    the pipeline, is checked on one replica, and is written;
@@ -23,10 +24,19 @@ python3 tools/make_tokens.py "$tmp/docs.bin" --text README.md >/dev/null || bad 
 # shellcheck disable=SC2046,SC2086
 check forced 0 "$ntpc" plan $bg --world 8 --train --stages 2 --micro-batches 4 $(files forced)
 expect_text forced "x 2 stages x"
-expect_text forced "4 micro-batches of 2 rows per replica, 1F1B"
+expect_text forced "4 micro-batches of 2 rows per replica, ZB-H1"
 expect_text forced "compiler check: the training program (forward, backward, gradient sync) compiles for 8 ranks"
-if grep -q '^  micro_batches 4;$' "$tmp/forced.ntp" && [ "$(grep -c 'stage .* ranks' "$tmp/forced.ntp")" -ge 2 ]; then ok
-else bad "forced: the plan lacks its micro_batches or stage lines"; cat "$tmp/forced.ntp"; fi
+if grep -q '^  micro_batches 4;$' "$tmp/forced.ntp" && grep -q '^  schedule zb-h1;$' "$tmp/forced.ntp" &&
+  [ "$(grep -c 'stage .* ranks' "$tmp/forced.ntp")" -ge 2 ]; then ok
+else bad "forced: the plan lacks its micro_batches, schedule or stage lines"; cat "$tmp/forced.ntp"; fi
+# the schedule forced: 1F1B (no schedule line); a schedule the search does not price is a usage error
+# shellcheck disable=SC2046,SC2086
+check forced-1f1b 0 "$ntpc" plan $bg --world 8 --train --stages 2 --micro-batches 4 --schedule 1f1b $(files f1b)
+expect_text forced-1f1b "4 micro-batches of 2 rows per replica, 1F1B"
+if ! grep -q 'schedule' "$tmp/f1b.ntp"; then ok; else bad "forced-1f1b: the plan names a schedule"; fi
+# shellcheck disable=SC2086
+check schedule-bad 2 "$ntpc" plan $bg --world 8 --train --schedule gpipe
+expect_text schedule-bad "--schedule expects 1f1b, zb-h1 or auto (the search prices those), got 'gpipe'"
 # shellcheck disable=SC2086
 check forced-check 0 "$ntpc" check $bg --plan "$tmp/forced.ntp" --train
 train() { # the per-step losses of three steps

@@ -1,7 +1,7 @@
 /* test_pipeline3d.c — the 3D search (compiler/planner/pipeline.c, docs/planner.md, "Pipelines")
  * against enumeration. For random structures of a small trainable model (byte_gpt, fp32: 4 or 6
  * chain layers) — g GPUs a stage (1 to 4), p stages (1 to 3), d replicas (1, 2), m micro-batches
- * (1, 2, 4), forward or training, memory caps from generous to tight, two profiles — the step the
+ * (1, 2, 4), forward or training (1F1B or ZB-H1), memory caps from generous to tight, two profiles — the step the
  * search finds is compared with the best over every placement of every layer and every cut into
  * stages:
  *   - never faster than that optimum (a faster one would be a pricing or packing bug);
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
       continue;
     }
     plan_request rq = {.world = g * p * d, .prof = &prof, .mem_cap = cap, .train = train, .zero = 0,
-                       .model_at_rows = ntpc_rows_model, .rows_ctx = ms};
+                       .schedule = pick(2) ? 4 : 2, .model_at_rows = ntpc_rows_model, .rows_ctx = ms};
     diag_sink quiet = {0};
     double fast = plan_pipeline_shape(pm, &rq, g, p, d, m, false, &quiet);
     double best = plan_pipeline_shape(pm, &rq, g, p, d, m, true, &quiet);
@@ -74,7 +74,8 @@ int main(int argc, char **argv) {
     bool binds = isfinite(best) && best > free_best * (1 + 1e-12);
     if (verbose)
       printf("case %3d: g %d p %d d %d m %d b %d %s %s cap %.1f MiB: search %.6g, enumeration %.6g%s\n", c, g, p, d, m,
-             b, train ? "train" : "forward", gpu, cap / 1048576.0, fast, best, binds ? " (memory binds)" : "");
+             b, !train ? "forward" : rq.schedule == 4 ? "train zb-h1" : "train", gpu, cap / 1048576.0, fast, best,
+             binds ? " (memory binds)" : "");
     if (isfinite(best)) {
       feasible++;
       binding += binds;

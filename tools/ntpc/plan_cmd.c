@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ir.h"
 #include "plan_cmd.h"
 #include "outfile.h"
 #include "ntpc.h"
@@ -46,6 +47,8 @@ static const char plan_usage[] =
     "                     replicas, gradients, fp32 masters and AdamW moments, saved activations\n"
     "  --stages N         pipeline stages: 1 (none: the flat search), N, or auto (default)\n"
     "  --micro-batches M  micro-batches per pipeline replica, or auto (default)\n"
+    "  --schedule S       training pipelines: 1f1b, zb-h1 (zero bubble), or auto (default: the\n"
+    "                     faster within the memory; the plan says 'schedule zb-h1;' when chosen)\n"
     "  --zero Z           training: the optimizer's ZeRO stage, 0, 1, 2 or auto (default auto:\n"
     "                     chosen with the placements, or the --plan's 'optimizer' statement)\n"
     "  --redundancy K     training with ZeRO: GPUs keeping each optimizer shard, or auto (1 or 2)\n"
@@ -351,6 +354,11 @@ static int parse_options(int argc, char **argv, plan_opts *po) {
       if (strcmp(v, "auto") == 0) o.micro_batches = 0;
       else if (!parse_long(v, 1, NTP_MAX_MICRO_BATCHES, &o.micro_batches))
         return usage_fail("--micro-batches expects 1 to 4096 or auto, got '%s'", v);
+    } else if ((v = cli_option_value(argc, argv, &i, "--schedule", &missing))) {
+      int code = strcmp(v, "auto") == 0 ? 0 : ir_schedule_code(v);
+      if (code != 0 && code != 2 && code != 4)
+        return usage_fail("--schedule expects 1f1b, zb-h1 or auto (the search prices those), got '%s'", v);
+      o.schedule = code;
     } else if ((v = cli_option_value(argc, argv, &i, "--gpu", &missing))) o.gpu = v;
     else if ((v = cli_option_value(argc, argv, &i, "--profile", &missing))) o.profile = v;
     else if ((v = cli_option_value(argc, argv, &i, "--mem-cap", &missing))) {
@@ -705,7 +713,7 @@ int ntpc_plan_command(int argc, char **argv) {
                      .quanta = (int32_t)o.quanta, .failed = nfailed ? failed : NULL, .nfailed = nfailed,
                      .train = o.train, .zero = (int32_t)o.zero, .redundancy = (int32_t)o.redundancy,
                      .domain_size = (int32_t)o.domain_size, .stages = (int32_t)o.stages,
-                     .micro_batches = (int32_t)o.micro_batches, .progress = stderr};
+                     .micro_batches = (int32_t)o.micro_batches, .schedule = o.schedule, .progress = stderr};
   optimizer_of_plan(&o, m, &rq);
   /* the 3D search recompiles the model at its micro-batches' rows; without a batch dim it is off */
   const char *why = NULL;

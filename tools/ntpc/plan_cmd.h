@@ -21,6 +21,7 @@ typedef struct plan_opts {
   long zero, redundancy, domain_size;
   bool zero_given, redundancy_given;
   long stages, micro_batches; /* --stages, --micro-batches: 0 chosen (the 3D search) */
+  int schedule;               /* --schedule: 0 chosen, else ir_schedule_code's 2 (1f1b) or 4 (zb-h1) */
 } plan_opts;
 
 /* A pipelined plan checked as `ntpc check` would read it: its text compiled for its world (the

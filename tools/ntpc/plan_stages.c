@@ -74,9 +74,9 @@ static int report_program(const sh_program *p, const plan_solution *sol) {
 
 /* Past CHECK_RANKS ranks, or with more than twice as many micro-batches as stages, compiling the
  * whole plan takes minutes and gigabytes: the check compiles one replica of the pipeline with
- * min(m, p) micro-batches of the plan's rows, whose every rank holds the same slices, runs the
- * same micro-batch size and keeps as many micro-batches in flight (1F1B: min(p - i, m)) as in
- * the whole plan, so its memory plan is theirs. */
+ * min(m, p) micro-batches of the plan's rows (ZB-H1: p + 1), whose every rank holds the same
+ * slices, runs the same micro-batch size and keeps as many micro-batches in flight (1F1B:
+ * min(p - i, m); ZB-H1 at most p + 1) as in the whole plan, so its memory plan is theirs. */
 #define CHECK_RANKS 64
 
 char *plan_check_pipelined(const plan_opts *o, const plan_model *pm, const ir_module *m, const plan_solution *sol,
@@ -86,7 +86,8 @@ char *plan_check_pipelined(const plan_opts *o, const plan_model *pm, const ir_mo
   if (sol->world > CHECK_RANKS || sol->micro_batches > 2 * sol->pp_stages) {
     one.pp_replicas = 1;
     one.world = sol->pp_stages * sol->pp_stage_world;
-    one.micro_batches = sol->micro_batches < sol->pp_stages ? sol->micro_batches : sol->pp_stages;
+    int32_t keep = sol->pp_stages + (sol->schedule == 4); /* ZB-H1 keeps up to p + 1 with W to come */
+    one.micro_batches = sol->micro_batches < keep ? sol->micro_batches : keep;
     snprintf(def, sizeof def, "%s=%lld", ntpc_rows_dim(rows), (long long)(sol->micro_rows * one.micro_batches));
     ctext = text ? plan_text(pm, m, &one, name, header) : NULL;
   }
