@@ -96,9 +96,10 @@ static int bench_3d(const char *file, const char *batch, int world, bool train, 
   if (!ok) printf("failed\n");
   else if (!sol.feasible) printf("%s\n", sol.why);
   else if (sol.pp_stages)
-    printf("%3d replicas x %3d stages x %d GPUs, %4d micro-batches of %lld; zero %d; step %8.3f s, MFU %4.1f%% (%d "
-           "structures)\n", sol.pp_replicas, sol.pp_stages, sol.pp_stage_world, sol.micro_batches,
-           (long long)sol.micro_rows, sol.zero, sol.step_s, 100 * plan_mfu(pm, &sol, prof), sol.structures);
+    printf("%3d replicas x %3d stages x %d GPUs, %4d micro-batches of %lld, %s; zero %d; step %8.3f s, MFU %4.1f%% "
+           "(%d structures)\n", sol.pp_replicas, sol.pp_stages, sol.pp_stage_world, sol.micro_batches,
+           (long long)sol.micro_rows, sol.schedule == 4 ? "ZB-H1" : "1F1B", sol.zero, sol.step_s,
+           100 * plan_mfu(pm, &sol, prof), sol.structures);
   else printf("flat plan; step %.3f s, MFU %4.1f%%\n", sol.step_s, 100 * plan_mfu(pm, &sol, prof));
   plan_solution_free(&sol);
   plan_model_free(pm);

@@ -135,6 +135,21 @@ static void survivors_release(ntp_exec_survivors *s) {
   free(s->held);
 }
 
+/* the next executor's options from the backend's survivors: their GPUs and world communicators,
+ * the ranks this process runs; the GPUs listed after `what` in the report */
+static void next_of(ntp_exec_survivors *s, ntp_cuda_survivors *sv, const char *what) {
+  s->held = sv, s->release = survivors_release;
+  s->local = sv->local;
+  s->next = (ntp_exec_options){.backend = "cuda", .device = sv->devices[0], .devices = sv->devices, .comms = sv->world,
+                               .rank_lo = sv->local >= 0 ? sv->local : 0,
+                               .rank_hi = sv->local >= 0 ? sv->local + 1 : sv->n};
+  int k = (int)strlen(s->report);
+  if (sv->local < 0 && what && k >= 0 && (size_t)k < sizeof s->report)
+    k += snprintf(s->report + k, sizeof s->report - (size_t)k, "%s", what);
+  for (int r = 0; sv->local < 0 && what && r < sv->n && k > 0 && (size_t)k < sizeof s->report; r++)
+    k += snprintf(s->report + k, sizeof s->report - (size_t)k, " %d", sv->devices[r]);
+}
+
 static int exec_lose(void *be, const bool *lost, ntp_exec_survivors *s, char *err, size_t cap) {
   const cuda_exec *x = be;
   s->next = (ntp_exec_options){.backend = "cuda", .loopback = x->o.loopback, .device = x->o.device};
@@ -148,19 +163,10 @@ static int exec_lose(void *be, const bool *lost, ntp_exec_survivors *s, char *er
     free(sv);
     return -1;
   }
-  s->held = sv, s->release = survivors_release;
-  s->local = sv->local; /* sv->n is s->n: the same survivors, counted by NCCL's side too */
-  s->next.device = sv->devices[0], s->next.devices = sv->devices, s->next.comms = sv->world;
-  s->next.rank_lo = sv->local >= 0 ? sv->local : 0;
-  s->next.rank_hi = sv->local >= 0 ? sv->local + 1 : sv->n;
-  int k = snprintf(s->report, sizeof s->report, "communicators: %d aborted (ncclCommAbort: %s), the world %s %d ranks (%s)",
-                   sv->aborted, sv->local >= 0 ? "every one of this process's" : "each with a failed GPU in it",
-                   sv->shrunk ? "shrunk to" : "created again over the", sv->n, sv->how);
-  if (sv->local < 0 && k > 0 && (size_t)k < sizeof s->report) {
-    k += snprintf(s->report + k, sizeof s->report - (size_t)k, "; the survivors keep their GPUs:");
-    for (int r = 0; r < sv->n && k > 0 && (size_t)k < sizeof s->report; r++)
-      k += snprintf(s->report + k, sizeof s->report - (size_t)k, " %d", sv->devices[r]);
-  }
+  snprintf(s->report, sizeof s->report, "communicators: %d aborted (ncclCommAbort: %s), the world %s %d ranks (%s)",
+           sv->aborted, sv->local >= 0 ? "every one of this process's" : "each with a failed GPU in it",
+           sv->shrunk ? "shrunk to" : "created again over the", sv->n, sv->how);
+  next_of(s, sv, "; the survivors keep their GPUs:"); /* sv->n is s->n: the same survivors, counted by NCCL's side too */
   return 0;
 }
 
@@ -170,15 +176,9 @@ static int exec_order(void *be, ntp_exec_survivors *s, int32_t world, const int3
   if (x->o.loopback || !sv) return 0; /* every rank on one GPU: nothing bound to a survivor's place */
   int rc = ntp_cuda_survivors_order(x->c, sv, world, from, err, cap);
   if (rc != 0) return rc;
-  s->local = sv->local;
-  s->next.device = sv->devices[0], s->next.devices = sv->devices, s->next.comms = sv->world;
-  s->next.rank_lo = sv->local >= 0 ? sv->local : 0;
-  s->next.rank_hi = sv->local >= 0 ? sv->local + 1 : sv->n;
-  int k = (int)strlen(s->report);
-  k += snprintf(s->report + k, sizeof s->report - (size_t)k, "; then split into the survivors' plan's order "
-                "(ncclCommSplit)%s", sv->local >= 0 ? "" : ", its ranks on GPUs");
-  for (int r = 0; sv->local < 0 && r < sv->n && k > 0 && (size_t)k < sizeof s->report; r++)
-    k += snprintf(s->report + k, sizeof s->report - (size_t)k, " %d", sv->devices[r]);
+  size_t k = strlen(s->report);
+  snprintf(s->report + k, sizeof s->report - k, "; then split into the survivors' plan's order (ncclCommSplit)");
+  next_of(s, sv, ", its ranks on GPUs");
   return 0;
 }
 
@@ -194,10 +194,8 @@ static int exec_grow(void *be, int32_t world, const int32_t *from, const int *de
     free(sv);
     return rc;
   }
-  s->held = sv, s->release = survivors_release;
-  s->next = (ntp_exec_options){.backend = "cuda", .device = sv->devices[0], .devices = sv->devices, .comms = sv->world,
-                               .rank_hi = sv->n};
   snprintf(s->report, sizeof s->report, "the world communicator grown to %d ranks (%s)", sv->n, sv->how);
+  next_of(s, sv, NULL);
   return 0;
 }
 

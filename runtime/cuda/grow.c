@@ -77,7 +77,11 @@ int ntp_cuda_grow(ntp_cuda *c, int world, const int *from, const int *devices, n
   s->n = world, s->how = ordered ? "ncclCommGrow" : "ncclCommGrow, then ncclCommSplit into the plan's rank order";
   free(grown), free(key), free(gdev);
   return 0;
-fail:
+fail: /* what was made before the failing call is let go (aborted: it may be half made) */
+  for (int g = 0; grown && gdev && g < world; g++)
+    if (grown[g]) cu_api.cudaSetDevice(gdev[g]), cu_api.ncclCommAbort(grown[g]);
+  for (int r = 0; s->world && s->devices && r < world; r++)
+    if (s->world[r]) cu_api.cudaSetDevice(s->devices[r]), cu_api.ncclCommAbort((ncclComm_t)s->world[r]), s->world[r] = NULL;
   free(grown), free(key), free(gdev);
   ntp_cuda_survivors_free(s);
   return -1;

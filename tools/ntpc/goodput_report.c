@@ -160,12 +160,17 @@ double gp_report_costs(const gp_opts *o, const plan_profile *prof, const gp_pric
   return steady;
 }
 
+/* a table's first words, then the policies' names as its columns */
+static void policy_header(const char *first) {
+  printf("%s", first);
+  for (int p = 0; p < GP_NPOLICIES; p++) printf("  %10s", gp_policy_name((gp_policy)p));
+}
+
 /* The throughput each policy loses at each failed fraction and the spare domains its worst draw
  * needs, printed and into loss and spares: 0, or 3 (out of memory). */
 int gp_report_loss(const gp_opts *o, const gp_config *c, double (*loss)[GP_NPOLICIES], int32_t (*spares)[GP_NPOLICIES]) {
   printf("throughput lost with a fraction of the GPUs failed (%d random sets each):\n", (int)o->samples);
-  printf("  failed   GPUs ");
-  for (int p = 0; p < GP_NPOLICIES; p++) printf("  %10s", gp_policy_name((gp_policy)p));
+  policy_header("  failed   GPUs ");
   printf("\n");
   for (int i = 0; i < o->nfractions; i++) {
     double thr[GP_NPOLICIES];
@@ -182,8 +187,7 @@ int gp_report_loss(const gp_opts *o, const gp_config *c, double (*loss)[GP_NPOLI
   /* what the paper counts as the cost of non-stop training: spares swapped in to keep the
    * healthy throughput, here whole healthy replicas making up what a policy loses */
   printf("spare domains (of %d GPUs) that keep the healthy throughput, for the worst of the sets:\n", c->domain);
-  printf("  failed   GPUs ");
-  for (int p = 0; p < GP_NPOLICIES; p++) printf("  %10s", gp_policy_name((gp_policy)p));
+  policy_header("  failed   GPUs ");
   printf("\n");
   for (int i = 0; i < o->nfractions; i++) {
     printf("  %5.2f%%  %5.0f ", 100 * o->fractions[i], llround(o->fractions[i] * c->gpus) * 1.0);
@@ -220,8 +224,7 @@ int gp_report_run(const gp_opts *o, const gp_config *c, const gp_failures *f, co
   /* the restart's cost is an assumption: the same run (the same failures) at other costs */
   static const double minutes[] = {1, 5, 15};
   printf("the restart's cost (--restart-min, an input; %g min above): goodput of the same run at\n", k->restart_s / 60);
-  printf("  restart   ");
-  for (int p = 0; p < GP_NPOLICIES; p++) printf("  %10s", gp_policy_name((gp_policy)p));
+  policy_header("  restart   ");
   printf("   ntp-3d's lead over the best restart policy\n");
   for (int i = 0; i < 3; i++) {
     gp_costs ki = *k;
