@@ -84,10 +84,10 @@ static double plan_row(const struct row *r, plan_model *pm, ntpc_session *s, pla
   *stage_gpus = sol.pp_stages ? sol.pp_stage_world : sol.world;
   int32_t rc = 0, sp = 0;
   for (int32_t i = 0; i < sol.nlayers; i++) rc += sol.layers[i].place.rc, sp += sol.layers[i].place.sp;
-  snprintf(cell, cap, "%d x %d x %d, %d x %lld rows, zero %d, %d of %d layers recomputed, %d sequence parallel",
+  snprintf(cell, cap, "%d x %d x %d, %d x %lld rows, %s, zero %d, %d of %d layers recomputed, %d sequence parallel",
            *stage_gpus, sol.pp_stages ? sol.pp_stages : 1, sol.pp_stages ? sol.pp_replicas : 1,
-           sol.micro_batches ? sol.micro_batches : 1, (long long)(sol.micro_rows ? sol.micro_rows : r->batch), sol.zero,
-           rc, sol.nlayers, sp);
+           sol.micro_batches ? sol.micro_batches : 1, (long long)(sol.micro_rows ? sol.micro_rows : r->batch),
+           sol.schedule == 4 ? "ZB-H1" : "1F1B", sol.zero, rc, sol.nlayers, sp);
   if (verbose && isfinite(step)) plan_write_report(stdout, pm, &sol, prof);
   plan_solution_free(&sol);
   return step;
@@ -116,18 +116,19 @@ int main(int argc, char **argv) {
     /* 1. Megatron's configuration priced: tp 8 in every stage, every layer recomputed, no sequence
           parallelism (2021), micro-batches of one row, no ZeRO */
     plan_request mq = rq;
-    mq.stage_tp = r->tp, mq.recompute = 1, mq.seq_parallel = -1, mq.zero = 0;
+    mq.stage_tp = r->tp, mq.recompute = 1, mq.seq_parallel = -1, mq.zero = 0, mq.schedule = 2;
     int32_t d = r->gpus / (r->tp * r->pp), g2021 = 0, gnow = 0;
     double mstep = plan_pipeline_shape(pm, &mq, r->tp, r->pp, d, r->batch / d, false, ntpc_diag_sink(s));
-    /* 2. the planner with what Megatron-LM had in 2021: every layer recomputed, no sequence parallelism, no ZeRO */
+    /* 2. the planner with what Megatron-LM had in 2021: every layer recomputed, no sequence
+          parallelism, no ZeRO, 1F1B (zero bubble came in 2023) */
     plan_request oq = rq;
-    oq.recompute = 1, oq.seq_parallel = -1, oq.zero = 0;
+    oq.recompute = 1, oq.seq_parallel = -1, oq.zero = 0, oq.schedule = 2;
     char c2021[200], cnow[200], mcell[200];
     double s2021 = plan_row(r, pm, s, oq, c2021, sizeof c2021, &g2021, verbose, &a100);
     /* 3. the planner with everything: recomputation, sequence parallelism and ZeRO chosen */
     double snow = plan_row(r, pm, s, rq, cnow, sizeof cnow, &gnow, verbose, &a100);
     snprintf(mcell, sizeof mcell, "%d x %d x %d, %d x 1 row, every layer recomputed", r->tp, r->pp, d, r->batch / d);
-    const char *how[3] = {"Megatron-LM's configuration, priced", "planned, 2021's features (recompute all, no SP, no ZeRO)",
+    const char *how[3] = {"Megatron-LM's configuration, priced", "planned, 2021's features (recompute all, no SP, no ZeRO, 1F1B)",
                           "planned, every feature"};
     const char *cell[3] = {mcell, c2021, cnow};
     double step[3] = {mstep, s2021, snow};
