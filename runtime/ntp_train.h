@@ -76,9 +76,22 @@ int ntp_trainer_new(const ntp_program *p, const ntp_adamw *o, uint64_t seed, con
  * ntp_trainer_last (a --dump). */
 int ntp_trainer_step(ntp_trainer *t, const ntp_host_tensor *const *given, int keep, ntp_train_stats *st, char *err,
                      size_t cap);
-/* A training initialisation instead of the default one: every parameter of 2 or more dims
- * (matrices, tables) uniform with standard deviation `std` (deterministic in seed, name and
- * index, as the default), every vector at its centre (gains 1, biases 0). */
+/* Training initialisations (train_init.c; docs/training.md, "Initialisation"), each draw a function
+ * of (seed, parameter name, element index) alone, so every sharding starts from the same numbers:
+ * GPT2 — matrices and tables N(0, std), the residual branches' output projections (attention's wo,
+ * the MLP's w_down) N(0, std / sqrt(2 L)), biases 0, gains 1; MEGATRON — the same numbers; LLAMA —
+ * matrices and tables N(0, std), gains 1; UNIFORM — matrices and tables uniform with standard
+ * deviation std; MODULE — the model's own (the comparison initialisation of the tests). */
+typedef enum { NTP_INIT_MODULE, NTP_INIT_GPT2, NTP_INIT_MEGATRON, NTP_INIT_LLAMA, NTP_INIT_UNIFORM } ntp_init_scheme;
+/* "gpt2", "megatron", "llama", "uniform", "module" (also "comparison"), any case; false for others */
+bool ntp_init_scheme_named(const char *name, ntp_init_scheme *out);
+const char *ntp_init_scheme_name(ntp_init_scheme s);
+/* The model family's scheme: LLAMA where the model has an RMS norm, else GPT2. */
+ntp_init_scheme ntp_trainer_family_init(const ntp_trainer *t);
+/* The parameters (masters, moments untouched: call before the first step) set by `scheme` with
+ * standard deviation std (<= 0: 0.02). */
+int ntp_trainer_init(ntp_trainer *t, ntp_init_scheme scheme, double std, uint64_t seed, char *err, size_t cap);
+/* ntp_trainer_init with UNIFORM (kept for callers of the first training initialisation). */
 int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap);
 /* The steps taken so far (a resumed trainer counts from its checkpoint's). */
 int64_t ntp_trainer_steps_taken(const ntp_trainer *t);

@@ -142,6 +142,15 @@ float ntp_init_uniform_key(uint64_t key, uint64_t index)
     return (float)v;
 }
 
+double ntp_init_normal_key(uint64_t key, uint64_t index)
+{
+    /* Box-Muller on two 53-bit uniforms of their own streams (2i, 2i + 1): u1 in (0, 1], so the
+     * log is finite; one normal per element, whatever the slice it is drawn in */
+    uint64_t a = mix64(key ^ (2 * index + 0x5bd1e995ULL)) >> 11, b = mix64(key ^ (2 * index + 1 + 0x5bd1e995ULL)) >> 11;
+    double u1 = ((double)a + 1.0) * 0x1p-53, u2 = (double)b * 0x1p-53;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
 float ntp_init_uniform(uint64_t seed, uint64_t name_hash, uint64_t index)
 {
     return ntp_init_uniform_key(ntp_init_key(seed, name_hash), index);

@@ -55,6 +55,9 @@ int32_t ntp_init_int(uint64_t seed, uint64_t name_hash, uint64_t index, int32_t 
  * ntp_init_uniform_key(ntp_init_key(seed, h), i), and likewise for the integers. */
 uint64_t ntp_init_key(uint64_t seed, uint64_t name_hash);
 float ntp_init_uniform_key(uint64_t key, uint64_t index);
+/* A standard normal draw for element `index` of the tensor keyed `key` (counter-based, as the
+ * uniform one: the same value whatever the sharding). */
+double ntp_init_normal_key(uint64_t key, uint64_t index);
 uint64_t ntp_init_int_key(uint64_t seed, uint64_t name_hash);
 int32_t ntp_init_int_at(uint64_t key, uint64_t index, int32_t range);
 /* out[j] = center + scale * ntp_init_uniform_key(key, index0 + j) for j < n (fp32 arithmetic). */

@@ -512,22 +512,6 @@ void ntp_trainer_set_options(ntp_trainer *t, const ntp_adamw *o) { t->o = *o; }
 /* A sharded run's slices take the global copies after these changed them. */
 static int rescatter(ntp_trainer *t, char *err, size_t cap) { return t->exec ? ntp_train_scatter(t, err, cap) : 0; }
 
-int ntp_trainer_init_std(ntp_trainer *t, double std, uint64_t seed, char *err, size_t cap) {
-  const ntp_module *m = t->mod;
-  if (ntp_train_gather(t, err, cap) != 0) return -1;
-  for (size_t i = 0; i < t->np; i++) {
-    tparam *p = &t->p[i];
-    const ntp_op *op = &m->ops[m->values[p->value].def];
-    uint64_t key = ntp_init_key(seed, ntp_name_hash(p->cur.name));
-    double a = std * 1.7320508075688772; /* U(-a, a) has standard deviation a / sqrt(3) */
-    for (int64_t e = 0; e < p->n; e++)
-      p->master[e] = p->decay ? (float)(a * ntp_init_uniform_key(key, (uint64_t)e)) : op->attr.init.center;
-    memcpy(p->cur.f, p->master, (size_t)p->n * sizeof *p->cur.f);
-    ntp_round_buf(p->cur.f, (size_t)p->n, mode_of(p->cur.dtype));
-  }
-  return rescatter(t, err, cap);
-}
-
 int ntp_trainer_eval(ntp_trainer *t, const ntp_host_tensor *const *given, ntp_cpu_result *res, char *err, size_t cap) {
   const ntp_module *m = t->mod;
   fill_given(t, given, !t->exec);

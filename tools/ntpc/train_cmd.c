@@ -61,8 +61,12 @@ static const char train_usage[] =
     "                     id). With --fail-at the failing GPU's process is killed (SIGKILL) and the\n"
     "                     survivors' processes notice it through NCCL and go on\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
-    "  --init-std X       start from a training initialisation: matrices and tables uniform with\n"
-    "                     standard deviation X (0.02 as GPT-2), gains 1, biases 0\n"
+    "  --init SCHEME      the parameters' start (without --params or --resume): gpt2 (normal 0.02,\n"
+    "                     residual output projections 0.02/sqrt(2L), biases 0, gains 1), megatron\n"
+    "                     (the same), llama (normal 0.02, gains 1), uniform, or comparison (the\n"
+    "                     model's own, which the tests compare); default: the model family's, llama\n"
+    "                     where it has an RMS norm, else gpt2\n"
+    "  --init-std X       the initialisation's standard deviation (default 0.02)\n"
     "  --save-params FILE write the trained parameters (safetensors)\n"
     "  --params-format F  the layout of --params and --save-params: ntp (the model's names;\n"
     "                     default), hf-gpt2, hf-llama (Hugging Face checkpoints, docs/runtime.md)\n"
@@ -97,7 +101,9 @@ typedef struct train_opts {
   unsigned long long seed;
   bool shuffle, sharded;
   int32_t world; /* 0: the plan's */
-  double init_std; /* > 0: a training initialisation (ntp_trainer_init_std) */
+  double init_std; /* > 0: the initialisation's standard deviation (ntp_trainer_init; else 0.02) */
+  ntp_init_scheme init; /* --init (init_given), else the model family's */
+  bool init_given;
   const char *ckpt, *resume; /* checkpoint folders */
   long ckpt_every;
   ntp_adamw adamw; /* the optimizer's options and the run's length (adamw.steps) */
@@ -249,6 +255,14 @@ static int set_checkpoint_every(train_opts *o, ntpc_session *s, const char *v) {
   return -1;
 }
 
+static int set_init(train_opts *o, ntpc_session *s, const char *v) {
+  (void)s;
+  if (!ntp_init_scheme_named(v, &o->init))
+    return usage("--init %s: expected gpt2, megatron, llama, uniform or comparison", v);
+  o->init_given = true;
+  return -1;
+}
+
 static int set_init_std(train_opts *o, ntpc_session *s, const char *v) {
   double d;
   (void)s;
@@ -282,7 +296,7 @@ static const valued_option valued[] = {
     {"--plan", 0, set_plan}, {"--fail-at", 0, set_fail_at}, {"--join-at", 0, set_join_at}, {"--slow", 0, set_slow}, {"--world", 0, set_world},
     {"--micro-batches", 0, set_micro_batches}, {"--schedule", 0, set_schedule},
     {"--params-format", 0, set_params_format}, {"--color", 0, set_color},
-    {"--checkpoint-every", 0, set_checkpoint_every}, {"--init-std", 0, set_init_std}, {"--seed", 0, set_seed}};
+    {"--checkpoint-every", 0, set_checkpoint_every}, {"--init-std", 0, set_init_std}, {"--init", 0, set_init}, {"--seed", 0, set_seed}};
 
 /* --lr, --weight-decay, ...: the trainer's options (ntp_adamw_set: bounds and messages there) */
 static int adamw_option(train_opts *o, int argc, char **argv, int *i, bool *missing, bool *taken) {
@@ -350,9 +364,10 @@ static int parse_one(int argc, char **argv, int *i, ntpc_session *s, train_opts 
 static int check_options(const train_opts *o) {
   if (!o->file) return usage("no model file%s", "");
   if (!o->data) return usage("--data TOKENS is required (tools/make_tokens.py makes a token file from text)%s", "");
-  if (o->init_std > 0 && o->params) return usage("--init-std and --params both set the parameters: give one%s", "");
-  if (o->resume && (o->params || o->init_std > 0))
-    return usage("--resume sets the parameters: no --params or --init-std with it%s", "");
+  if ((o->init_std > 0 || o->init_given) && o->params)
+    return usage("--init/--init-std and --params both set the parameters: give one%s", "");
+  if (o->resume && (o->params || o->init_std > 0 || o->init_given))
+    return usage("--resume sets the parameters: no --params, --init or --init-std with it%s", "");
   if (o->ckpt_every && !o->ckpt) return usage("--checkpoint-every needs --checkpoint DIR%s", "");
   if (o->loopback && !o->backend->devices)
     return usage("--loopback is an option of a backend with devices (--backend cuda)%s", "");
@@ -495,6 +510,7 @@ typedef struct train_run {
   long ran;                /* steps of this run (a resumed one starts where its checkpoint stopped) */
   long long ckpt_failed;   /* the step whose checkpoint could not be written */
   char ckpt_err[512];
+  ntp_init_scheme init;    /* how the parameters started (MODULE also for --params and --resume) */
 } train_run;
 
 /* Where the ranks run: every rank here (on one device with --loopback), or --rank's one, joined
@@ -510,9 +526,10 @@ static int trainer_new(train_run *r, char *err, size_t cap) {
     }
     x.rank_lo = o->rank, x.rank_hi = o->rank + 1, x.device = o->device;
   }
-  if (ntp_trainer_new(r->prog, &o->adamw, o->seed, r->params, &x, &r->tr, err, cap) != 0 ||
-      (o->init_std > 0 && ntp_trainer_init_std(r->tr, o->init_std, o->seed, err, cap) != 0))
-    return 1;
+  if (ntp_trainer_new(r->prog, &o->adamw, o->seed, r->params, &x, &r->tr, err, cap) != 0) return 1;
+  /* the parameters' start: --params or --resume, else the scheme asked for or the family's */
+  r->init = o->params || o->resume ? NTP_INIT_MODULE : o->init_given ? o->init : ntp_trainer_family_init(r->tr);
+  if (ntp_trainer_init(r->tr, r->init, o->init_std, o->seed, err, cap) != 0) return 1;
   if (o->resume) {
     if (ntp_checkpoint_load(o->resume, r->tr, r->data, err, cap) != 0) return 1;
     printf("resumed from %s at step %lld\n", o->resume, (long long)ntp_trainer_steps_taken(r->tr));
@@ -581,6 +598,10 @@ static void print_header(train_run *r, const sh_program *sp) {
   const ntp_adamw *aw = &o->adamw;
   printf("AdamW: lr %g (warmup %lld, cosine to %g), betas %g %g, eps %g, weight decay %g, clip %g\n", aw->lr,
          (long long)aw->warmup, aw->lr * aw->min_lr_frac, aw->beta1, aw->beta2, aw->eps, aw->weight_decay, aw->clip);
+  if (!o->params && !o->resume)
+    printf("init: %s%s, std %g%s\n", ntp_init_scheme_name(r->init),
+           r->init == NTP_INIT_MODULE ? " (the model's own)" : "", o->init_std > 0 ? o->init_std : 0.02,
+           o->init_given ? "" : " (the model family's; --init to choose)");
 }
 
 /* The GPUs --fail-at fails before step `step` (1-based) into now[]; this process dies if its own
