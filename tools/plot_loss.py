@@ -84,8 +84,15 @@ def main():
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in c)
         o.append(f'<polyline fill="none" stroke="#2a2" stroke-width="1.5" stroke-dasharray="5,4" points="{path}"/>')
         legend.append((text, "#2a2", ' stroke-dasharray="5,4"'))
+    # the legend at the top right, unless a curve or a reference line's label is there: then above
+    # the marks' labels at the bottom right, where the curves have come down
+    lx = W - R - 210
+    inside = [sy(y) for x, y in pts + [p for c, _ in also for p in c] if sx(x) >= lx]
+    top_end, bottom_start = T + 16 * len(legend) + 6, H - B - 30 - 16 * len(legend)
+    top_busy = any(py < top_end for py in inside) or any(sy(v) - 17 < top_end for v, _ in refs)
+    low = top_busy and all(py < bottom_start for py in inside)
     for k, (text, color, dash) in enumerate(legend):
-        y = T + 16 + 16 * k
+        y = (bottom_start + 16 + 16 * k) if low else T + 16 + 16 * k
         o.append(f'<line x1="{W - R - 210}" y1="{y - 4}" x2="{W - R - 185}" y2="{y - 4}" stroke="{color}" stroke-width="1.5"{dash}/>')
         o.append(f'<text x="{W - R - 180}" y="{y}">{text}</text>')
     o.append(f'<rect x="{L}" y="{T}" width="{W - L - R}" height="{H - T - B}" fill="none" stroke="#888"/>')
