@@ -73,7 +73,7 @@ for name, args in [("npy", ["--inputs", f"tokens={tmp}/tok.npy", "--inputs", f"t
 check(len(set(losses.values())) == 1, f"the same ids gave other losses: {losses}")
 default = loss_of(run("run", *gpt))
 check(default != losses["npy"], "the given ids gave the default initialisation's loss")
-tr = run("train", *gpt, "--data", f"{tmp}/t.bin", "--steps", "1", "-q")
+tr = run("train", *gpt, "--data", f"{tmp}/t.bin", "--steps", "1", "-q", "--init", "comparison")  # run's start
 m = re.search(r"step\s+1/1\s+loss (\S+)", tr)
 check(m and abs(float(m.group(1)) - losses["bin"]) <= 1e-5 * abs(losses["bin"]),
       f"run --inputs's loss {losses['bin']} is not ntpc train's first loss on the file:\n{tr}")

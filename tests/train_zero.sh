@@ -94,7 +94,7 @@ check lib-cc 0 ${CC:-cc} -std=c17 -Wall -Wextra -Werror ${NTP_TEST_CFLAGS:-} tes
   -o "$tmp/train_abi"
 check lib-train 0 "$tmp/train_abi" "$tmp/z.so" "$tmp/docs.bin" 4 3e-3
 grep '^step' "$tmp/out" >"$tmp/abi.log"
-check lib-cli 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 4 --lr 3e-3 --min-lr-frac 1 $z4
+check lib-cli 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 4 --lr 3e-3 --min-lr-frac 1 $z4 --init comparison
 grep '^step' "$tmp/out" | sed 's/  lr.*//' >"$tmp/cli.log"
 if [ -s "$tmp/abi.log" ] && cmp -s "$tmp/abi.log" "$tmp/cli.log"; then ok; else
   bad "lib: the library's train steps differ from ntpc train's"; paste "$tmp/abi.log" "$tmp/cli.log"; fi

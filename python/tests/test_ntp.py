@@ -103,7 +103,7 @@ def test_train_steps_equal_ntpc_train(tmp_path):
     (tmp_path / "t.bin").write_bytes(hdr.tobytes() + ids.astype("<u2").tobytes())
     d = {"B": 2, "S": 32}
     out = ntpc("train", BYTE_GPT, *dims(d), "--data", str(tmp_path / "t.bin"), "--steps", "3", "--lr", "1e-3",
-               "--warmup", "0", "--min-lr-frac", "1", "-q")
+               "--warmup", "0", "--min-lr-frac", "1", "-q", "--init", "comparison")  # the package's start
     want = [float(x) for x in re.findall(r"step\s+\d+/3\s+loss (\S+)", out)]
     m = ntp.compile(BYTE_GPT, defines=d, train=True)
     n = 2 * 32

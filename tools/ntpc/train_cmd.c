@@ -61,11 +61,9 @@ static const char train_usage[] =
     "                     id). With --fail-at the failing GPU's process is killed (SIGKILL) and the\n"
     "                     survivors' processes notice it through NCCL and go on\n"
     "  --params FILE      start from these parameters (safetensors, global layout)\n"
-    "  --init SCHEME      the parameters' start (without --params or --resume): gpt2 (normal 0.02,\n"
-    "                     residual output projections 0.02/sqrt(2L), biases 0, gains 1), megatron\n"
-    "                     (the same), llama (normal 0.02, gains 1), uniform, or comparison (the\n"
-    "                     model's own, which the tests compare); default: the model family's, llama\n"
-    "                     where it has an RMS norm, else gpt2\n"
+    "  --init SCHEME      the start: gpt2 or megatron (normal 0.02, residual outputs 0.02/sqrt(2L)),\n"
+    "                     llama (normal 0.02), uniform, comparison (the model's own; the tests');\n"
+    "                     default llama with an RMS norm, else gpt2 (docs/training.md)\n"
     "  --init-std X       the initialisation's standard deviation (default 0.02)\n"
     "  --save-params FILE write the trained parameters (safetensors)\n"
     "  --params-format F  the layout of --params and --save-params: ntp (the model's names;\n"
@@ -257,10 +255,8 @@ static int set_checkpoint_every(train_opts *o, ntpc_session *s, const char *v) {
 
 static int set_init(train_opts *o, ntpc_session *s, const char *v) {
   (void)s;
-  if (!ntp_init_scheme_named(v, &o->init))
-    return usage("--init %s: expected gpt2, megatron, llama, uniform or comparison", v);
-  o->init_given = true;
-  return -1;
+  o->init_given = ntp_init_scheme_named(v, &o->init);
+  return o->init_given ? -1 : usage("--init %s: expected gpt2, megatron, llama, uniform or comparison", v);
 }
 
 static int set_init_std(train_opts *o, ntpc_session *s, const char *v) {
