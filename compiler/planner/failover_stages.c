@@ -317,7 +317,8 @@ bool plan_failover_stages(const plan_model *pm, const ir_module *m, const sh_pro
   double gain = 0; /* the packed assignment's pace over the spread one's */
   if (ok && packs && pack(pp, fps, packs)) { /* the failures gathered into few replicas, if faster */
     for (int32_t pi = 0; pi < pp->npipes; pi++) price_pipe(pm, m, hp, rq, pi, &packs[pi], tabs, &quiet);
-    gain = pace_of(fps, pp->npipes) > 0 ? pace_of(packs, pp->npipes) / pace_of(fps, pp->npipes) : INFINITY;
+    double spread = pace_of(fps, pp->npipes), gathered = pace_of(packs, pp->npipes);
+    gain = spread > 0 ? gathered / spread : gathered > 0 ? INFINITY : 0; /* unpriced spread: packed if priced */
     if ((packed = gain > PACK_GAIN)) {
       fs_pipe *t = fps;
       fps = packs, packs = t;
