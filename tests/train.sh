@@ -70,6 +70,11 @@ for k in g:
 print("bad:", bad)
 sys.exit(1 if bad else 0)
 PYEOF
+# a Llama-shaped model (RMS norms) starts from llama's scheme, at ln 256 too
+check init-llama 0 "$ntpc" train tests/numeric/train_llama.ntp --data "$tmp/docs.bin" --steps 1
+expect_text init-llama "init: llama, std 0.02 (the model family's; --init to choose)"
+l0=$(sed -n 's/^step *1\/1  loss \([0-9.]*\).*/\1/p' "$tmp/out")
+if [ -n "$l0" ] && awk "BEGIN { exit !($l0 > 5.045 && $l0 < 6.045) }"; then ok; else bad "llama: first loss '$l0', expected within 0.5 of 5.545"; fi
 check init-bad 2 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 1 $small --init xavier
 expect_text init-bad "--init xavier: expected gpt2, megatron, llama, uniform or comparison"
 check init-and-params 2 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 1 $small --init-std 0.02 --params README.md
