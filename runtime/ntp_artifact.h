@@ -26,6 +26,10 @@ const char *ntprt_model_last_error(void);
 int ntprt_model_train_step(ntp_model *model, const ntp_model_train_options *o, const DLTensor *const *inputs,
                            double *loss);
 int ntprt_model_get_param(ntp_model *model, const char *name, DLTensor *global);
+/* A training library's parameters set by an initialisation scheme (ntp_trainer_init: "gpt2",
+ * "megatron", "llama", "uniform", "comparison"; NULL: the model family's), standard deviation std
+ * (<= 0: 0.02), from the model's seed: before the first step (the moments are not reset). */
+int ntprt_model_init(ntp_model *model, const char *scheme, double std);
 /* Every parameter into a safetensors file in a layout (training libraries only). */
 int ntprt_model_save_format(ntp_model *model, const char *path, const char *format);
 void ntprt_model_destroy(ntp_model *model);

@@ -275,4 +275,5 @@ __attribute__((used)) static const void *const model_abi[] = {
     (const void *)ntprt_model_create,      (const void *)ntprt_model_load_format, (const void *)ntprt_model_save_format,
     (const void *)ntprt_model_set_param,   (const void *)ntprt_model_get_param,   (const void *)ntprt_model_forward,
     (const void *)ntprt_model_train_step,  (const void *)ntprt_model_last_error,  (const void *)ntprt_model_destroy,
+    (const void *)ntprt_model_init,
 };

@@ -267,7 +267,8 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
             backend: str = "cpu", train: bool = False, seed: int = 0, loopback: bool = False, device: int = 0,
             gpu: Optional[str] = None, micro_batches: Optional[int] = None,
             schedule: Optional[Union[str, PathLike]] = None, zero: Optional[int] = None,
-            redundancy: Optional[int] = None, domain_size: Optional[int] = None) -> Model:
+            redundancy: Optional[int] = None, domain_size: Optional[int] = None, init: Optional[str] = None,
+            init_std: float = 0.02) -> Model:
     """Compiles a model (a .ntp path, or its source text) and makes it runnable.
 
     plan: a plan file (its plan for the model becomes active; plan_name picks one); defines:
@@ -283,7 +284,10 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     --micro-batches, --schedule; docs/pipeline.md); zero, redundancy, domain_size: with train, the
     distributed optimizer over the plan's 'optimizer' line (ZeRO stage 0 to 2, each part of the
     state on this many replicas, GPUs per failure domain; ntpc --zero, --redundancy, --domain-size;
-    docs/training.md). Errors in the model raise NtpError with every diagnostic."""
+    docs/training.md); init, init_std: with train, the parameters' start as ntpc train --init,
+    --init-std: "gpt2", "megatron", "llama", "uniform" or "comparison" (the model's own), default
+    the model family's (llama with an RMS norm, else gpt2), drawn from seed (docs/training.md,
+    "Initialisation"). Errors in the model raise NtpError with every diagnostic."""
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a backend's name, got {type(backend).__name__} {backend!r}")
     kernels = C.c_int(0)  # the runtime's table of backends says which names exist and what each runs
@@ -304,9 +308,22 @@ def compile(source: Union[str, PathLike], *, plan: Optional[PathLike] = None, pl
     if not train and opt != (-1, -1, -1):  # a forward has no optimizer: it would look used
         name = bounds[next(i for i, v in enumerate(opt) if v >= 0)][0]
         raise ValueError(f"{name} shards the optimizer's state: it needs train=True")
+    if init is not None and not isinstance(init, str):
+        raise TypeError(f"init must be a scheme's name, got {type(init).__name__}")
+    if not train and init is not None:
+        raise ValueError("init sets a training model's start: it needs train=True")
+    if not isinstance(init_std, (int, float)) or isinstance(init_std, bool) or not init_std > 0:
+        raise ValueError(f"init_std must be a standard deviation above 0, got {init_std!r}")
     unit = _Unit(source, plan=plan, plan_name=plan_name, defines=defines, model=model, world=world, train=train,
                  cuda=bool(kernels.value), gpu=gpu, micro_batches=micro_batches, schedule=schedule, optimizer=opt)
-    return Model(unit, backend=backend, seed=seed, loopback=loopback, device=device)
+    m = Model(unit, backend=backend, seed=seed, loopback=loopback, device=device)
+    if train:  # the start ntpc train takes: the scheme asked for, else the model family's
+        try:
+            m._call(N.lib.ntprt_model_init, None if init is None else init.encode(), float(init_std))
+        except NtpError as e:
+            m.close()
+            raise ValueError(str(e)) from None
+    return m
 
 
 @dataclass(frozen=True)

@@ -99,8 +99,9 @@ lib.ntprt_model_get_param.argtypes = [P, C.c_char_p, C.POINTER(DLTensor)]
 lib.ntprt_model_forward.argtypes = [P, C.POINTER(C.POINTER(DLTensor)), C.POINTER(C.POINTER(DLTensor))]
 lib.ntprt_model_train_step.argtypes = [P, C.POINTER(TrainOptionsC), C.POINTER(C.POINTER(DLTensor)),
                                        C.POINTER(C.c_double)]
+lib.ntprt_model_init.argtypes = [P, C.c_char_p, C.c_double]
 lib.ntprt_model_last_error.restype = C.c_char_p
 lib.ntprt_model_destroy.argtypes = [P]
 for f in ("ntprt_model_create", "ntprt_model_load_format", "ntprt_model_save_format", "ntprt_model_set_param",
-          "ntprt_model_get_param", "ntprt_model_forward", "ntprt_model_train_step"):
+          "ntprt_model_get_param", "ntprt_model_forward", "ntprt_model_train_step", "ntprt_model_init"):
     getattr(lib, f).restype = C.c_int

@@ -95,6 +95,31 @@ def test_torch_in_torch_out(tokens):
     assert not torch.equal(m.forward(torch.tensor(tokens))["logits"], t)
 
 
+def test_init_schemes(tmp_path):
+    """init= as ntpc train --init: the family's start by default (a byte GPT's first loss at ln 256),
+    the model's own with "comparison" (ntpc train --init comparison's first loss), errors named."""
+    text = (ROOT / "README.md").read_bytes()
+    ids = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
+    hdr = np.zeros(256, dtype="<i4")
+    hdr[:3] = [20240520, 1, len(ids)]
+    (tmp_path / "t.bin").write_bytes(hdr.tobytes() + ids.astype("<u2").tobytes())
+    d = {"B": 2, "S": 32}
+    tok, tgt = ids[:64].reshape(2, 32), ids[1:65].reshape(2, 32)
+    first = ntp.compile(BYTE_GPT, defines=d, train=True).train_step(tok, tgt)
+    assert abs(first - np.log(256)) < 0.5, first
+    own = ntp.compile(BYTE_GPT, defines=d, train=True, init="comparison").train_step(tok, tgt)
+    out = ntpc("train", BYTE_GPT, *dims(d), "--data", str(tmp_path / "t.bin"), "--steps", "1", "-q",
+               "--init", "comparison")
+    want = float(re.findall(r"step\s+1/1\s+loss (\S+)", out)[0])
+    assert own > 10 and abs(own - want) <= 1e-5 * want, (own, want)
+    with pytest.raises(ValueError, match="no initialisation 'xavier'"):
+        ntp.compile(BYTE_GPT, defines=d, train=True, init="xavier")
+    with pytest.raises(ValueError, match="needs train=True"):
+        ntp.compile(BYTE_GPT, defines=d, init="gpt2")
+    with pytest.raises(ValueError, match="init_std"):
+        ntp.compile(BYTE_GPT, defines=d, train=True, init_std=0)
+
+
 def test_train_steps_equal_ntpc_train(tmp_path):
     text = (ROOT / "README.md").read_bytes()
     ids = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
@@ -103,7 +128,7 @@ def test_train_steps_equal_ntpc_train(tmp_path):
     (tmp_path / "t.bin").write_bytes(hdr.tobytes() + ids.astype("<u2").tobytes())
     d = {"B": 2, "S": 32}
     out = ntpc("train", BYTE_GPT, *dims(d), "--data", str(tmp_path / "t.bin"), "--steps", "3", "--lr", "1e-3",
-               "--warmup", "0", "--min-lr-frac", "1", "-q", "--init", "comparison")  # the package's start
+               "--warmup", "0", "--min-lr-frac", "1", "-q")  # both from the model family's start (gpt2)
     want = [float(x) for x in re.findall(r"step\s+\d+/3\s+loss (\S+)", out)]
     m = ntp.compile(BYTE_GPT, defines=d, train=True)
     n = 2 * 32

@@ -464,6 +464,18 @@ int ntprt_model_train_step(ntp_model *m, const ntp_model_train_options *o, const
   return NTP_OK;
 }
 
+int ntprt_model_init(ntp_model *m, const char *scheme, double std) {
+  CHECK_MODEL(m);
+  if (!m->trainer) return fail(NTP_EINVAL, "an initialisation scheme is a training library's (train=True)");
+  ntp_init_scheme s = NTP_INIT_MODULE;
+  if (!scheme) s = ntp_trainer_family_init(m->trainer);
+  else if (!ntp_init_scheme_named(scheme, &s))
+    return fail(NTP_EINVAL, "no initialisation '%s' (gpt2, megatron, llama, uniform or comparison)", scheme);
+  char err[512];
+  if (ntp_trainer_init(m->trainer, s, std, m->seed, err, sizeof err) != 0) return fail(NTP_ERUN, "%s", err);
+  return NTP_OK;
+}
+
 int ntprt_model_get_param(ntp_model *m, const char *name, DLTensor *global) {
   CHECK_MODEL(m);
   if (!name) return fail(NTP_EINVAL, "the parameter name is NULL");
