@@ -95,14 +95,19 @@ def test_torch_in_torch_out(tokens):
     assert not torch.equal(m.forward(torch.tensor(tokens))["logits"], t)
 
 
+def token_file(path):
+    """README.md's bytes as a token file (llm.c's format) at path; the ids."""
+    ids = np.frombuffer((ROOT / "README.md").read_bytes(), dtype=np.uint8).astype(np.int64)
+    hdr = np.zeros(256, dtype="<i4")
+    hdr[:3] = [20240520, 1, len(ids)]
+    path.write_bytes(hdr.tobytes() + ids.astype("<u2").tobytes())
+    return ids
+
+
 def test_init_schemes(tmp_path):
     """init= as ntpc train --init: the family's start by default (a byte GPT's first loss at ln 256),
     the model's own with "comparison" (ntpc train --init comparison's first loss), errors named."""
-    text = (ROOT / "README.md").read_bytes()
-    ids = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
-    hdr = np.zeros(256, dtype="<i4")
-    hdr[:3] = [20240520, 1, len(ids)]
-    (tmp_path / "t.bin").write_bytes(hdr.tobytes() + ids.astype("<u2").tobytes())
+    ids = token_file(tmp_path / "t.bin")
     d = {"B": 2, "S": 32}
     tok, tgt = ids[:64].reshape(2, 32), ids[1:65].reshape(2, 32)
     first = ntp.compile(BYTE_GPT, defines=d, train=True).train_step(tok, tgt)
@@ -121,11 +126,7 @@ def test_init_schemes(tmp_path):
 
 
 def test_train_steps_equal_ntpc_train(tmp_path):
-    text = (ROOT / "README.md").read_bytes()
-    ids = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
-    hdr = np.zeros(256, dtype="<i4")
-    hdr[:3] = [20240520, 1, len(ids)]
-    (tmp_path / "t.bin").write_bytes(hdr.tobytes() + ids.astype("<u2").tobytes())
+    ids = token_file(tmp_path / "t.bin")
     d = {"B": 2, "S": 32}
     out = ntpc("train", BYTE_GPT, *dims(d), "--data", str(tmp_path / "t.bin"), "--steps", "3", "--lr", "1e-3",
                "--warmup", "0", "--min-lr-frac", "1", "-q")  # both from the model family's start (gpt2)
