@@ -144,7 +144,9 @@ int artifact_write_c(const sh_program *p, const void *image, size_t image_len, F
         "EXPORT int ntp_model_train_step(ntp_model *m, const ntp_model_train_options *o, const DLTensor *const *in, "
         "double *loss) { return ntprt_model_train_step(m, o, in, loss); }\n"
         "EXPORT int ntp_model_get_param(ntp_model *m, const char *name, DLTensor *t) { return ntprt_model_get_param(m, "
-        "name, t); }\n",
+        "name, t); }\n"
+        "EXPORT int ntp_model_init(ntp_model *m, const char *scheme, double std) { return ntprt_model_init(m, scheme, "
+        "std); }\n",
         f);
   return ferror(f) ? -1 : 0;
 }

@@ -90,6 +90,11 @@ int ntp_model_train_step(ntp_model *model, const ntp_model_train_options *option
  * ranks hold it (set, loaded or the default initialisation), in a training library its master
  * rounded to the model's dtype; not on the cuda backend. */
 int ntp_model_get_param(ntp_model *model, const char *name, DLTensor *global);
+/* A training library's parameters set by an initialisation scheme, as ntpc train --init: "gpt2",
+ * "megatron", "llama", "uniform", "comparison" (the model's own, the default of a library), or
+ * NULL for the model family's (llama with an RMS norm, else gpt2); std <= 0: 0.02; drawn from the
+ * options' seed. Before the first step. NTP_EINVAL for another name or a forward library. */
+int ntp_model_init(ntp_model *model, const char *scheme, double std);
 
 #ifdef __cplusplus
 }

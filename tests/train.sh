@@ -313,6 +313,15 @@ check train-cli 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --s
 grep '^step' "$tmp/out" | sed 's/  lr.*//' >"$tmp/cli.log"
 if [ -s "$tmp/abi.log" ] && cmp -s "$tmp/abi.log" "$tmp/cli.log"; then ok; else
   bad "the library's train steps differ from ntpc train's"; paste "$tmp/abi.log" "$tmp/cli.log"; fi
+# ntp_model_init: the library started as ntpc train starts by default (the model family's: gpt2)
+check train-abi-init 0 "$tmp/train_abi" "$tmp/bg.so" "$tmp/docs.bin" 4 3e-3 cpu family
+grep '^step' "$tmp/out" >"$tmp/abi_init.log"
+check train-cli-init 0 "$ntpc" train examples/byte_gpt.ntp --data "$tmp/docs.bin" --steps 4 --lr 3e-3 --min-lr-frac 1 $small --plan examples/plans/byte_gpt_7.ntp
+grep '^step' "$tmp/out" | sed 's/  lr.*//' >"$tmp/cli_init.log"
+if [ -s "$tmp/abi_init.log" ] && cmp -s "$tmp/abi_init.log" "$tmp/cli_init.log" && ! cmp -s "$tmp/abi.log" "$tmp/abi_init.log"; then ok
+else bad "ntp_model_init: the library's steps differ from ntpc train's default"; paste "$tmp/abi_init.log" "$tmp/cli_init.log"; fi
+check train-abi-init-bad 1 "$tmp/train_abi" "$tmp/bg.so" "$tmp/docs.bin" 1 3e-3 cpu xavier
+expect_text train-abi-init-bad "no initialisation 'xavier' (gpt2, megatron, llama, uniform or comparison)"
 
 # a model with a loss makes a forward library too (its CUDA kernels include the loss's)
 check loss-lib 0 "$ntpc" examples/byte_gpt.ntp $small -o "$tmp/m.so"

@@ -22,6 +22,7 @@ typedef int (*ntp_model_get_info_fn)(const ntp_model_info **);
 typedef int (*ntp_model_create_fn)(const ntp_model_options *, ntp_model **);
 typedef int (*ntp_model_train_step_fn)(ntp_model *, const ntp_model_train_options *, const DLTensor *const *, double *);
 typedef int (*ntp_model_get_param_fn)(ntp_model *, const char *, DLTensor *);
+typedef int (*ntp_model_init_fn)(ntp_model *, const char *, double);
 typedef int (*ntp_model_forward_fn)(ntp_model *, const DLTensor *const *, DLTensor *const *);
 typedef const char *(*ntp_model_last_error_fn)(void);
 typedef void (*ntp_model_destroy_fn)(ntp_model *);
@@ -31,11 +32,11 @@ static DLTensor host(void *data, DLDataType dt, int32_t ndim, int64_t *shape) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5 && argc != 6) {
-    fprintf(stderr, "usage: train_abi MODEL.so TOKENS STEPS LR [cpu | cuda | cuda-loopback]\n");
+  if (argc < 5 || argc > 7) {
+    fprintf(stderr, "usage: train_abi MODEL.so TOKENS STEPS LR [cpu | cuda | cuda-loopback [INIT]]\n");
     return 2;
   }
-  const char *backend = argc == 6 ? argv[5] : "cpu";
+  const char *backend = argc >= 6 ? argv[5] : "cpu", *init = argc == 7 ? argv[6] : NULL;
   ntp_model_options mo = {.backend = strncmp(backend, "cuda", 4) == 0 ? "cuda" : "cpu", .rank = -1,
                           .loopback = strcmp(backend, "cuda-loopback") == 0};
   void *lib = dlopen(argv[1], RTLD_NOW);
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
   SYM(ntp_model_forward);
   SYM(ntp_model_last_error);
   SYM(ntp_model_destroy);
+  SYM(ntp_model_init);
   if (!ntp_model_train_step || !ntp_model_get_param) {
     fprintf(stderr, "the library exports no training step\n");
     return 1;
@@ -70,6 +72,11 @@ int main(int argc, char **argv) {
   ntp_model *m;
   if (ntp_model_create(&mo, &m) != NTP_OK) {
     fprintf(stderr, "create: %s\n", ntp_model_last_error());
+    return 1;
+  }
+  /* INIT: the start ntpc train --init INIT takes ("family": the model family's, as its default) */
+  if (init && (!ntp_model_init || ntp_model_init(m, strcmp(init, "family") == 0 ? NULL : init, 0) != NTP_OK)) {
+    fprintf(stderr, "init %s: %s\n", init, ntp_model_init ? ntp_model_last_error() : "no ntp_model_init");
     return 1;
   }
   int32_t *tok = malloc((size_t)n * 4), *tgt = malloc((size_t)n * 4);
