@@ -243,13 +243,12 @@ static ntp_program *candidate(const train_source *src, const ir_module *m, const
   return prog;
 }
 
-/* the rates each piece of rs showed on program p's timeline */
-static void measure_rates(resplit *rs, const ir_module *m, const ntp_program *p, const double *slow) {
-  double *busy = calloc((size_t)p->world + 1, sizeof *busy), *work = calloc((size_t)p->world + 1, sizeof *work);
+/* the rates each piece of rs showed on a candidate's timeline: busy[r], each rank's busy time there
+ * (NULL: none measured, the pieces back to their GPUs times their speed) */
+static void measure_rates(resplit *rs, const ir_module *m, const double *busy) {
   piece_rate *pr = calloc(NTP_MAX_GROUPS * 4, sizeof *pr);
   int np = 0;
-  bool ran = busy && work && pr && isfinite(straggler_timeline(p, rs->phys, slow, busy, work));
-  for (int32_t pi = rs->sp->pipes.npipes ? 0 : -1; ran && pi < rs->sp->pipes.npipes; pi++)
+  for (int32_t pi = rs->sp->pipes.npipes ? 0 : -1; busy && pr && pi < rs->sp->pipes.npipes; pi++)
     for (size_t l = 0; l < m->n_layers; l++) {
       int32_t lo[NTP_MAX_GROUPS], hi[NTP_MAX_GROUPS];
       int64_t share[NTP_MAX_GROUPS], rows;
@@ -262,8 +261,6 @@ static void measure_rates(resplit *rs, const ir_module *m, const ntp_program *p,
         if (!seen && b > 0) pr[np++] = (piece_rate){lo[k], hi[k], (double)share[k] / b};
       }
     }
-  free(busy);
-  free(work);
   free(rs->rates);
   rs->rates = pr, rs->nrates = np;
 }
@@ -285,6 +282,30 @@ static void measured_pace(const ntp_program *p, const int32_t *ph, const int32_t
   for (int32_t pi = 0; pi < npipes; pi++) top = fmax(top, scale[pi]);
   for (int32_t pi = 0; pi < npipes && top > 0; pi++) scale[pi] /= top;
   free(most);
+}
+
+/* candidate rs compiled and run once on the timeline, its step in *span (NAN when it could not
+ * run); what that run measured kept in rs for the next candidate: the pieces' rates, and in a
+ * staged plan the replicas' shares moved halfway (geometrically) to the pace measured (it
+ * oscillates on a few rows when moved all the way). NULL when rs is no plan. */
+static ntp_program *timed_candidate(const train_source *src, const ir_module *m, resplit *rs, const double *slow,
+                                    char *text, double *span, char *err, size_t cap) {
+  ntp_program *p = candidate(src, m, rs, text, 1 << 16, err, cap);
+  *span = NAN;
+  if (!p) return NULL;
+  double *busy = calloc((size_t)p->world + 1, sizeof *busy), *work = calloc((size_t)p->world + 1, sizeof *work);
+  if (busy && work) *span = straggler_timeline(p, rs->phys, slow, busy, work);
+  const sh_pipes *pp = &rs->sp->pipes;
+  if (isfinite(*span) && pp->npipes) {
+    double was[NTP_MAX_PIPES];
+    memcpy(was, rs->pipe_share, sizeof was);
+    measured_pace(p, NULL, pp->pipe_of_rank, pp->npipes, busy, rs->pipe_share);
+    for (int32_t pi = 0; pi < pp->npipes; pi++) rs->pipe_share[pi] = sqrt(rs->pipe_share[pi] * 1000 * was[pi]);
+  }
+  measure_rates(rs, m, isfinite(*span) ? busy : NULL);
+  free(busy);
+  free(work);
+  return p;
 }
 
 /* a staged plan, a third way: the straggler stays in its stage as a group of its own beside its
@@ -321,19 +342,8 @@ static ntp_program *staged_isolated(const train_source *src, int32_t world, cons
   for (int32_t pi = 0; sp && pi < sp->pipes.npipes; pi++) rs.pipe_share[pi] = (double)sp->pipes.pipe[pi].share;
   printf("  its stage's GPUs split around it:");
   for (int it = 0; sp && rs.slow_rank >= 0 && it < 3; it++) {
-    ntp_program *p = candidate(src, ntpc_module(s), &rs, cand, 1 << 16, err, cap);
-    double *busy = p ? calloc((size_t)p->world + 1, sizeof *busy) : NULL,
-           *work = p ? calloc((size_t)p->world + 1, sizeof *work) : NULL;
-    double t = busy && work ? straggler_timeline(p, ph, slow, busy, work) : NAN;
-    if (isfinite(t)) { /* the replicas' rows by the pace measured; the rows inside by the pieces' rates */
-      double was[NTP_MAX_PIPES];
-      memcpy(was, rs.pipe_share, sizeof was);
-      measured_pace(p, NULL, sp->pipes.pipe_of_rank, sp->pipes.npipes, busy, rs.pipe_share);
-      for (int32_t pi = 0; pi < sp->pipes.npipes; pi++) rs.pipe_share[pi] = sqrt(rs.pipe_share[pi] * 1000 * was[pi]);
-      measure_rates(&rs, ntpc_module(s), p, slow);
-    }
-    free(busy);
-    free(work);
+    double t;
+    ntp_program *p = timed_candidate(src, ntpc_module(s), &rs, slow, cand, &t, err, cap);
     if (p) printf(" %.4g%s", t, it ? " (rows as measured)" : " a step on the timeline (rows by the planner's pace),");
     else printf(" no plan (%s)", err[0] ? err : "a piece of a group left without rows");
     if (p && t < *span) {
@@ -456,13 +466,9 @@ ntp_program *straggler_resplit(const train_source *src, int32_t world, const int
   for (int iso = 1; sp && text && best_text && iso >= 0; iso--) {
     resplit rs = {.sp = sp, .phys = phys, .slow_rank = slow_rank, .speed = speed, .isolate = iso};
     for (int it = 0; it < 3; it++) { /* the rows, then the rows again at the rates measured */
-      ntp_program *p = candidate(src, ntpc_module(now), &rs, text, 1 << 16, err, cap);
+      double span;
+      ntp_program *p = timed_candidate(src, ntpc_module(now), &rs, slow, text, &span, err, cap);
       if (!p) break;
-      double *busy = calloc((size_t)world + 1, sizeof *busy), *work = calloc((size_t)world + 1, sizeof *work);
-      double span = busy && work ? straggler_timeline(p, phys, slow, busy, work) : NAN;
-      free(busy);
-      free(work);
-      measure_rates(&rs, ntpc_module(now), p, slow);
       if (span < *best_span) {
         ntp_program_free(best);
         best = p, *best_span = span;
