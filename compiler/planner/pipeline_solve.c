@@ -105,6 +105,14 @@ static int32_t micro_rows(const plan_request *rq, int64_t r, int64_t *out) {
   return n;
 }
 
+/* whether a structure of p stages is priced under ZB-H1 (zb) or 1F1B: ZB-H1 only for training in
+ * stages; --schedule 1f1b (2) or zb-h1 (4) leaves the other out where both apply */
+static bool schedule_tried(const plan_request *rq, bool train, int32_t p, bool zb) {
+  bool both = train && p > 1;
+  if (zb) return both && rq->schedule != 2;
+  return !both || rq->schedule != 4;
+}
+
 /* every structure the request allows, searched at one optimizer stage; the best few kept */
 static void search_structures(pp_ctx *C, const plan_model *pm, int32_t zero, int32_t red) {
   const plan_request *rq = C->rq;
@@ -131,7 +139,7 @@ static void search_structures(pp_ctx *C, const plan_model *pm, int32_t zero, int
           progress(C, false);
           if (!pt) continue;
           for (int zb = 0; zb < 2; zb++) { /* 1F1B, and for training pipelines ZB-H1 */
-            if (zb ? !C->train || p == 1 || rq->schedule == 2 : rq->schedule == 4 && C->train && p > 1) continue;
+            if (!schedule_tried(rq, C->train, p, zb)) continue;
             pp_shape sh = {.g = g, .p = p, .d = d, .m = (int32_t)m, .b = bs[j], .zero = zero, .red = red, .zb = zb,
                            .pt = pt, .rq = rq};
             if (C->top[PP_TOP - 1].ok && lower_bound(C, &sh) >= C->top[PP_TOP - 1].step) continue;
@@ -406,7 +414,7 @@ double plan_pipeline_shape(const plan_model *pm, const plan_request *rq, int32_t
   if (pt && r.choice) {
     int32_t zero = rq->zero == PLAN_ZERO_AUTO ? 0 : rq->zero;
     pp_shape sh = {.g = g, .p = p, .d = d, .m = m, .b = B / d / m, .zero = zero, .red = rq->redundancy > 0 ? rq->redundancy : 1,
-                   .zb = rq->train && p > 1 && rq->schedule == 4, .pt = pt, .rq = rq};
+                   .zb = !schedule_tried(rq, rq->train, p, false), .pt = pt, .rq = rq};
     pp_set_pricing(&C, &sh);
     if (exhaustive) pp_exhaust(&C, &sh, &r);
     else pp_search_shape(&C, &sh, &r);

@@ -135,9 +135,9 @@ int ntp_cuda_lose(ntp_cuda *c, const bool *dead, ntp_cuda_survivors *s, char *er
  * communicators are c's still (freed with it). */
 int ntp_cuda_grow(ntp_cuda *c, int world, const int *from, const int *devices, ntp_cuda_survivors *s, char *err,
                   size_t cap);
-/* After ntp_cuda_lose: the next program's `world` ranks in its own order, rank r being survivor
- * from[r] (0 .. s->n - 1); a survivor no rank names is idle. When that is not the survivors' order,
- * their world is split into it (ncclCommSplit, the idle ones NCCL_SPLIT_NOCOLOR; with one rank per
+/* After ntp_cuda_lose: the next program's `world` ranks in their own order, rank r being survivor
+ * from[r] (0 .. s->n - 1; not the survivors' own order: ntp_exec_survivors_order calls only then);
+ * a survivor no rank names is idle. Their world is split into it (ncclCommSplit, the idle ones NCCL_SPLIT_NOCOLOR; with one rank per
  * process every survivor's process takes part) and the shrunk one destroyed; s then describes the
  * next world. 0; 1 when this process's rank is idle (its world let go: it has nothing more to
  * run); -1 with err. */

@@ -177,9 +177,6 @@ fail:
 
 int ntp_cuda_survivors_order(ntp_cuda *c, ntp_cuda_survivors *s, int world, const int32_t *from, char *err, size_t cap) {
   int n = s->n, idle = 0;
-  bool same = world == n;
-  for (int r = 0; r < world; r++) same &= from[r] == r;
-  if (same) return 0;
   int *key = malloc((size_t)n * sizeof *key), *dev = calloc((size_t)world + 1, sizeof *dev);
   void **nw = calloc((size_t)world + 1, sizeof *nw), **none = calloc((size_t)n, sizeof *none); /* the idle's */
   if (!key || !dev || !nw || !none) {
